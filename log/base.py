@@ -1,0 +1,61 @@
+"""The ``EventLog`` interface every backend implements.
+
+A log moves opaque payloads with string keys and hands back positions. It knows nothing of what
+the payloads mean. Every log is an async context manager that owns its background tasks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from types import TracebackType
+from typing import Protocol, Self, runtime_checkable
+
+from log.position import Position, Record, StartAt
+
+
+@runtime_checkable
+class EventLog(Protocol):
+    """An ordered, durable log of keyed records."""
+
+    @property
+    def url(self) -> str:
+        """Where this log lives, as a URL ``open_log`` accepts (secrets left out)."""
+        ...
+
+    async def append(self, key: str, payload: bytes) -> Position:
+        """Append one record; return its own position once durable under the log's policy."""
+        ...
+
+    async def append_batch(self, records: Sequence[tuple[str, bytes]]) -> list[Position]:
+        """Append records in order; return each one's position once all are durable."""
+        ...
+
+    def read(self, start: StartAt = "beginning", *, follow: bool = False) -> AsyncIterator[Record]:
+        """Iterate records from ``start`` (inclusive). Without ``follow``, stop at the end taken
+        when the read began; with it, wait for new records until cancelled or closed."""
+        ...
+
+    async def end(self) -> Position:
+        """Where the next record of each partition will land."""
+        ...
+
+    async def pin(self, name: str, position: Position | None) -> None:
+        """Keep every record at or after ``position`` from retention under ``name`` (None unpins).
+
+        Backends whose retention is not theirs to decide (Kafka's is the broker's) accept and
+        ignore pins."""
+        ...
+
+    async def close(self) -> None:
+        """Flush, stop background tasks and release resources; later calls raise
+        ``LogClosedError``."""
+        ...
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...

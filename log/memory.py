@@ -1,0 +1,119 @@
+"""An in-memory log for tests and examples: same contract as the real ones, nothing durable."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Sequence
+from types import TracebackType
+from typing import Self
+
+import anyio
+
+from log.errors import ConfigError, LogClosedError
+from log.position import Position, Record, StartAt
+
+
+class MemoryLog:
+    """A log held in lists, one per partition; a key always maps to the same partition."""
+
+    def __init__(self, *, partitions: int = 1, name: str = "memory") -> None:
+        if type(partitions) is not int or partitions < 1:
+            raise ConfigError("partitions", f"must be a positive int, got {partitions!r}")
+        self._partitions: list[list[Record]] = [[] for _ in range(partitions)]
+        self._name = name
+        self._closed = False
+        self._appended = anyio.Event()
+
+    @property
+    def url(self) -> str:
+        """``memory://<name>``."""
+        return f"memory://{self._name}"
+
+    def partition_for(self, key: str) -> int:
+        """The partition that records with ``key`` go to (stable within a process)."""
+        return sum(key.encode()) % len(self._partitions)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"{self.url} is closed")
+
+    def _append_now(self, key: str, payload: bytes) -> Position:
+        if type(payload) is not bytes:
+            raise TypeError(f"payload must be bytes, got {type(payload).__name__}")
+        partition = self.partition_for(key)
+        records = self._partitions[partition]
+        record = Record(partition, len(records), key, payload, time.time())
+        records.append(record)
+        return record.position
+
+    def _wake_readers(self) -> None:
+        self._appended.set()
+        self._appended = anyio.Event()
+
+    async def append(self, key: str, payload: bytes) -> Position:
+        """Append one record."""
+        self._check_open()
+        position = self._append_now(key, payload)
+        self._wake_readers()
+        return position
+
+    async def append_batch(self, records: Sequence[tuple[str, bytes]]) -> list[Position]:
+        """Append records in order."""
+        self._check_open()
+        positions = [self._append_now(key, payload) for key, payload in records]
+        self._wake_readers()
+        return positions
+
+    async def end(self) -> Position:
+        """The next offset of every partition."""
+        self._check_open()
+        return Position.of({p: len(r) for p, r in enumerate(self._partitions)})
+
+    def _start_offsets(self, start: StartAt) -> list[int]:
+        if start == "beginning":
+            return [0] * len(self._partitions)
+        if start == "end":
+            return [len(r) for r in self._partitions]
+        if isinstance(start, Position):
+            return [start.get(p) for p in range(len(self._partitions))]
+        raise ConfigError("start", f"expected 'beginning', 'end' or a Position, got {start!r}")
+
+    async def read(self, start: StartAt = "beginning", *, follow: bool = False
+                   ) -> AsyncIterator[Record]:
+        """Iterate records in append order across partitions."""
+        self._check_open()
+        next_offsets = self._start_offsets(start)
+        stop_at = [len(r) for r in self._partitions]
+        while True:
+            progressed = False
+            for partition, records in enumerate(self._partitions):
+                limit = len(records) if follow else stop_at[partition]
+                while next_offsets[partition] < limit:
+                    yield records[next_offsets[partition]]
+                    next_offsets[partition] += 1
+                    progressed = True
+            if not follow:
+                return
+            if not progressed:
+                await self._appended.wait()
+                self._check_open()
+
+    async def pin(self, name: str, position: Position | None) -> None:
+        """Nothing is ever deleted from a memory log; pins are accepted and ignored."""
+        self._check_open()
+
+    async def close(self) -> None:
+        """Close the log; waiting readers wake and fail with ``LogClosedError``."""
+        self._closed = True
+        self._wake_readers()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
