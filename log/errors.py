@@ -51,7 +51,7 @@ class LogUnavailableError(LogError):
 
 
 class LogWriteError(LogError):
-    """An append failed and its durability is unknown or denied; ``retriable`` says if retrying helps."""
+    """An append failed; ``retriable`` says whether retrying it can help."""
 
     def __init__(self, message: str, *, retriable: bool) -> None:
         super().__init__(message)

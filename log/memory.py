@@ -78,8 +78,9 @@ class MemoryLog:
             return [start.get(p) for p in range(len(self._partitions))]
         raise ConfigError("start", f"expected 'beginning', 'end' or a Position, got {start!r}")
 
-    async def read(self, start: StartAt = "beginning", *, follow: bool = False
-                   ) -> AsyncIterator[Record]:
+    async def read(
+        self, start: StartAt = "beginning", *, follow: bool = False
+    ) -> AsyncIterator[Record]:
         """Iterate records in append order across partitions."""
         self._check_open()
         next_offsets = self._start_offsets(start)

@@ -127,8 +127,9 @@ def _int_list(value: object, where: str, *, minimum: int, maximum: int) -> tuple
         raise DecodeError(where, f"expected a list, got {_type_name(value)}")
     for index, item in enumerate(value):
         if type(item) is not int or not minimum <= item <= maximum:
-            raise DecodeError(f"{where}[{index}]", f"expected int in [{minimum}, {maximum}], "
-                              f"got {item!r}")
+            raise DecodeError(
+                f"{where}[{index}]", f"expected int in [{minimum}, {maximum}], got {item!r}"
+            )
     return tuple(value)
 
 

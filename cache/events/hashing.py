@@ -49,9 +49,7 @@ def digest_to_block_hash(digest: bytes) -> int:
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
-def chain_page_digests(
-    prior: bytes, token_ids: Sequence[int], page_size: int
-) -> list[bytes]:
+def chain_page_digests(prior: bytes, token_ids: Sequence[int], page_size: int) -> list[bytes]:
     """Digests of every whole page of ``token_ids``, chained from ``prior``.
 
     A trailing partial page is ignored, as the tree ignores it.

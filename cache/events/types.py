@@ -52,7 +52,9 @@ class AllBlocksCleared:
     """Every block of the source was dropped (``reset()`` or the start of a new epoch)."""
 
 
-Event: TypeAlias = BlockStored | BlockRemoved | BlockSWAEvicted | BlockSWARestored | AllBlocksCleared
+Event: TypeAlias = (
+    BlockStored | BlockRemoved | BlockSWAEvicted | BlockSWARestored | AllBlocksCleared
+)
 
 BATCH_VERSION: Final = 1
 
