@@ -1,0 +1,193 @@
+"""Round trips and strict rejections of the event batch codec."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cache.events import (
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    BlockSWAEvicted,
+    BlockSWARestored,
+    DecodeError,
+    EventBatch,
+    batch_to_dict,
+    decode_batch,
+    encode_batch,
+)
+
+INT64 = st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1)
+TOKEN = st.integers(min_value=0, max_value=0xFFFFFFFF)
+
+
+@st.composite
+def stored_events(draw: st.DrawFn) -> BlockStored:
+    size = draw(st.integers(min_value=1, max_value=16))
+    return BlockStored(
+        block_hashes=(draw(INT64),),
+        parent_block_hash=draw(st.none() | INT64),
+        token_ids=tuple(draw(st.lists(TOKEN, min_size=size, max_size=size))),
+        block_size=size,
+        lora_id=draw(st.none() | INT64),
+        medium=draw(st.none() | st.just("GPU")),
+    )
+
+
+HASHES = st.lists(INT64, min_size=1, max_size=8).map(tuple)
+EVENTS = st.one_of(
+    stored_events(),
+    HASHES.map(BlockRemoved),
+    HASHES.map(BlockSWAEvicted),
+    HASHES.map(BlockSWARestored),
+    st.just(AllBlocksCleared()),
+)
+BATCHES = st.builds(
+    EventBatch,
+    source=st.text(max_size=20),
+    epoch=st.text(max_size=32),
+    seq=st.integers(min_value=0, max_value=1 << 62),
+    ts=st.floats(allow_nan=False, allow_infinity=False),
+    events=st.lists(EVENTS, max_size=20).map(tuple),
+    digest=st.none() | st.text(max_size=16),
+    meta=st.none() | st.just({"page_size": 16, "sliding_window_size": 256}),
+)
+
+
+def _good_batch() -> dict[str, Any]:
+    batch = EventBatch(
+        source="worker-0",
+        epoch="e1",
+        seq=3,
+        ts=12.5,
+        events=(
+            AllBlocksCleared(),
+            BlockStored((7470307888890966271,), None, (1,), 1),
+            BlockStored((-1634645291211865391,), 7470307888890966271, (2,), 1),
+            BlockSWAEvicted((7470307888890966271,)),
+            BlockSWARestored((7470307888890966271,)),
+            BlockRemoved((7470307888890966271, -1634645291211865391)),
+        ),
+        digest="00000000000000ff",
+        meta={"page_size": 1, "sliding_window_size": 4},
+    )
+    return batch_to_dict(batch)
+
+
+def _encode(raw: object) -> bytes:
+    return orjson.dumps(raw)
+
+
+@given(BATCHES)
+def test_round_trip_preserves_every_batch(batch: EventBatch) -> None:
+    """Any valid batch decodes back to an equal batch."""
+    assert decode_batch(encode_batch(batch)) == batch
+
+
+def test_wire_form_uses_sglang_field_names() -> None:
+    """A BlockStored event carries the field names sglang and vLLM consumers read."""
+    stored = _good_batch()["events"][1]
+    assert set(stored) == {
+        "type", "block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium"
+    }
+
+
+@pytest.mark.parametrize(
+    ("path", "bad_value", "field"),
+    [
+        (("v",), 2, "v"),
+        (("v",), "1", "v"),
+        (("source",), 5, "source"),
+        (("epoch",), None, "epoch"),
+        (("seq",), -1, "seq"),
+        (("seq",), 1.5, "seq"),
+        (("seq",), True, "seq"),
+        (("ts",), "now", "ts"),
+        (("events",), {}, "events"),
+        (("digest",), 5, "digest"),
+        (("meta",), [], "meta"),
+        (("events", 0), "AllBlocksCleared", "events[0]"),
+        (("events", 1, "type"), "BlockMoved", "events[1].type"),
+        (("events", 1, "block_hashes"), 5, "events[1].block_hashes"),
+        (("events", 1, "block_hashes"), [], "events[1].block_hashes"),
+        (("events", 1, "block_hashes", 0), "x", "events[1].block_hashes[0]"),
+        (("events", 1, "parent_block_hash"), "x", "events[1].parent_block_hash"),
+        (("events", 1, "token_ids", 0), -1, "events[1].token_ids[0]"),
+        (("events", 1, "token_ids", 0), 1 << 32, "events[1].token_ids[0]"),
+        (("events", 1, "token_ids"), [1, 2], "events[1].token_ids"),
+        (("events", 1, "block_size"), 0, "events[1].block_size"),
+        (("events", 1, "block_size"), "1", "events[1].block_size"),
+        (("events", 1, "lora_id"), "a", "events[1].lora_id"),
+        (("events", 1, "medium"), 3, "events[1].medium"),
+        (("events", 3, "block_hashes", 0), 1.0, "events[3].block_hashes[0]"),
+        (("events", 4, "block_hashes"), None, "events[4].block_hashes"),
+        (("events", 5, "medium"), [], "events[5].medium"),
+    ],
+)
+def test_every_wrong_field_type_is_rejected_by_name(
+    path: tuple[str | int, ...], bad_value: object, field: str
+) -> None:
+    """A mistyped field raises DecodeError naming exactly that field."""
+    raw: Any = _good_batch()
+    target = raw
+    for step in path[:-1]:
+        target = target[step]
+    target[path[-1]] = bad_value
+    with pytest.raises(DecodeError) as info:
+        decode_batch(_encode(raw))
+    assert info.value.field == field
+
+
+@pytest.mark.parametrize("where", ["batch", "event"])
+def test_missing_and_unknown_fields_are_rejected(where: str) -> None:
+    """A missing field or an extra one is named in the error."""
+    raw: Any = _good_batch()
+    target = raw if where == "batch" else raw["events"][1]
+    prefix = "" if where == "batch" else "events[1]."
+    target["surprise"] = 1
+    with pytest.raises(DecodeError, match="unknown field") as info:
+        decode_batch(_encode(raw))
+    assert info.value.field == f"{prefix}surprise"
+    del target["surprise"]
+    missing = "digest" if where == "batch" else "token_ids"
+    del target[missing]
+    with pytest.raises(DecodeError, match="missing") as info:
+        decode_batch(_encode(raw))
+    assert info.value.field == f"{prefix}{missing}"
+
+
+def test_out_of_range_int64_is_rejected() -> None:
+    """A block hash outside int64 is rejected, even though JSON can carry it."""
+    raw = _encode(_good_batch()).replace(b"7470307888890966271", b"17470307888890966271", 1)
+    with pytest.raises(DecodeError) as info:
+        decode_batch(raw)
+    assert info.value.field.startswith("events[")
+
+
+@pytest.mark.parametrize("payload", [b"", b"not json", b"[1,2]", b'"batch"', b"\xff\xfe"])
+def test_garbage_is_rejected(payload: bytes) -> None:
+    """Bytes that are not a JSON object raise DecodeError, never anything else."""
+    with pytest.raises(DecodeError):
+        decode_batch(payload)
+
+
+def test_oversized_record_is_rejected_before_parsing() -> None:
+    """A record larger than the bound is refused with its size in the message."""
+    huge = _encode(_good_batch()) + b" " * 2048
+    with pytest.raises(DecodeError, match="exceeds the 1024 limit"):
+        decode_batch(huge, max_record_bytes=1024)
+    default_bound = 16 * 1024 * 1024
+    with pytest.raises(DecodeError, match="exceeds"):
+        decode_batch(b" " * (default_bound + 1))
+
+
+def test_events_are_frozen() -> None:
+    """Events are immutable plain data."""
+    event = BlockRemoved((1,))
+    with pytest.raises(AttributeError):
+        event.block_hashes = (2,)  # type: ignore[misc]  # assigning a frozen field on purpose
