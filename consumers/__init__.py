@@ -1,0 +1,47 @@
+"""Consumers of the event log: the ``Follower``, its views and the ``SnapshotStore``.
+
+This package imports only ``cache.events`` and ``log`` (never torch or the tree).
+"""
+
+from consumers.cursor import Cursors, SourceCursor, Verdict
+from consumers.errors import (
+    ConsumerError,
+    SnapshotError,
+    SourceDivergedError,
+    ViewConsistencyError,
+    ViewStateError,
+)
+from consumers.follower import Follower
+from consumers.metrics import FollowerMetrics
+from consumers.prefix_index import PrefixIndex, PrefixMatch
+from consumers.replica import ReplicaBlock, ReplicaSet, ReplicaTree, SourceMeta
+from consumers.snapshot_store import Snapshot, SnapshotInfo, SnapshotStore
+from consumers.stats import Churn, SourceStats, Stats
+from consumers.view import DigestView, View
+
+__all__ = [
+    "Follower",
+    "FollowerMetrics",
+    "ReplicaSet",
+    "ReplicaTree",
+    "ReplicaBlock",
+    "SourceMeta",
+    "PrefixIndex",
+    "PrefixMatch",
+    "Stats",
+    "SourceStats",
+    "Churn",
+    "SnapshotStore",
+    "Snapshot",
+    "SnapshotInfo",
+    "View",
+    "DigestView",
+    "Cursors",
+    "SourceCursor",
+    "Verdict",
+    "ConsumerError",
+    "SnapshotError",
+    "SourceDivergedError",
+    "ViewConsistencyError",
+    "ViewStateError",
+]

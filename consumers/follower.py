@@ -1,0 +1,314 @@
+"""The follower: reads a log of event batches and keeps its views in step with the primaries.
+
+It decodes every record strictly, admits batches through per-source cursors
+(``consumers.cursor``), applies admitted batches to every view, checks in-band digests and
+marks a source diverged whenever its stream cannot be trusted (gap, bad epoch start, digest
+mismatch, an event naming an unknown block). Nothing it reads can crash it: undecodable
+records are counted, logged with their position and skipped.
+
+Snapshots hold the views, the cursors and the log position together, so a restarted follower
+loads the newest valid one and replays only the tail.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+
+import anyio
+from anyio.abc import TaskStatus
+
+from cache.events import DEFAULT_MAX_RECORD_BYTES, DecodeError, EventBatch, decode_batch
+from consumers.cursor import Cursors, Verdict
+from consumers.errors import ConsumerError, ViewConsistencyError, ViewStateError
+from consumers.metrics import FollowerMetrics
+from consumers.progress import ReplayProgress
+from consumers.snapshot_store import Snapshot, SnapshotInfo, SnapshotStore
+from consumers.view import DigestView, View
+from log import EventLog, LogUnavailableError, Position, Record
+
+logger = logging.getLogger(__name__)
+
+PIN_NAME = "snapshots"
+
+
+def _check_views(views: Sequence[View]) -> None:
+    names = [view.name for view in views]
+    if len(set(names)) != len(names):
+        raise ValueError(f"view names must be unique, got {names}")
+    for view in views:
+        shared = getattr(view, "shared_replicas", None)
+        if shared is not None and not any(shared is other for other in views):
+            raise ValueError(
+                f"view {view.name!r} reads a ReplicaSet that is not one of the follower's views"
+            )
+
+
+class Follower:
+    """Replays a log into views; see the module docstring.
+
+    ``snapshots=None``: no snapshots, and ``restore()`` replays from the beginning. Otherwise a
+    snapshot is written every ``snapshot_every_batches`` applied batches or every
+    ``snapshot_every_s`` seconds (when something was applied), keeping the store's ``keep``
+    newest (``keep_snapshots`` overrides it). ``progress``: True/False forces the rich bar
+    on/off, None decides by whether stderr is a terminal. ``on_applied`` is called after each
+    applied batch (for measurements).
+    """
+
+    def __init__(
+        self,
+        log: EventLog,
+        views: Sequence[View],
+        *,
+        snapshots: SnapshotStore | None = None,
+        snapshot_every_batches: int = 1000,
+        snapshot_every_s: float = 30.0,
+        keep_snapshots: int | None = None,
+        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+        lag_refresh_s: float = 1.0,
+        progress: bool | None = None,
+        on_applied: Callable[[EventBatch], None] | None = None,
+    ) -> None:
+        _check_views(views)
+        if snapshot_every_batches < 1 or not snapshot_every_s > 0:
+            raise ValueError("snapshot_every_batches and snapshot_every_s must be positive")
+        if snapshots is not None and keep_snapshots is not None:
+            snapshots.keep = keep_snapshots
+        self.log = log
+        self.views = list(views)
+        self.store = snapshots
+        self.metrics = FollowerMetrics()
+        self.cursors = Cursors()
+        self._digest_views = [v for v in self.views if isinstance(v, DigestView)]
+        self._snapshot_every_batches = snapshot_every_batches
+        self._snapshot_every_s = snapshot_every_s
+        self._max_record_bytes = max_record_bytes
+        self._lag_refresh_s = lag_refresh_s
+        self._progress = progress
+        self._on_applied = on_applied
+        self._offsets: dict[int, int] = {}
+        self._batches_since_snapshot = 0
+        self._last_snapshot_mono = time.monotonic()
+        self._reading = False
+        self._snapshot_lock = anyio.Lock()
+        self._initial_views = {view.name: view.snapshot() for view in self.views}
+
+    # --- state ----------------------------------------------------------------------------
+
+    @property
+    def position(self) -> Position:
+        """Just after the last record read (what a snapshot taken now would cover)."""
+        return Position.of(self._offsets)
+
+    def diverged(self) -> dict[str, str]:
+        """Diverged sources and why."""
+        return self.cursors.diverged()
+
+    # --- one record -----------------------------------------------------------------------
+
+    def _handle(self, record: Record) -> None:
+        metrics = self.metrics
+        metrics.records_read += 1
+        self._offsets[record.partition] = record.offset + 1
+        try:
+            batch = decode_batch(record.payload, max_record_bytes=self._max_record_bytes)
+        except DecodeError as exc:
+            metrics.undecodable += 1
+            logger.warning(
+                "skipping undecodable record at partition %d offset %d (key %r): %s",
+                record.partition,
+                record.offset,
+                record.key,
+                exc,
+            )
+            return
+        admission = self.cursors.admit(batch)
+        match admission.verdict:
+            case Verdict.APPLY:
+                self._apply(batch)
+            case Verdict.DUPLICATE:
+                metrics.duplicates_skipped += 1
+            case Verdict.STALE:
+                metrics.stale_skipped += 1
+            case Verdict.WHILE_DIVERGED:
+                metrics.skipped_while_diverged += 1
+            case Verdict.GAP:
+                metrics.gaps += 1
+                self._diverge(batch.source, admission.reason)
+            case Verdict.BAD_EPOCH_START:
+                metrics.bad_epoch_starts += 1
+                self._diverge(batch.source, admission.reason)
+
+    def _apply(self, batch: EventBatch) -> None:
+        failure: ViewConsistencyError | None = None
+        for view in self.views:
+            try:
+                view.apply(batch)
+            except ViewConsistencyError as exc:
+                failure = failure or exc
+        metrics = self.metrics
+        metrics.batches_applied += 1
+        metrics.events_applied += len(batch.events)
+        metrics.lag_s = max(0.0, time.time() - batch.ts)
+        self._batches_since_snapshot += 1
+        if failure is not None:
+            metrics.inconsistent_batches += 1
+            self._diverge(batch.source, failure.reason)
+        elif batch.digest is not None:
+            self._check_digest(batch, batch.digest)
+        if batch.seq == 0:
+            metrics.diverged_sources = len(self.cursors.diverged())
+        if self._on_applied is not None:
+            self._on_applied(batch)
+
+    def _check_digest(self, batch: EventBatch, expected: str) -> None:
+        held = [view.source_digest(batch.source) for view in self._digest_views]
+        known = [digest for digest in held if digest is not None]
+        if not known:
+            return
+        self.metrics.digests_checked += 1
+        if any(digest != expected for digest in known):
+            self.metrics.digest_mismatches += 1
+            self._diverge(
+                batch.source,
+                f"digest mismatch after seq {batch.seq} of epoch {batch.epoch}: "
+                f"primary {expected}, replica {known[0]}",
+            )
+
+    def _diverge(self, source: str, reason: str) -> None:
+        self.cursors.mark_diverged(source, reason)
+        for view in self.views:
+            view.mark_diverged(source, reason)
+        self.metrics.divergences += 1
+        self.metrics.diverged_sources = len(self.cursors.diverged())
+        logger.warning("source %r diverged: %s", source, reason)
+
+    # --- reading --------------------------------------------------------------------------
+
+    def _snapshot_due(self) -> bool:
+        if self.store is None or self._batches_since_snapshot == 0:
+            return False
+        if self._batches_since_snapshot >= self._snapshot_every_batches:
+            return True
+        return time.monotonic() - self._last_snapshot_mono >= self._snapshot_every_s
+
+    async def _read(self, *, follow: bool, progress: ReplayProgress | None) -> None:
+        if self._reading:
+            raise ConsumerError("this follower is already reading its log")
+        self._reading = True
+        try:
+            async for record in self.log.read(self.position, follow=follow):
+                self._handle(record)
+                if progress is not None:
+                    progress.advance()
+                if self._snapshot_due():
+                    await self.snapshot()
+        finally:
+            self._reading = False
+
+    def _lag_to(self, end: Position) -> int:
+        return sum(max(0, end.get(p) - self._offsets.get(p, 0)) for p in end.partitions())
+
+    async def refresh_lag(self) -> int:
+        """Ask the log for its end and update ``metrics.lag_records``; return it."""
+        self.metrics.lag_records = self._lag_to(await self.log.end())
+        return self.metrics.lag_records
+
+    async def catch_up(self, *, description: str = "catch-up") -> int:
+        """Read up to the log's end taken now, apply it, and return the records read."""
+        before = self.metrics.records_read
+        end = await self.log.end()
+        with ReplayProgress(description, self._lag_to(end), terminal=self._progress) as progress:
+            await self._read(follow=False, progress=progress)
+        self.metrics.lag_records = self._lag_to(end)
+        return self.metrics.records_read - before
+
+    async def _refresh_lag_forever(self) -> None:
+        while True:
+            await anyio.sleep(self._lag_refresh_s)
+            try:
+                await self.refresh_lag()
+            except LogUnavailableError as exc:
+                logger.warning("cannot read the log's end for the lag metric: %s", exc)
+
+    async def run(
+        self, follow: bool = True, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Apply records as they arrive until cancelled (``follow=False``: ``catch_up``).
+
+        Signals readiness once reading has started; a log error ends it loudly.
+        """
+        if not follow:
+            task_status.started()
+            await self.catch_up()
+            return
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(self._refresh_lag_forever)
+            task_status.started()
+            await self._read(follow=True, progress=None)
+            tasks.cancel_scope.cancel()
+
+    # --- snapshots ------------------------------------------------------------------------
+
+    async def snapshot(self) -> SnapshotInfo:
+        """Write a snapshot of every view, the cursors and the position now; pin the log."""
+        if self.store is None:
+            raise ConsumerError("this follower has no SnapshotStore")
+        async with self._snapshot_lock:
+            views = {view.name: view.snapshot() for view in self.views}
+            position, cursors = self.position, self.cursors.to_obj()
+            self._batches_since_snapshot = 0
+            self._last_snapshot_mono = time.monotonic()
+            info = await self.store.write(position, cursors, views)
+            self.metrics.snapshots_written += 1
+            self.metrics.last_snapshot_at = info.created_at
+            await self.log.pin(PIN_NAME, await self.store.oldest_kept_position())
+        logger.info("wrote snapshot %s at position %s", info.path.name, info.position)
+        return info
+
+    def _reset(self) -> None:
+        for view in self.views:
+            view.load(self._initial_views[view.name])
+        self.cursors = Cursors()
+        self._offsets = {}
+
+    def _load(self, snapshot: Snapshot) -> None:
+        cursors = Cursors.from_obj(snapshot.cursors)
+        for view in self.views:
+            view.load(snapshot.views[view.name])
+        self.cursors = cursors
+        self._offsets = snapshot.info.position.offsets
+        for source, reason in cursors.diverged().items():
+            for view in self.views:
+                view.mark_diverged(source, reason)
+        self.metrics.restored_generation = snapshot.info.generation
+        self.metrics.last_snapshot_at = snapshot.info.created_at
+        self.metrics.diverged_sources = len(cursors.diverged())
+
+    async def _load_newest(self) -> SnapshotInfo | None:
+        if self.store is None:
+            return None
+        names = [view.name for view in self.views]
+        older_than: int | None = None
+        while (found := await self.store.newest_valid(names, older_than=older_than)) is not None:
+            try:
+                self._load(found)
+            except (ViewStateError, ValueError) as exc:
+                logger.warning("skipping snapshot %s: %s", found.info.path, exc)
+                self._reset()
+                older_than = found.info.generation
+                continue
+            logger.info("restored snapshot %s (%s)", found.info.path.name, found.info.position)
+            return found.info
+        self._reset()
+        return None
+
+    async def restore(self) -> SnapshotInfo | None:
+        """Load the newest valid snapshot (none: start over), then replay the tail.
+
+        Returns the snapshot loaded, or None when the whole log was replayed.
+        """
+        info = await self._load_newest()
+        await self.catch_up(description="restore")
+        return info

@@ -1,0 +1,44 @@
+"""The follower's counters, as a plain dataclass that a metrics endpoint can export."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+
+@dataclass(slots=True)
+class FollowerMetrics:
+    """Counters of one follower; every field is a number (or None when not yet known)."""
+
+    records_read: int = 0
+    batches_applied: int = 0
+    events_applied: int = 0
+    duplicates_skipped: int = 0
+    stale_skipped: int = 0
+    skipped_while_diverged: int = 0
+    undecodable: int = 0
+    gaps: int = 0
+    bad_epoch_starts: int = 0
+    inconsistent_batches: int = 0
+    digests_checked: int = 0
+    digest_mismatches: int = 0
+    divergences: int = 0
+    diverged_sources: int = 0
+    lag_records: int = 0
+    lag_s: float = 0.0
+    snapshots_written: int = 0
+    last_snapshot_at: float | None = None
+    restored_generation: int | None = None
+
+    @property
+    def snapshot_age_s(self) -> float | None:
+        """Seconds since the last snapshot was written or restored (None: never)."""
+        if self.last_snapshot_at is None:
+            return None
+        return max(0.0, time.time() - self.last_snapshot_at)
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        """Every counter, plus ``snapshot_age_s``."""
+        values: dict[str, float | int | None] = asdict(self)
+        values["snapshot_age_s"] = self.snapshot_age_s
+        return values

@@ -1,0 +1,23 @@
+"""The embedded file log: ``file:///dir?fsync=batch``, a single partition (0) in a directory.
+
+Directory layout::
+
+    <dir>/00000000000000000000.log   segments, named by the offset of their first record
+    <dir>/00000000000000000000.idx   sparse index per segment (u32 rel offset | u32 position)
+    <dir>/LOCK                       flock held by the one writer (its pid inside)
+    <dir>/pins/<name>.json           retention pins (a Position each)
+
+Each record is a frame ``u32 length | u32 crc32c(body) | body`` with
+``body = u64 offset | f64 timestamp_s | u16 key_length | key | payload`` (little-endian; see
+``log.file.framing``). Appends are acknowledged once durable under the ``fsync`` policy
+(``always``: fdatasync per append call; ``batch``: group commit shared by concurrent appends;
+``never``: handed to the OS). On open the writer truncates a torn tail (``recovered_tail``);
+damage elsewhere raises ``CorruptRecordError`` in readers after the records before it.
+"""
+
+from log.file.config import FileLogConfig, FsyncPolicy
+from log.file.file_log import FileLog
+from log.file.recovery import RecoveredTail
+from log.file.writer import WriteStats
+
+__all__ = ["FileLog", "FileLogConfig", "FsyncPolicy", "RecoveredTail", "WriteStats"]

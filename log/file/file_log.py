@@ -1,0 +1,333 @@
+"""``FileLog``: the embedded, single-partition log in a directory (see the package docstring)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+from urllib.parse import quote, unquote
+
+import anyio
+import anyio.to_thread
+
+from log.errors import ConfigError, LogClosedError, LogWriteError
+from log.file.config import (
+    DEFAULT_BATCH_MAX_DELAY_S,
+    DEFAULT_BATCH_MAX_RECORDS,
+    DEFAULT_INDEX_INTERVAL_BYTES,
+    DEFAULT_MAX_RECORD_BYTES,
+    DEFAULT_POLL_INTERVAL_S,
+    DEFAULT_SEGMENT_BYTES,
+    FileLogConfig,
+    FsyncPolicy,
+)
+from log.file.framing import MAX_KEY_BYTES
+from log.file.group_commit import CommitLimits, GroupCommitter
+from log.file.pins import PinStore
+from log.file.reader import SegmentCursor, scan_end
+from log.file.recovery import RecoveredTail
+from log.file.retention import RetentionPolicy, apply_retention
+from log.file.startup import OpenedDirectory, open_for_writing
+from log.file.writer import SegmentedWriter, WriteStats
+from log.position import Position, Record, StartAt
+
+logger = logging.getLogger(__name__)
+
+_UNBOUNDED = 2**62
+_READ_BATCH_RECORDS = 1024
+
+
+def _commit_limits(config: FileLogConfig) -> CommitLimits:
+    if config.fsync == "always":
+        return CommitLimits(max_records=_UNBOUNDED, max_calls=1, linger_s=0.0)
+    linger_s = config.batch_max_delay_s if config.fsync == "batch" else 0.0
+    return CommitLimits(config.batch_max_records, _UNBOUNDED, linger_s)
+
+
+class FileLog:
+    """A durable log in one directory: one writer (file lock), any number of readers.
+
+    Open it with ``await FileLog.open(directory, ...)`` or ``await open_log("file:///dir")``.
+    """
+
+    def __init__(self, directory: Path, config: FileLogConfig, opened: OpenedDirectory | None):
+        self.directory = directory
+        self.config = config
+        self.recovered_tail: RecoveredTail | None = opened.recovered_tail if opened else None
+        """What open-time recovery cut from a torn tail (None: nothing)."""
+        self.corrupt_offsets: list[int] = list(opened.corrupt_offsets) if opened else []
+        """Damaged records recovery found (and kept) in the active segment."""
+        self._pins = PinStore(directory)
+        self._retention = RetentionPolicy(config.retention_bytes, config.retention_age_s)
+        self._closed = False
+        self._opened = opened
+        self._writer: SegmentedWriter | None = None
+        self._committer: GroupCommitter | None = None
+        if opened is not None:
+            self._writer = SegmentedWriter(
+                directory,
+                opened.active,
+                opened.index,
+                segment_bytes=config.segment_bytes,
+                sync_each_write=config.fsync != "never",
+                sync_on_roll=config.fsync != "never",
+                on_roll=self._retain_after_roll,
+            )
+            self._committer = GroupCommitter(
+                opened.next_offset, self._writer.write, _commit_limits(config)
+            )
+
+    # ---- opening
+
+    @classmethod
+    async def open(
+        cls,
+        directory: str | Path,
+        *,
+        fsync: FsyncPolicy = "batch",
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        batch_max_delay_s: float = DEFAULT_BATCH_MAX_DELAY_S,
+        batch_max_records: int = DEFAULT_BATCH_MAX_RECORDS,
+        retention_bytes: int | None = None,
+        retention_age_s: float | None = None,
+        readonly: bool = False,
+        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+        index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
+        poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
+    ) -> FileLog:
+        """Open (creating it when writing) the log in ``directory``; see the README for options."""
+        config = FileLogConfig.from_options(
+            dict(
+                fsync=fsync,
+                segment_bytes=segment_bytes,
+                batch_max_delay_s=batch_max_delay_s,
+                batch_max_records=batch_max_records,
+                retention_bytes=retention_bytes,
+                retention_age_s=retention_age_s,
+                readonly=readonly,
+                max_record_bytes=max_record_bytes,
+                index_interval_bytes=index_interval_bytes,
+                poll_interval_s=poll_interval_s,
+            )
+        )
+        return await cls.open_config(Path(directory), config)
+
+    @classmethod
+    async def open_url(cls, netloc: str, path: str, options: Mapping[str, Any]) -> FileLog:
+        """Open from the parts of a ``file://[localhost]/dir?opt=...`` URL."""
+        if netloc not in ("", "localhost"):
+            raise ConfigError("url", f"file:// URLs name a local directory, got host {netloc!r}")
+        if not path or path == "/":
+            raise ConfigError("path", "a file:// URL needs a directory path, e.g. file:///data/log")
+        return await cls.open_config(Path(unquote(path)), FileLogConfig.from_options(options))
+
+    @classmethod
+    async def open_config(cls, directory: Path, config: FileLogConfig) -> FileLog:
+        """Open with an already parsed configuration."""
+        directory = await anyio.to_thread.run_sync(os.path.abspath, directory)
+        if config.readonly:
+            if not await anyio.to_thread.run_sync(os.path.isdir, directory):
+                raise ConfigError("path", f"no log directory at {directory}")
+            return cls(Path(directory), config, None)
+        opened = await anyio.to_thread.run_sync(
+            open_for_writing, Path(directory), config.index_interval_bytes
+        )
+        log = cls(Path(directory), config, opened)
+        try:
+            await log.apply_retention()
+        except BaseException:
+            await log.close()
+            raise
+        return log
+
+    # ---- properties
+
+    @property
+    def url(self) -> str:
+        """``file:///dir?fsync=...`` (plus ``readonly=true`` for a reader)."""
+        query = f"fsync={self.config.fsync}" + ("&readonly=true" if self.config.readonly else "")
+        return f"file://{quote(str(self.directory))}?{query}"
+
+    @property
+    def readonly(self) -> bool:
+        """Whether this log was opened for reading only."""
+        return self._committer is None
+
+    @property
+    def stats(self) -> WriteStats:
+        """Counters of the write path (records, bytes, writes, syncs, rolls)."""
+        return self._writer.stats if self._writer is not None else WriteStats()
+
+    @property
+    def commits(self) -> int:
+        """How many group commits (one write call each) completed."""
+        return self._committer.commits if self._committer is not None else 0
+
+    # ---- appending
+
+    async def append(self, key: str, payload: bytes) -> Position:
+        """Append one record; return its position once durable under the fsync policy."""
+        committer = self._writable()
+        first = await committer.append([_encode_record(key, payload, self.config.max_record_bytes)])
+        return Position(((0, first),))
+
+    async def append_batch(self, records: Sequence[tuple[str, bytes]]) -> list[Position]:
+        """Append records in order, in one commit; return each one's position once durable."""
+        committer = self._writable()
+        limit = self.config.max_record_bytes
+        encoded = [_encode_record(key, payload, limit) for key, payload in records]
+        if not encoded:
+            return []
+        first = await committer.append(encoded)
+        return [Position(((0, first + i),)) for i in range(len(encoded))]
+
+    def _writable(self) -> GroupCommitter:
+        self._check_open()
+        if self._committer is None:
+            raise LogWriteError(f"{self.url} was opened readonly", retriable=False)
+        return self._committer
+
+    # ---- reading
+
+    async def end(self) -> Position:
+        """Where the next record will land (readers: the end of what is on disk now)."""
+        self._check_open()
+        if self._committer is not None:
+            return Position(((0, self._committer.committed_end),))
+        return Position(((0, await anyio.to_thread.run_sync(scan_end, self.directory)),))
+
+    async def read(
+        self, start: StartAt = "beginning", *, follow: bool = False
+    ) -> AsyncIterator[Record]:
+        """Records from ``start`` (inclusive) in order; without ``follow`` stop at the end taken
+        when the read began, with it wait for more until cancelled or closed."""
+        self._check_open()
+        stop = None if follow else (await self.end()).get(0)
+        cursor = SegmentCursor(self.directory, await self._start_offset(start))
+        try:
+            while True:
+                limit = self._visible_end(stop)
+                records = await anyio.to_thread.run_sync(
+                    cursor.read, limit, _READ_BATCH_RECORDS, self._committer is None
+                )
+                self._check_open()
+                for record in records:
+                    yield record
+                if not records:
+                    if not follow:
+                        return
+                    await self._wait_for_more(limit)
+        finally:
+            cursor.close()
+
+    async def _start_offset(self, start: StartAt) -> int | None:
+        if start == "beginning":
+            return None
+        if start == "end":
+            return (await self.end()).get(0)
+        if isinstance(start, Position):
+            return start.get(0)
+        raise ConfigError("start", f"expected 'beginning', 'end' or a Position, got {start!r}")
+
+    def _visible_end(self, stop: int | None) -> int | None:
+        if self._committer is None:
+            return stop
+        end = self._committer.committed_end
+        return end if stop is None else min(end, stop)
+
+    async def _wait_for_more(self, seen_limit: int | None) -> None:
+        if self._committer is None:
+            await anyio.sleep(self.config.poll_interval_s)
+        elif self._committer.committed_end == seen_limit:
+            await self._committer.wait_committed()
+        self._check_open()
+
+    # ---- pins, retention, closing
+
+    async def pin(self, name: str, position: Position | None) -> None:
+        """Keep every record at or after ``position`` from retention under ``name`` (None
+        unpins). Pins are files in the directory, so any process may pin."""
+        self._check_open()
+        if position is not None and not isinstance(position, Position):
+            raise ConfigError("position", f"expected a Position or None, got {position!r}")
+        await anyio.to_thread.run_sync(self._pins.set, name, position)
+
+    async def apply_retention(self) -> list[int]:
+        """Delete the sealed segments retention lets go now; return their base offsets. Also
+        runs on open and after every segment roll."""
+        self._check_open()
+        if self._committer is None:
+            return []
+        return await anyio.to_thread.run_sync(self._retain_blocking)
+
+    def _retain_after_roll(self) -> None:
+        try:
+            self._retain_blocking()
+        except OSError as exc:
+            logger.warning("retention after a segment roll of %s failed: %s", self.directory, exc)
+
+    def _retain_blocking(self) -> list[int]:
+        if not self._retention.enabled:
+            return []
+        return apply_retention(
+            self.directory, self._retention, self._pins.min_offset(), time.time()
+        )
+
+    async def close(self) -> None:
+        """Finish pending appends, sync, release the writer lock; later calls raise
+        ``LogClosedError`` and waiting followers wake with it."""
+        if self._closed:
+            return
+        self._closed = True
+        with anyio.CancelScope(shield=True):
+            if self._committer is not None:
+                await self._committer.drain()
+                self._committer.wake()
+                await anyio.to_thread.run_sync(self._close_blocking)
+
+    def _close_blocking(self) -> None:
+        assert self._writer is not None and self._opened is not None and self._committer
+        try:
+            if self._committer.failure is None:
+                self._writer.sync()
+            self._writer.close()
+        finally:
+            self._opened.lock.release()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"{self.url} is closed")
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+def _encode_record(key: str, payload: bytes, max_record_bytes: int) -> tuple[bytes, bytes]:
+    if type(key) is not str:
+        raise TypeError(f"key must be str, got {type(key).__name__}")
+    if type(payload) is not bytes:
+        raise TypeError(f"payload must be bytes, got {type(payload).__name__}")
+    key_bytes = key.encode("utf-8")
+    if len(key_bytes) > MAX_KEY_BYTES:
+        raise LogWriteError(
+            f"key of {len(key_bytes)} bytes exceeds {MAX_KEY_BYTES}", retriable=False
+        )
+    if len(key_bytes) + len(payload) > max_record_bytes:
+        raise LogWriteError(
+            f"record of {len(key_bytes) + len(payload)} bytes exceeds "
+            f"max_record_bytes={max_record_bytes}",
+            retriable=False,
+        )
+    return key_bytes, payload

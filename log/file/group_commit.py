@@ -1,0 +1,155 @@
+"""Group commit: concurrent appends share one write and one fdatasync.
+
+Appends join the open *batch*. The first append of a batch is its leader: it waits for the
+previous batch to finish (appends arriving meanwhile join this batch), lingers up to
+``linger_s`` unless the batch is already full, then hands every frame of the batch to one
+worker-thread call that writes (and, under ``always``/``batch``, syncs) them. Every append of
+the batch returns when that call returns. The leader's work is shielded from cancellation, so
+a cancelled caller never strands the others.
+
+No background task is involved: if a write fails, every append of that batch and of the
+batches queued behind it raises ``LogWriteError``, and so does every later append, until the
+log is reopened (recovery then decides what is on disk).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import anyio
+import anyio.to_thread
+
+from log.errors import LogWriteError
+from log.file.framing import encode_frame
+
+
+@dataclass(frozen=True, slots=True)
+class CommitLimits:
+    """When a batch stops taking appends: a count of records, of append calls, and a linger."""
+
+    max_records: int
+    max_calls: int
+    linger_s: float
+
+
+@dataclass(slots=True, eq=False)
+class _Batch:
+    first_offset: int
+    prev: _Batch | None
+    frames: list[bytes] = field(default_factory=list)
+    records: int = 0
+    calls: int = 0
+    sealed: bool = False
+    full: anyio.Event = field(default_factory=anyio.Event)
+    done: anyio.Event = field(default_factory=anyio.Event)
+    error: BaseException | None = None
+
+
+WriteFrames = Callable[[list[bytes], int], None]
+"""Blocking: write these frames (the first has this offset) and make them durable."""
+
+
+class GroupCommitter:
+    """Assigns offsets, frames records and commits them in shared batches."""
+
+    def __init__(self, next_offset: int, write: WriteFrames, limits: CommitLimits) -> None:
+        self.next_offset = next_offset
+        self.committed_end = next_offset
+        self.commits = 0
+        self._write = write
+        self._limits = limits
+        self._open: _Batch | None = None
+        self._last: _Batch | None = None
+        self._failure: BaseException | None = None
+        self._committed = anyio.Event()
+
+    @property
+    def failure(self) -> BaseException | None:
+        """The write error that stopped this committer, if any."""
+        return self._failure
+
+    async def wait_committed(self) -> None:
+        """Return after the next commit (or ``wake``)."""
+        await self._committed.wait()
+
+    def wake(self) -> None:
+        """Wake everyone waiting in ``wait_committed``."""
+        self._committed.set()
+        self._committed = anyio.Event()
+
+    async def append(self, records: Sequence[tuple[bytes, bytes]]) -> int:
+        """Append (key, payload) records; return the first one's offset once durable."""
+        self._raise_if_failed()
+        first = self.next_offset
+        timestamp = time.time()
+        frames = [
+            encode_frame(first + i, timestamp, key, payload)
+            for i, (key, payload) in enumerate(records)
+        ]
+        self.next_offset += len(frames)
+        batch, leader = self._join(frames, first)
+        if leader:
+            with anyio.CancelScope(shield=True):
+                await self._lead(batch)
+        else:
+            await batch.done.wait()
+        if batch.error is not None:
+            raise LogWriteError(
+                f"append failed, reopen the log to recover: {batch.error}", retriable=False
+            ) from batch.error
+        return first
+
+    async def drain(self) -> None:
+        """Wait until every batch handed in so far has been written (or failed)."""
+        while self._last is not None and not self._last.done.is_set():
+            await self._last.done.wait()
+
+    def _raise_if_failed(self) -> None:
+        if self._failure is not None:
+            raise LogWriteError(
+                f"an earlier append failed, reopen the log to recover: {self._failure}",
+                retriable=False,
+            ) from self._failure
+
+    def _join(self, frames: list[bytes], first: int) -> tuple[_Batch, bool]:
+        batch = self._open
+        leader = batch is None or batch.sealed
+        if batch is None or batch.sealed:
+            batch = _Batch(first_offset=first, prev=self._last)
+            self._open = self._last = batch
+        batch.frames.extend(frames)
+        batch.records += len(frames)
+        batch.calls += 1
+        if batch.records >= self._limits.max_records or batch.calls >= self._limits.max_calls:
+            self._seal(batch)
+        return batch, leader
+
+    def _seal(self, batch: _Batch) -> None:
+        batch.sealed = True
+        batch.full.set()
+        if self._open is batch:
+            self._open = None
+
+    async def _lead(self, batch: _Batch) -> None:
+        if batch.prev is not None:
+            await batch.prev.done.wait()
+            batch.prev = None
+        if not batch.sealed and self._limits.linger_s > 0:
+            with anyio.move_on_after(self._limits.linger_s):
+                await batch.full.wait()
+        self._seal(batch)
+        try:
+            self._raise_if_failed()
+            await anyio.to_thread.run_sync(self._write, batch.frames, batch.first_offset)
+        except Exception as exc:
+            batch.error = exc
+            self._failure = self._failure or exc
+        else:
+            self.committed_end = batch.first_offset + batch.records
+            self.commits += 1
+            self.wake()
+        finally:
+            batch.frames = []
+            batch.done.set()

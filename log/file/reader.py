@@ -1,0 +1,223 @@
+"""Reading a log directory in order: a blocking cursor over segments, run in worker threads.
+
+The cursor needs no writer in its process: it finds segments by listing the directory, seeks
+with the sparse index (checking the frame it lands on), and re-reads a file when it grows, so
+it tails a log another process writes. An incomplete frame at the end of the newest segment is
+"not there yet". With ``tolerate_tail`` (readers that do not share a process with the writer)
+a damaged frame that runs to the end of the newest segment is treated the same way, since the
+writer's recovery will cut it. Anything else that fails a check becomes a
+``CorruptRecordError``, raised only after every good record before it was returned.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from enum import Enum
+from pathlib import Path
+
+from log.errors import ConfigError, CorruptRecordError
+from log.file.framing import (
+    FRAME_HEADER,
+    MAX_BODY_BYTES,
+    MIN_BODY_BYTES,
+    Frame,
+    FrameIncompleteError,
+    FrameInvalidError,
+    decode_frame,
+)
+from log.file.index import floor_entry, load_index
+from log.file.segment import index_path, list_segments, segment_path
+from log.position import Record
+
+END_SCAN_TARGET = 2**62
+_OPEN_RETRIES = 3
+
+
+class _Status(Enum):
+    MORE = "more"
+    TAIL = "tail"
+    STOP = "stop"
+
+
+class SegmentCursor:
+    """Yields records from ``start_offset`` (None: the oldest retained) onward, in batches."""
+
+    def __init__(
+        self, directory: Path, start_offset: int | None, *, chunk_bytes: int = 1 << 20
+    ) -> None:
+        self.directory = directory
+        self._target = start_offset
+        self._chunk_bytes = chunk_bytes
+        self._need_bytes = 0
+        self._fd: int | None = None
+        self._base = 0
+        self._pos = 0
+        self._scan_offset = 0 if start_offset is None else start_offset
+        self._tail_checked: tuple[int, int] | None = None
+        self._error: CorruptRecordError | None = None
+
+    @property
+    def scanned_offset(self) -> int:
+        """The offset of the frame the cursor stands before."""
+        return self._scan_offset
+
+    def read(self, limit: int | None, max_records: int, tolerate_tail: bool) -> list[Record]:
+        """Up to ``max_records`` records below ``limit`` (None: all there are); [] when none are
+        there yet. Raises ``CorruptRecordError`` (after the good records were returned)."""
+        if self._error is not None:
+            raise self._error
+        records: list[Record] = []
+        if self._fd is None and not self._open_segment():
+            return records
+        while len(records) < max_records and (limit is None or self._scan_offset < limit):
+            status = self._read_chunk(records, limit, max_records, tolerate_tail)
+            if status is _Status.STOP or (status is _Status.TAIL and not self._roll()):
+                break
+        if self._error is not None and not records:
+            raise self._error
+        return records
+
+    def close(self) -> None:
+        """Close the open segment file."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def _segment_name(self) -> str:
+        return segment_path(self.directory, self._base).name
+
+    def _open_segment(self) -> bool:
+        for _ in range(_OPEN_RETRIES):
+            bases = list_segments(self.directory)
+            if not bases:
+                return False
+            target = bases[0] if self._target is None else self._target
+            if target < bases[0]:
+                raise ConfigError(
+                    "start",
+                    f"offset {target} was deleted by retention; the log starts at {bases[0]}",
+                )
+            base = bases[bisect.bisect_right(bases, target) - 1]
+            try:
+                fd = os.open(segment_path(self.directory, base), os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue
+            self._seek(fd, base, target)
+            return True
+        return False
+
+    def _seek(self, fd: int, base: int, target: int) -> None:
+        size = os.fstat(fd).st_size
+        rel, pos = floor_entry(load_index(index_path(self.directory, base), size), target - base)
+        if pos and not _frame_has_offset(fd, pos, base + rel):
+            rel, pos = 0, 0
+        self._fd, self._base, self._pos = fd, base, pos
+        self._scan_offset, self._target = base + rel, target
+
+    def _read_chunk(
+        self, records: list[Record], limit: int | None, max_records: int, tolerate_tail: bool
+    ) -> _Status:
+        assert self._fd is not None
+        size = os.fstat(self._fd).st_size
+        if self._pos >= size:
+            return _Status.TAIL
+        want = min(max(self._chunk_bytes, self._need_bytes), size - self._pos)
+        data = os.pread(self._fd, want, self._pos)
+        self._need_bytes = 0
+        p, status = 0, _Status.MORE
+        while len(records) < max_records and (limit is None or self._scan_offset < limit):
+            if p >= len(data):
+                break
+            try:
+                frame = self._decode(data, p)
+            except FrameIncompleteError:
+                status = self._incomplete(data, p, size)
+                break
+            except FrameInvalidError as exc:
+                status = self._invalid(data, p, size, exc.reason, tolerate_tail)
+                break
+            if frame.offset >= (self._target or 0):
+                records.append(Record(0, frame.offset, frame.key, frame.payload, frame.timestamp))
+            p = frame.end_pos
+            self._scan_offset += 1
+        else:
+            status = _Status.STOP
+        self._pos += p
+        return status
+
+    def _decode(self, data: bytes, p: int) -> Frame:
+        frame = decode_frame(data, p, MAX_BODY_BYTES)
+        if frame.offset != self._scan_offset:
+            raise FrameInvalidError(f"offset {frame.offset} where {self._scan_offset} was expected")
+        return frame
+
+    def _incomplete(self, data: bytes, p: int, size: int) -> _Status:
+        if p + FRAME_HEADER.size <= len(data):
+            length = FRAME_HEADER.unpack_from(data, p)[0]
+            if self._pos + p + FRAME_HEADER.size + length <= size:
+                self._need_bytes = FRAME_HEADER.size + length
+                return _Status.MORE
+        return _Status.TAIL
+
+    def _invalid(self, data: bytes, p: int, size: int, reason: str, tolerate_tail: bool) -> _Status:
+        length = FRAME_HEADER.unpack_from(data, p)[0]
+        runs_to_end = length < MIN_BODY_BYTES or self._pos + p + FRAME_HEADER.size + length >= size
+        if tolerate_tail and runs_to_end and not self._later_segments():
+            return _Status.TAIL
+        self._error = CorruptRecordError(self._segment_name(), self._scan_offset, reason)
+        return _Status.STOP
+
+    def _later_segments(self) -> list[int]:
+        return [b for b in list_segments(self.directory) if b > self._base]
+
+    def _roll(self) -> bool:
+        """At the end of this segment's data: move to the next segment if there is one."""
+        later = self._later_segments()
+        if not later:
+            return False
+        assert self._fd is not None
+        if self._tail_checked != (self._base, self._pos):
+            # The writer finishes a segment before it creates the next: read this one again.
+            self._tail_checked = (self._base, self._pos)
+            return True
+        if self._pos < os.fstat(self._fd).st_size:
+            reason = "incomplete frame at the end of a sealed segment"
+        elif later[0] != self._scan_offset:
+            reason = f"segment ends before offset {later[0]}, where the next segment starts"
+        else:
+            os.close(self._fd)
+            self._fd = None
+            fd = os.open(segment_path(self.directory, later[0]), os.O_RDONLY | os.O_CLOEXEC)
+            self._fd, self._base, self._pos = fd, later[0], 0
+            return True
+        self._error = CorruptRecordError(self._segment_name(), self._scan_offset, reason)
+        return False
+
+
+def _frame_has_offset(fd: int, pos: int, offset: int) -> bool:
+    header = os.pread(fd, FRAME_HEADER.size, pos)
+    if len(header) < FRAME_HEADER.size:
+        return False
+    length = FRAME_HEADER.unpack(header)[0]
+    if length < MIN_BODY_BYTES:
+        return False
+    data = header + os.pread(fd, min(length, 1 << 26), pos + FRAME_HEADER.size)
+    try:
+        return decode_frame(data, 0, MAX_BODY_BYTES).offset == offset
+    except (FrameIncompleteError, FrameInvalidError):
+        return False
+
+
+def scan_end(directory: Path) -> int:
+    """The offset after the last complete, valid record of the log in ``directory``."""
+    if not list_segments(directory):
+        return 0
+    cursor = SegmentCursor(directory, END_SCAN_TARGET)
+    try:
+        cursor.read(None, 1, tolerate_tail=True)
+    except CorruptRecordError:
+        pass  # the end is where the damage starts; readers raise there
+    finally:
+        cursor.close()
+    return cursor.scanned_offset

@@ -1,0 +1,248 @@
+"""The writing side of ``KafkaLog``: an idempotent (optionally transactional) aiokafka producer.
+
+Records are keyed by their key (the source id), so the producer's partitioner keeps every record
+of one key in one partition, in order: aiokafka has at most one batch in flight per partition, and
+idempotence (``enable_idempotence=True``, ``acks="all"``) makes its internal retries free of
+duplicates. With a ``transactional_id``, appends are group-committed: concurrent appends share one
+transaction, and a newer writer with the same id fences this one (its appends then fail with a
+non-retriable ``LogWriteError``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from aiokafka import AIOKafkaProducer
+
+from log.errors import LogClosedError, LogError, LogWriteError
+from log.kafka.admin import RECORD_OVERHEAD_BYTES
+from log.kafka.errors import is_kafka_error, translate
+from log.kafka.options import KafkaOptions
+from log.position import Position
+
+logger = logging.getLogger(__name__)
+
+EndOffsets = Callable[[Sequence[int]], Awaitable[dict[int, int]]]
+_LSO_POLL_S = 0.005
+
+
+def producer_kwargs(options: KafkaOptions) -> dict[str, Any]:
+    """Keyword arguments of the ``AIOKafkaProducer`` behind a log with these options."""
+    kwargs = options.client_kwargs()
+    kwargs.update(
+        enable_idempotence=True,
+        acks="all",
+        linger_ms=options.linger_ms,
+        max_batch_size=options.max_batch_bytes,
+        max_request_size=options.max_record_bytes + RECORD_OVERHEAD_BYTES,
+    )
+    if options.transactional_id is not None:
+        kwargs["transactional_id"] = options.transactional_id
+    return kwargs
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
+def _check_records(records: Sequence[tuple[str, bytes]]) -> list[tuple[bytes, bytes]]:
+    encoded = []
+    for key, payload in records:
+        if type(key) is not str:
+            raise TypeError(f"key must be str, got {type(key).__name__}")
+        if type(payload) is not bytes:
+            raise TypeError(f"payload must be bytes, got {type(payload).__name__}")
+        encoded.append((key.encode(), payload))
+    return encoded
+
+
+@dataclass(eq=False, slots=True)
+class _Group:
+    """Appends waiting for the next transaction (transactional mode only)."""
+
+    records: list[tuple[bytes, bytes]]
+    done: anyio.Event = field(default_factory=anyio.Event)
+    positions: list[Position] = field(default_factory=list)
+    error: LogError | None = None
+
+
+class KafkaWriter:
+    """Appends keyed records to one topic and returns their positions once acknowledged."""
+
+    def __init__(self, options: KafkaOptions, end_offsets: EndOffsets) -> None:
+        self._options = options
+        self._topic = options.topic
+        self._end_offsets = end_offsets
+        self._producer = AIOKafkaProducer(**producer_kwargs(options))
+        self._transactional = options.transactional_id is not None
+        self._queue: list[_Group] = []
+        self._commit_lock = anyio.Lock()
+        self._fatal: LogError | None = None
+        self._closed = False
+
+    @property
+    def _where(self) -> str:
+        return f"topic {self._topic} at {self._options.bootstrap}: append"
+
+    async def start(self) -> None:
+        """Connect (and, with a transactional id, register it, fencing any older writer)."""
+        try:
+            with anyio.fail_after(self._options.request_timeout_s * 2):
+                await self._producer.start()
+        except TimeoutError:
+            await self._producer.stop()
+            raise translate(TimeoutError("producer start timed out"), self._where) from None
+        except Exception as error:
+            await self._producer.stop()
+            if is_kafka_error(error):
+                raise translate(error, self._where) from error
+            raise
+
+    async def close(self) -> None:
+        """Flush what is buffered and disconnect; later appends raise ``LogClosedError``."""
+        self._closed = True
+        await self._producer.stop()
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"{self._where}: the log is closed")
+        if self._fatal is not None:
+            raise self._fatal
+
+    async def append_batch(self, records: Sequence[tuple[str, bytes]]) -> list[Position]:
+        """Append ``records`` in order; return each one's position once the broker acked all."""
+        self._check_usable()
+        encoded = _check_records(records)
+        if not encoded:
+            return []
+        try:
+            with anyio.fail_after(self._options.append_timeout_s):
+                if self._transactional:
+                    return await self._append_in_transaction(encoded)
+                return await self._send_and_wait(encoded)
+        except TimeoutError:
+            raise LogWriteError(
+                f"{self._where}: not acknowledged within {self._options.append_timeout_s:g}s; "
+                "the records may still be written",
+                retriable=True,
+            ) from None
+        except Exception as error:
+            if is_kafka_error(error):
+                raise translate(error, self._where, writing=True) from error
+            raise
+
+    async def _send_and_wait(self, records: list[tuple[bytes, bytes]]) -> list[Position]:
+        deliveries: list[asyncio.Future[Any]] = []
+        try:
+            for key, payload in records:
+                deliveries.append(await self._producer.send(self._topic, payload, key=key))
+            return [self._position_of(await delivery) for delivery in deliveries]
+        finally:
+            for delivery in deliveries:
+                # Once one delivery failed the rest are not awaited; mark their outcome seen.
+                delivery.add_done_callback(_retrieve)
+
+    def _position_of(self, metadata: Any) -> Position:
+        if metadata.offset < 0:
+            # Acknowledged as a duplicate of an earlier send after a long retry gap: stored, but
+            # the broker did not say where.
+            raise LogWriteError(
+                f"{self._where}: acknowledged without an offset (stored once, position "
+                "unknown); do not retry it",
+                retriable=False,
+            )
+        return Position.of({metadata.partition: metadata.offset})
+
+    async def _append_in_transaction(self, records: list[tuple[bytes, bytes]]) -> list[Position]:
+        group = _Group(records)
+        self._queue.append(group)
+        try:
+            async with self._commit_lock:
+                if not group.done.is_set():
+                    batch, self._queue = self._queue, []
+                    # A half-finished commit must not be abandoned: the transaction would
+                    # stay open and block every read_committed reader.
+                    with anyio.CancelScope(shield=True):
+                        await self._commit(batch)
+        except BaseException:
+            if group in self._queue:
+                self._queue.remove(group)
+            raise
+        if group.error is not None:
+            raise group.error
+        return group.positions
+
+    async def _commit(self, groups: list[_Group]) -> None:
+        """One transaction holding every record of ``groups``; each group gets its result."""
+        try:
+            with anyio.fail_after(self._options.append_timeout_s):
+                self._check_usable()
+                await self._producer.begin_transaction()
+                try:
+                    positions = await self._send_and_wait([r for g in groups for r in g.records])
+                    await self._producer.commit_transaction()
+                except BaseException:
+                    await self._abort()
+                    raise
+                await self._wait_visible(positions)
+        except Exception as error:
+            failure = self._as_log_error(error)
+            if self._fatal is None and self._producer_failed():
+                self._fatal = failure
+            for group in groups:
+                group.error = failure
+                group.done.set()
+            return
+        for group in groups:
+            count = len(group.records)
+            group.positions, positions = positions[:count], positions[count:]
+            group.done.set()
+
+    def _as_log_error(self, error: Exception) -> LogError:
+        if isinstance(error, LogError):
+            return error
+        if isinstance(error, TimeoutError):
+            return LogWriteError(
+                f"{self._where}: transaction not committed within "
+                f"{self._options.append_timeout_s:g}s",
+                retriable=True,
+            )
+        if is_kafka_error(error):
+            return translate(error, self._where, writing=True)
+        return LogWriteError(f"{self._where}: {type(error).__name__}: {error}", retriable=False)
+
+    def _producer_failed(self) -> bool:
+        """True once aiokafka's transaction state is fatal (fenced, or an abort failed)."""
+        # aiokafka exposes no public flag for this; the transaction manager is its own state.
+        transactions = self._producer._txn_manager
+        return transactions is None or bool(transactions.is_fatal_error())
+
+    async def _abort(self) -> None:
+        """Abort the open transaction; a writer that cannot abort is unusable from then on."""
+        if self._producer_failed():
+            return
+        try:
+            with anyio.fail_after(self._options.request_timeout_s, shield=True):
+                await self._producer.abort_transaction()
+        except Exception as error:
+            logger.warning("%s: aborting the transaction failed: %r", self._where, error)
+            self._fatal = self._as_log_error(error)
+
+    async def _wait_visible(self, positions: list[Position]) -> None:
+        """Wait until read_committed readers can see ``positions`` (the commit markers are
+        written after the coordinator answers), so a read right after an append finds it."""
+        last: dict[int, int] = {}
+        for position in positions:
+            for partition in position.partitions():
+                last[partition] = max(last.get(partition, 0), position.get(partition))
+        while True:
+            ends = await self._end_offsets(sorted(last))
+            if all(ends.get(p, 0) > offset for p, offset in last.items()):
+                return
+            await anyio.sleep(_LSO_POLL_S)

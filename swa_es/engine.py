@@ -1,0 +1,85 @@
+"""The interface a serving engine implements so a primary can publish its KV cache.
+
+A primary loop only needs a cache (what the publisher reads events from) and a way to run one
+scheduler step (what mutates that cache). ``SyntheticEngine`` implements it with the
+deterministic chat workload; a real engine integration implements the same two members.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+from swa_es.batching import PublishedCache
+
+if TYPE_CHECKING:
+    from cache import SWARadixCache
+    from swa_es.config import CacheConfig
+    from swa_es.serving import CacheWorker
+    from swa_es.workload import ChatWorkload
+
+
+class ServedCache(PublishedCache, Protocol):
+    """The cache as a primary sees it: what the publisher reads, plus its size."""
+
+    def total_size(self) -> tuple[int, int]:
+        """(full tokens, SWA-resident tokens) the tree holds."""
+        ...
+
+
+class Engine(Protocol):
+    """A serving engine whose radix cache a ``Publisher`` publishes."""
+
+    @property
+    def cache(self) -> ServedCache:
+        """The cache the engine mutates."""
+        ...
+
+    def step(self) -> int:
+        """Run one scheduler step (which mutates ``cache``); return the requests it served."""
+        ...
+
+
+class SyntheticEngine:
+    """Serves the deterministic chat workload on a ``SWARadixCache``, one request per step."""
+
+    def __init__(self, cache: SWARadixCache, workload: ChatWorkload, worker: CacheWorker) -> None:
+        self._cache = cache
+        self._workload = workload
+        self._worker = worker
+
+    @property
+    def cache(self) -> SWARadixCache:
+        """The tree being served from."""
+        return self._cache
+
+    def step(self) -> int:
+        """Serve the workload's next request."""
+        self._worker.serve(self._workload.next_request())
+        return 1
+
+
+def build_cache(config: CacheConfig) -> SWARadixCache:
+    """A fresh SWA radix cache with events on, sized by ``config``."""
+    from cache import SWAKVAllocator, SWARadixCache
+
+    allocator = SWAKVAllocator(
+        full_size=config.full_size,
+        swa_size=config.swa_size,
+        page_size=config.page_size,
+        device=config.device,
+    )
+    return SWARadixCache(
+        allocator,
+        sliding_window_size=config.window_tokens,
+        page_size=config.page_size,
+        enable_events=True,
+    )
+
+
+def synthetic_engine(config: CacheConfig, seed: int) -> SyntheticEngine:
+    """The synthetic engine on a fresh cache: workload seeded with ``seed``."""
+    from swa_es.serving import CacheWorker
+    from swa_es.workload import ChatWorkload
+
+    cache = build_cache(config)
+    return SyntheticEngine(cache, ChatWorkload(seed=seed), CacheWorker(cache))

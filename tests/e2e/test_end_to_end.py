@@ -1,0 +1,71 @@
+"""End to end: the chat workload drives real trees, publishers append to a real log, and a
+follower's replicas and prefix index end equal to the primaries."""
+
+from __future__ import annotations
+
+from consumers import Follower, PrefixIndex, ReplicaSet
+from log import EventLog
+from swa_es import Publisher
+from swa_es.workload import ChatWorkload
+from tests.e2e.harness import (
+    Primary,
+    drive,
+    full_match_tokens,
+    sample_prompts,
+    swa_match_tokens,
+)
+
+
+async def _follow(log: EventLog) -> tuple[ReplicaSet, PrefixIndex]:
+    replicas = ReplicaSet()
+    index = PrefixIndex(replicas)
+    await Follower(log, views=[replicas, index]).catch_up()
+    return replicas, index
+
+
+def _assert_index_agrees(index: PrefixIndex, primary: Primary, prompts: list[list[int]]) -> int:
+    """PrefixIndex lengths equal the primary's own (full held, SWA-usable); returns the hits."""
+    hits = 0
+    for tokens in prompts:
+        full = full_match_tokens(primary.cache, tokens)
+        swa = swa_match_tokens(primary.cache, tokens)
+        got = index.match(tokens).get(primary.source)
+        if full == 0:
+            assert got is None, f"{primary.source} holds nothing of this prompt"
+            continue
+        hits += 1
+        assert got is not None and got.known
+        assert (got.full_tokens, got.swa_tokens) == (full, swa)
+    return hits
+
+
+async def test_one_primary_replica_and_prefix_index_match(event_log: EventLog, device: str) -> None:
+    """One primary under the chat workload: replica digest and prefix lengths equal the tree's."""
+    primary = Primary.create("worker-0", device)
+    workload = ChatWorkload(seed=11)
+    async with Publisher(primary.cache, event_log, primary.source, digest_every_batches=8) as pub:
+        await drive([primary], [pub], workload, requests=150)
+        await pub.flush()
+    assert pub.metrics.overflows == 0 and pub.metrics.batches_published > 100
+    replicas, index = await _follow(event_log)
+    assert replicas[primary.source].state_digest() == primary.cache.state_digest()
+    hits = _assert_index_agrees(index, primary, sample_prompts(primary, workload, 40))
+    assert hits >= 10, "the sample must exercise real prefix hits"
+
+
+async def test_four_sources_interleaved_in_one_log(event_log: EventLog, device: str) -> None:
+    """Four workers publish into one log; each replica equals its own primary."""
+    primaries = [Primary.create(f"worker-{k}", device) for k in range(4)]
+    workload = ChatWorkload(seed=5)
+    async with (
+        Publisher(primaries[0].cache, event_log, primaries[0].source) as p0,
+        Publisher(primaries[1].cache, event_log, primaries[1].source) as p1,
+        Publisher(primaries[2].cache, event_log, primaries[2].source) as p2,
+        Publisher(primaries[3].cache, event_log, primaries[3].source) as p3,
+    ):
+        await drive(primaries, [p0, p1, p2, p3], workload, requests=160)
+    replicas, index = await _follow(event_log)
+    assert sorted(replicas) == sorted(p.source for p in primaries)
+    for primary in primaries:
+        assert replicas[primary.source].state_digest() == primary.cache.state_digest()
+        _assert_index_agrees(index, primary, sample_prompts(primary, workload, 10))
