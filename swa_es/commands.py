@@ -36,7 +36,7 @@ def demo(flags: Flags) -> int:
     async def main() -> int:
         ok = await run_demo(config, console)
         verdict = "all replicas equal their primaries" if ok else "VERIFICATION FAILED"
-        console.print(f"verified: {verdict}")
+        console.print(f"verified: {verdict}", soft_wrap=True)
         return EXIT_OK if ok else EXIT_FAILED
 
     return _run(main)

@@ -111,7 +111,7 @@ class Demo:
                     resyncs=pub.resyncs,
                     blocks=stats.blocks,
                     tombstones=stats.tombstones,
-                    lag_records=max(0, pub.batches_published - stats.churn.batches),
+                    lag_batches=max(0, pub.batches_published - stats.churn.batches),
                 )
             )
         metrics = self.follower.metrics
@@ -130,6 +130,7 @@ class Demo:
             f"{c.cache.page_size}, pools {c.cache.full_size} full / {c.cache.swa_size} SWA "
             f"slots, {c.cache.device}, {c.duration_s:g} s, log {redact(c.log_url)}",
             highlight=False,
+            soft_wrap=True,
         )
 
     async def _open_workers(self, stack: AsyncExitStack, log: EventLog) -> None:
@@ -193,6 +194,7 @@ class Demo:
             f"{second.metrics.records_read} tail records: digests match: "
             f"{'yes' if ok else 'NO'}",
             highlight=False,
+            soft_wrap=True,
         )
         return ok
 
@@ -207,6 +209,7 @@ class Demo:
                 f"{pub.resyncs} resyncs; replica {verdict.replica_digest} vs primary "
                 f"{verdict.primary_digest}: {'yes' if verdict.ok else 'NO'}{detail}",
                 highlight=False,
+                soft_wrap=True,
             )
         m = self.follower.metrics
         self.console.print(
@@ -214,6 +217,7 @@ class Demo:
             f"{m.events_applied} events applied; {m.digests_checked} in-band digests checked, "
             f"{m.divergences} divergences, {m.duplicates_skipped} duplicates skipped",
             highlight=False,
+            soft_wrap=True,
         )
 
 

@@ -104,7 +104,7 @@ async def run_follow(config: FollowConfig) -> int:
         await anyio.Path(config.snapshot_dir).mkdir(parents=True, exist_ok=True)
         store = SnapshotStore(config.snapshot_dir, keep=config.keep_snapshots)
     async with AsyncExitStack() as stack:
-        log = await open_reader(config.log_url, config.open_timeout_s)
+        log = await open_reader(config.log_url, config.open_timeout_s, create=True)
         await stack.enter_async_context(log)
         follower = Follower(
             log,

@@ -23,7 +23,7 @@ class WorkerRow:
     resyncs: int
     blocks: int
     tombstones: int
-    lag_records: int
+    lag_batches: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +58,8 @@ def render_table(frame: Frame, meter: RateMeter, now_s: float) -> Table:
         title=f"swa-es demo  {frame.elapsed_s:5.1f}/{frame.duration_s:.0f} s   "
         f"follower: {frame.applied_batches} batches applied, {frame.divergences} divergences",
         title_justify="left",
+        caption="lag: batches published but not yet applied by the follower",
+        caption_justify="left",
     )
     for column in (
         "worker",
@@ -65,8 +67,8 @@ def render_table(frame: Frame, meter: RateMeter, now_s: float) -> Table:
         "events/s",
         "batches",
         "resyncs",
-        "lag (records)",
-        "replica blocks",
+        "lag",
+        "blocks",
         "tombstones",
     ):
         table.add_column(column, justify="left" if column == "worker" else "right")
@@ -78,7 +80,7 @@ def render_table(frame: Frame, meter: RateMeter, now_s: float) -> Table:
             f"{events_per_s:,.0f}",
             str(row.batches),
             str(row.resyncs),
-            str(row.lag_records),
+            str(row.lag_batches),
             str(row.blocks),
             str(row.tombstones),
         )
@@ -90,7 +92,7 @@ def plain_lines(frame: Frame, meter: RateMeter, now_s: float) -> list[str]:
     return [
         f"[{frame.elapsed_s:5.1f}s] {row.source}: requests={row.requests} "
         f"events/s={meter.rate(row.source, row.events, now_s):.0f} batches={row.batches} "
-        f"resyncs={row.resyncs} lag={row.lag_records} blocks={row.blocks} "
+        f"resyncs={row.resyncs} lag={row.lag_batches} blocks={row.blocks} "
         f"tombstones={row.tombstones}"
         for row in frame.rows
     ]
@@ -101,6 +103,8 @@ async def show_live(
 ) -> None:
     """Redraw ``frames()`` every ``refresh_s`` until cancelled (plain lines off a terminal)."""
     meter = RateMeter()
+    for row in frames().rows:
+        meter.rate(row.source, row.events, time.monotonic())
     if not console.is_terminal:
         while True:
             await anyio.sleep(plain_every_s)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import anyio
 
@@ -21,10 +21,17 @@ async def open_log_within(url: str, timeout_s: float, **options: Any) -> EventLo
         ) from None
 
 
-async def open_reader(url: str, timeout_s: float) -> EventLog:
-    """Open ``url`` for reading only (a FileLog without taking the writer's lock)."""
-    options: dict[str, Any] = {"readonly": True} if urlsplit(url).scheme == "file" else {}
-    return await open_log_within(url, timeout_s, **options)
+async def open_reader(url: str, timeout_s: float, *, create: bool = False) -> EventLog:
+    """Open ``url`` for reading only (a FileLog without taking the writer's lock).
+
+    ``create`` makes a FileLog's directory first, so a follower may start before its writer.
+    """
+    parts = urlsplit(url)
+    if parts.scheme != "file":
+        return await open_log_within(url, timeout_s)
+    if create:
+        await anyio.Path(unquote(parts.path)).mkdir(parents=True, exist_ok=True)
+    return await open_log_within(url, timeout_s, readonly=True)
 
 
 def redact(url: str) -> str:

@@ -49,7 +49,12 @@ async def run_snapshot(config: SnapshotConfig, out: TextIO) -> int:
         )
         await follower.restore()
         info = await follower.snapshot()
-    out.write(orjson.dumps(_summary("snapshot", info, follower, views)).decode() + "\n")
+    out.write(
+        orjson.dumps(
+            _summary("snapshot", info, follower, views), option=orjson.OPT_NON_STR_KEYS
+        ).decode()
+        + "\n"
+    )
     return 0
 
 
@@ -62,5 +67,10 @@ async def run_restore(config: SnapshotConfig, out: TextIO) -> int:
             log, views.all, snapshots=SnapshotStore(config.snapshot_dir), progress=False
         )
         info = await follower.restore()
-    out.write(orjson.dumps(_summary("restore", info, follower, views)).decode() + "\n")
+    out.write(
+        orjson.dumps(
+            _summary("restore", info, follower, views), option=orjson.OPT_NON_STR_KEYS
+        ).decode()
+        + "\n"
+    )
     return 0

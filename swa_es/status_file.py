@@ -12,7 +12,11 @@ import orjson
 
 def _write(path: Path, document: dict[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
+    tmp.write_bytes(
+        orjson.dumps(
+            document, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
+        )
+    )
     os.replace(tmp, path)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
@@ -128,15 +127,15 @@ class FileLog:
     @classmethod
     async def open_config(cls, directory: Path, config: FileLogConfig) -> FileLog:
         """Open with an already parsed configuration."""
-        directory = await anyio.to_thread.run_sync(os.path.abspath, directory)
+        directory = await anyio.to_thread.run_sync(directory.absolute)
         if config.readonly:
-            if not await anyio.to_thread.run_sync(os.path.isdir, directory):
+            if not await anyio.to_thread.run_sync(directory.is_dir):
                 raise ConfigError("path", f"no log directory at {directory}")
-            return cls(Path(directory), config, None)
+            return cls(directory, config, None)
         opened = await anyio.to_thread.run_sync(
-            open_for_writing, Path(directory), config.index_interval_bytes
+            open_for_writing, directory, config.index_interval_bytes
         )
-        log = cls(Path(directory), config, opened)
+        log = cls(directory, config, opened)
         try:
             await log.apply_retention()
         except BaseException:

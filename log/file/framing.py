@@ -113,3 +113,15 @@ def find_frame(buf: bytes, after_pos: int, offset: int, max_body_bytes: int) -> 
         if frame is not None and frame.offset == offset:
             return start
         search_from = hit + 1
+
+
+def next_good_frame(
+    buf: bytes, pos: int, expected: int, max_body_bytes: int, lookahead: int = 16
+) -> tuple[int, int] | None:
+    """(position, offset) of the first valid frame after damage at ``pos`` that carries one of
+    the ``lookahead`` offsets after ``expected``, if there is one."""
+    for offset in range(expected + 1, expected + 1 + lookahead):
+        found = find_frame(buf, pos, offset, max_body_bytes)
+        if found is not None:
+            return found, offset
+    return None

@@ -25,6 +25,7 @@ from log.file.framing import (
     FrameIncompleteError,
     FrameInvalidError,
     decode_frame,
+    next_good_frame,
 )
 from log.file.index import floor_entry, load_index
 from log.file.segment import index_path, list_segments, segment_path
@@ -72,7 +73,15 @@ class SegmentCursor:
             return records
         while len(records) < max_records and (limit is None or self._scan_offset < limit):
             status = self._read_chunk(records, limit, max_records, tolerate_tail)
-            if status is _Status.STOP or (status is _Status.TAIL and not self._roll()):
+            if status is _Status.STOP:
+                break
+            if status is _Status.TAIL and not self._roll():
+                if limit is not None and not tolerate_tail and self._error is None:
+                    # Everything below the writer's committed end was written: a gap is damage.
+                    reason = "record cut short or missing before the committed end"
+                    self._error = CorruptRecordError(
+                        self._segment_name(), self._scan_offset, reason
+                    )
                 break
         if self._error is not None and not records:
             raise self._error
@@ -133,8 +142,16 @@ class SegmentCursor:
                 frame = self._decode(data, p)
             except FrameIncompleteError:
                 status = self._incomplete(data, p, size)
+                resumed = self._skip_damage_before_start(data, p)
+                if status is _Status.TAIL and resumed is not None:
+                    p, self._scan_offset = resumed
+                    continue
                 break
             except FrameInvalidError as exc:
+                resumed = self._skip_damage_before_start(data, p)
+                if resumed is not None:
+                    p, self._scan_offset = resumed
+                    continue
                 status = self._invalid(data, p, size, exc.reason, tolerate_tail)
                 break
             if frame.offset >= (self._target or 0):
@@ -151,6 +168,16 @@ class SegmentCursor:
         if frame.offset != self._scan_offset:
             raise FrameInvalidError(f"offset {frame.offset} where {self._scan_offset} was expected")
         return frame
+
+    def _skip_damage_before_start(self, data: bytes, p: int) -> tuple[int, int] | None:
+        """Step over a damaged frame the caller did not ask for (it lies before the start)."""
+        target = self._target or 0
+        if self._scan_offset >= target:
+            return None
+        resumed = next_good_frame(data, p, self._scan_offset, MAX_BODY_BYTES)
+        if resumed is None or resumed[1] > target:
+            return None
+        return resumed
 
     def _incomplete(self, data: bytes, p: int, size: int) -> _Status:
         if p + FRAME_HEADER.size <= len(data):

@@ -18,11 +18,14 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from log.file.framing import FrameIncompleteError, FrameInvalidError, decode_frame, find_frame
+from log.file.framing import (
+    FrameIncompleteError,
+    FrameInvalidError,
+    decode_frame,
+    next_good_frame,
+)
 from log.file.index import IndexBuilder
 from log.file.segment import index_path, segment_path
-
-RESYNC_LOOKAHEAD_RECORDS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,15 +50,6 @@ class SegmentScan:
     tail_reason: str | None = None
 
 
-def _resync(buf: bytes, pos: int, expected: int, max_body_bytes: int) -> tuple[int, int] | None:
-    """(position, offset) of the next good frame after damage at ``pos``, if one exists."""
-    for offset in range(expected + 1, expected + 1 + RESYNC_LOOKAHEAD_RECORDS):
-        found = find_frame(buf, pos, offset, max_body_bytes)
-        if found is not None:
-            return found, offset
-    return None
-
-
 def scan_segment(
     buf: bytes, base_offset: int, max_body_bytes: int, interval_bytes: int
 ) -> SegmentScan:
@@ -69,7 +63,7 @@ def scan_segment(
             if frame.offset != expected:
                 raise FrameInvalidError(f"offset {frame.offset} where {expected} was expected")
         except (FrameIncompleteError, FrameInvalidError) as exc:
-            resumed = _resync(buf, pos, expected, max_body_bytes)
+            resumed = next_good_frame(buf, pos, expected, max_body_bytes)
             if resumed is None:
                 scan.tail_reason = str(exc) or "incomplete frame"
                 break

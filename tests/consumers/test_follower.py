@@ -212,13 +212,18 @@ async def test_run_applies_live_records(event_log: EventLog) -> None:
     """run(follow=True) keeps applying records appended after it started."""
     model = PrimaryModel("w")
     replicas = ReplicaSet()
-    follower = Follower(event_log, [replicas], lag_refresh_s=0.01)
+    applied = anyio.Event()
+
+    def note(batch: EventBatch) -> None:
+        if batch.seq == 2:
+            applied.set()
+
+    follower = Follower(event_log, [replicas], lag_refresh_s=0.01, on_applied=note)
     async with anyio.create_task_group() as tasks:
         await tasks.start(follower.run)
         await _good_stream(event_log, model)
         with anyio.fail_after(10):
-            while follower.metrics.batches_applied < 3:
-                await anyio.sleep(0.01)
+            await applied.wait()
         tasks.cancel_scope.cancel()
     assert replicas["w"].state_digest() == model.digest.hexdigest()
 

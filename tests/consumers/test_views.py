@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import tracemalloc
+from collections.abc import Callable
 
 import pytest
 
-from cache.events import BlockRemoved, BlockStored, BlockSWAEvicted, EventBatch
+from cache.events import BlockRemoved, BlockStored, BlockSWAEvicted, Event, EventBatch
 from consumers import (
     PrefixIndex,
     PrefixMatch,
@@ -36,7 +37,7 @@ def test_replica_digest_follows_stores_tombstones_restores_and_removals() -> Non
     """After every kind of event the replica's digest equals the model primary's."""
     model, replicas = PrimaryModel("w"), ReplicaSet()
     _fed(model, replicas)
-    steps = [
+    steps: list[Callable[[], list[Event]]] = [
         lambda: model.store([1, 2, 3, 4, 5]),
         lambda: model.store([1, 2, 9, 9]),
         lambda: model.tombstone(model.hashes([1, 2])),

@@ -14,12 +14,27 @@ from swa_es.serving import CacheWorker
 from swa_es.workload import ChatRequest, ChatWorkload
 
 PAGE_SIZE = 4
-WINDOW_TOKENS = 64
+WINDOW_TOKENS = 128
+
+
+def make_workload(seed: int) -> ChatWorkload:
+    """The chat workload scaled down (shorter prompts and turns) so tests stay fast."""
+    return ChatWorkload(
+        seed=seed,
+        system_prompts=6,
+        system_prompt_tokens=128,
+        user_turn_tokens=16,
+        assistant_turn_tokens=32,
+        max_conversation_tokens=640,
+        max_open_conversations=12,
+        vocab_size=500,
+    )
 
 
 def make_cache(device: str, *, page_size: int = PAGE_SIZE) -> SWARadixCache:
-    """A small two-pool tree with events on: small enough that the workload evicts often."""
-    allocator = SWAKVAllocator(full_size=6144, swa_size=1536, page_size=page_size, device=device)
+    """A small two-pool tree with events on: small enough that the workload evicts often, in
+    both pools (so tombstones, restores and removals all appear)."""
+    allocator = SWAKVAllocator(full_size=4096, swa_size=768, page_size=page_size, device=device)
     return SWARadixCache(allocator, sliding_window_size=WINDOW_TOKENS, page_size=page_size)
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 from consumers import Follower, PrefixIndex, ReplicaSet
 from log import EventLog
 from swa_es import Publisher
-from swa_es.workload import ChatWorkload
 from tests.e2e.harness import (
     Primary,
     drive,
     full_match_tokens,
+    make_workload,
     sample_prompts,
     swa_match_tokens,
 )
@@ -23,9 +23,12 @@ async def _follow(log: EventLog) -> tuple[ReplicaSet, PrefixIndex]:
     return replicas, index
 
 
-def _assert_index_agrees(index: PrefixIndex, primary: Primary, prompts: list[list[int]]) -> int:
-    """PrefixIndex lengths equal the primary's own (full held, SWA-usable); returns the hits."""
-    hits = 0
+def _assert_index_agrees(
+    index: PrefixIndex, primary: Primary, prompts: list[list[int]]
+) -> tuple[int, int]:
+    """PrefixIndex lengths equal the primary's own (full held, SWA-usable); returns how many
+    prompts hit, and on how many of them the SWA rule cut the usable prefix short."""
+    hits = cuts = 0
     for tokens in prompts:
         full = full_match_tokens(primary.cache, tokens)
         swa = swa_match_tokens(primary.cache, tokens)
@@ -34,29 +37,31 @@ def _assert_index_agrees(index: PrefixIndex, primary: Primary, prompts: list[lis
             assert got is None, f"{primary.source} holds nothing of this prompt"
             continue
         hits += 1
+        cuts += swa < full
         assert got is not None and got.known
         assert (got.full_tokens, got.swa_tokens) == (full, swa)
-    return hits
+    return hits, cuts
 
 
 async def test_one_primary_replica_and_prefix_index_match(event_log: EventLog, device: str) -> None:
     """One primary under the chat workload: replica digest and prefix lengths equal the tree's."""
     primary = Primary.create("worker-0", device)
-    workload = ChatWorkload(seed=11)
+    workload = make_workload(seed=11)
     async with Publisher(primary.cache, event_log, primary.source, digest_every_batches=8) as pub:
         await drive([primary], [pub], workload, requests=150)
         await pub.flush()
     assert pub.metrics.overflows == 0 and pub.metrics.batches_published > 100
     replicas, index = await _follow(event_log)
     assert replicas[primary.source].state_digest() == primary.cache.state_digest()
-    hits = _assert_index_agrees(index, primary, sample_prompts(primary, workload, 40))
-    assert hits >= 10, "the sample must exercise real prefix hits"
+    hits, cuts = _assert_index_agrees(index, primary, sample_prompts(primary, workload, 40))
+    assert hits >= 10 and cuts >= 5, "the sample must hit, and hit tombstones the SWA rule cuts"
+    assert replicas[primary.source].tombstone_count > 0
 
 
 async def test_four_sources_interleaved_in_one_log(event_log: EventLog, device: str) -> None:
     """Four workers publish into one log; each replica equals its own primary."""
     primaries = [Primary.create(f"worker-{k}", device) for k in range(4)]
-    workload = ChatWorkload(seed=5)
+    workload = make_workload(seed=5)
     async with (
         Publisher(primaries[0].cache, event_log, primaries[0].source) as p0,
         Publisher(primaries[1].cache, event_log, primaries[1].source) as p1,

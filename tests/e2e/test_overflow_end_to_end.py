@@ -9,8 +9,7 @@ from consumers import Follower, ReplicaSet
 from log import EventLog
 from swa_es import Backpressure, Publisher
 from swa_es.testing import SlowLog
-from swa_es.workload import ChatWorkload
-from tests.e2e.harness import Primary
+from tests.e2e.harness import Primary, make_workload
 
 
 async def _replica_digest(log: EventLog, source: str) -> str:
@@ -22,7 +21,7 @@ async def _replica_digest(log: EventLog, source: str) -> str:
 async def test_resync_after_overflow_leaves_the_follower_equal(event_log: EventLog) -> None:
     """While the log is held the queue overflows and resyncs; the replica still ends equal."""
     primary = Primary.create("worker-0", "cpu")
-    workload = ChatWorkload(seed=21)
+    workload = make_workload(seed=21)
     slow = SlowLog(event_log, held=True)
     async with Publisher(primary.cache, slow, primary.source, max_queue_batches=8) as pub:
         await slow.wait_blocked()
@@ -42,7 +41,7 @@ async def test_block_policy_hands_the_caller_backpressure(event_log: EventLog) -
     """Under `block` a held log makes step() raise Backpressure; the caller waits and loses
     nothing: the replica ends equal after the log is released."""
     primary = Primary.create("worker-0", "cpu")
-    workload = ChatWorkload(seed=22)
+    workload = make_workload(seed=22)
     slow = SlowLog(event_log, held=True, append_delay_s=0.001)
     pressured = 0
     async with Publisher(

@@ -8,16 +8,25 @@ import anyio
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from log import ConfigError, LogClosedError, LogWriteError, Position, Record, open_log
+from log import (
+    ConfigError,
+    EventLog,
+    LogClosedError,
+    LogWriteError,
+    Position,
+    Record,
+    StartAt,
+    open_log,
+)
 from log.kafka import KafkaLog
 from tests.fixtures.kafka import KafkaLogFactory
 
 pytestmark = pytest.mark.kafka
 
 
-async def read_all(log: KafkaLog, start: Position | str = "beginning") -> list[Record]:
+async def read_all(log: EventLog, start: StartAt = "beginning") -> list[Record]:
     """Every record of a non-follow read from ``start``."""
-    return [record async for record in log.read(start)]  # type: ignore[arg-type]  # str literal
+    return [record async for record in log.read(start)]
 
 
 def by_key(records: list[Record]) -> dict[str, list[bytes]]:
@@ -211,7 +220,7 @@ async def test_open_log_url_and_reopen(kafka_bootstrap: str) -> None:
         first = await log.append("k", b"1")
         await log.pin("snapshot", first)
     async with await open_log(url) as again:
-        assert [r.payload for r in await read_all(again)] == [b"1"]  # type: ignore[arg-type]
+        assert [r.payload for r in await read_all(again)] == [b"1"]
         assert "partitions=2" in again.url
     with pytest.raises(ConfigError) as mismatch:
         await open_log(url.replace("partitions=2", "partitions=3"))
