@@ -5,7 +5,8 @@ The raw baseline writes the same bytes per record (a FileLog frame's size) with 
 the durability FileLog gives under the same policy:
 
 - ``always``: one appender awaiting each ``append``  vs fdatasync after every write;
-- ``batch``: N concurrent appenders, ``batch_max_records=N``  vs fdatasync every N writes;
+- ``batch``: N (and 2N) concurrent appenders, ``batch_max_records=N``  vs fdatasync every N
+  writes (with 2N appenders one batch fills while the previous one syncs);
 - ``batch`` + ``append_batch``: N records per call  vs fdatasync every N writes;
 - ``never``: N concurrent appenders  vs writes with no fdatasync.
 
@@ -186,6 +187,8 @@ def main() -> None:
                     sequential, 1, repeats),
             measure(f"batch, {n} appenders", directory, records, payload, "batch", n,
                     concurrent(n), n, repeats),
+            measure(f"batch, {2 * n} appenders", directory, records, payload, "batch", n,
+                    concurrent(2 * n), n, repeats),
             measure(f"batch, append_batch({n})", directory, records, payload, "batch", n,
                     batched(n), n, repeats),
             measure(f"never, {n} appenders", directory, records, payload, "never", n,

@@ -236,7 +236,15 @@ def _timed(work: Callable[[], object]) -> float:
 
 async def _timed_restore(log: EventLog, store: SnapshotStore | None) -> tuple[float, ReplicaSet]:
     replicas = ReplicaSet()
-    follower = Follower(log, [replicas], snapshots=store, progress=False)
+    # no periodic snapshots during the timed tail: the full replay (no store) writes none either
+    follower = Follower(
+        log,
+        [replicas],
+        snapshots=store,
+        snapshot_every_batches=1 << 40,
+        snapshot_every_s=1e9,
+        progress=False,
+    )
     started = time.perf_counter()
     await follower.restore()
     return time.perf_counter() - started, replicas
@@ -259,7 +267,7 @@ async def bench_restore(work: Path, blocks: int, tail_batches: int) -> dict[str,
         info = await writer.snapshot()
         snapshot_s = time.perf_counter() - snapshot_started
         held = sum(s.blocks for s in sources)
-        await _append_all(log, _stream(sources, tail_batches, 4, store_pages=2))
+        await _append_all(log, _stream(sources, tail_batches, 2, store_pages=2))
         full_s, full = await _timed_restore(log, None)
         restore_s, restored = await _timed_restore(log, store)
     for src in sources:
@@ -305,48 +313,55 @@ def bench_memory(blocks: int) -> dict[str, Any]:
 
 
 class _SyntheticCache:
-    """What ``swa_es.Publisher`` needs of a cache, fed by a ``SyntheticSource``."""
+    """What ``swa_es.Publisher`` needs of a cache: ``ticks`` chunks of ``per_tick`` events
+    generated before the timed run (with the digest after each), handed out one per tick."""
 
     page_size = 1
     sliding_window_size = 4
     device = "cpu"
 
-    def __init__(self, source: SyntheticSource) -> None:
+    def __init__(self, source: SyntheticSource, ticks: int, per_tick: int) -> None:
         self.source = source
         self.pending: list[Event] = []
+        self._chunks: list[tuple[list[Event], str]] = []
+        for _ in range(ticks):
+            events = source.events(per_tick, store_pages=1)
+            self._chunks.append((events, source.digest.hexdigest()))
+        self._handed = 0
+        self._digest = StateDigest().hexdigest()
 
-    def produce(self, count: int) -> None:
-        self.pending += self.source.events(count, store_pages=1)
+    def produce(self) -> None:
+        events, self._digest = self._chunks[self._handed]
+        self.pending += events
+        self._handed += 1
 
     def take_events(self) -> list[Event]:
         events, self.pending = self.pending, []
         return events
 
     def snapshot_events(self) -> list[Event]:
-        if self.source.blocks:
+        if self._handed:
             raise NotImplementedError("the lag bench runs with overflow='block'; no resyncs")
         return []
 
     def state_digest(self) -> str:
-        return self.source.digest.hexdigest()
+        return self._digest
 
 
-async def _produce(
-    cache: _SyntheticCache, publisher: Publisher, rate: float, seconds: float
-) -> int:
-    tick_s = 0.001
-    per_tick = max(1, round(rate * tick_s))
+TICK_S = 0.001
+
+
+async def _produce(cache: _SyntheticCache, publisher: Publisher, ticks: int) -> int:
     started = time.perf_counter()
-    ticks = backpressure = 0
-    while (due := started + ticks * tick_s) < started + seconds:
-        if (wait := due - time.perf_counter()) > 0:
+    backpressure = 0
+    for tick in range(ticks):
+        if (wait := started + tick * TICK_S - time.perf_counter()) > 0:
             await anyio.sleep(wait)
-        cache.produce(per_tick)
+        cache.produce()
         try:
             publisher.step()
         except Backpressure:
             backpressure += 1  # counted and reported, never hidden
-        ticks += 1
     await publisher.flush()
     return backpressure
 
@@ -354,7 +369,8 @@ async def _produce(
 async def bench_lag(url: str, rate: float, seconds: float) -> dict[str, Any]:
     """publish -> apply latency (batch ts to follower apply) at ``rate`` events/s."""
     (src,) = _sources(1, seed=4)
-    cache = _SyntheticCache(src)
+    ticks = round(seconds / TICK_S)
+    cache = _SyntheticCache(src, ticks, max(1, round(rate * TICK_S)))
     lags_ms: list[float] = []
     warmup_until = time.time() + min(1.0, seconds / 5)
     last_seq = -1
@@ -372,7 +388,7 @@ async def bench_lag(url: str, rate: float, seconds: float) -> dict[str, Any]:
         async with anyio.create_task_group() as tasks:
             await tasks.start(follower.run)
             async with Publisher(cache, log, src.source, overflow="block") as publisher:
-                backpressure = await _produce(cache, publisher, rate, seconds)
+                backpressure = await _produce(cache, publisher, ticks)
                 last_seq = _last_published_seq(follower, src.source, publisher)
                 with anyio.fail_after(30):
                     if last_seq >= 0:

@@ -7,7 +7,6 @@ from consumers.cursor import Cursors, SourceCursor, Verdict
 from consumers.errors import (
     ConsumerError,
     SnapshotError,
-    SourceDivergedError,
     ViewConsistencyError,
     ViewStateError,
 )
@@ -41,7 +40,6 @@ __all__ = [
     "Verdict",
     "ConsumerError",
     "SnapshotError",
-    "SourceDivergedError",
     "ViewConsistencyError",
     "ViewStateError",
 ]

@@ -20,15 +20,6 @@ class ViewConsistencyError(ConsumerError):
         super().__init__(f"source {source!r}: {reason}")
 
 
-class SourceDivergedError(ConsumerError):
-    """A lookup asked about a diverged source: its state is unknown until it resyncs."""
-
-    def __init__(self, source: str, reason: str) -> None:
-        self.source = source
-        self.reason = reason
-        super().__init__(f"source {source!r} is diverged ({reason}); its state is unknown")
-
-
 class ViewStateError(ConsumerError):
     """``load`` was given bytes that are not a snapshot of this view; ``view`` names it."""
 

@@ -26,7 +26,7 @@ from consumers.metrics import FollowerMetrics
 from consumers.progress import ReplayProgress
 from consumers.snapshot_store import Snapshot, SnapshotInfo, SnapshotStore
 from consumers.view import DigestView, View
-from log import EventLog, LogUnavailableError, Position, Record
+from log import EventLog, LogUnavailableError, Position, Record, StartAt
 
 logger = logging.getLogger(__name__)
 
@@ -198,7 +198,9 @@ class Follower:
             raise ConsumerError("this follower is already reading its log")
         self._reading = True
         try:
-            async for record in self.log.read(self.position, follow=follow):
+            # no position yet: "beginning" is wherever retention left the log's start
+            start: StartAt = self.position if self._offsets else "beginning"
+            async for record in self.log.read(start, follow=follow):
                 self._handle(record)
                 if progress is not None:
                     progress.advance()

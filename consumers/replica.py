@@ -8,6 +8,7 @@ block hash to slot. Per block that is the dict entry (key int, slot int), the pa
 
 from __future__ import annotations
 
+import itertools
 from array import array
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -22,12 +23,15 @@ from cache.events import (
     Event,
     EventBatch,
     StateDigest,
+    block_term,
 )
-from consumers.errors import SourceDivergedError, ViewConsistencyError, ViewStateError
+from consumers.errors import ViewConsistencyError, ViewStateError
 from consumers.replica_codec import TreeState, decode_tree_states, encode_tree_states
 
 _RESIDENT: Final = 1
 _HAS_PARENT: Final = 2
+_MASK: Final = (1 << 64) - 1
+_ALWAYS_RESIDENT: Final = itertools.repeat(True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,13 +152,11 @@ class ReplicaTree:
         """The digest of the blocks held, even while diverged (for checks, not for answers)."""
         return self._digest.hexdigest()
 
-    def state_digest(self) -> str:
-        """The state digest, equal to the primary's ``state_digest()`` when in sync.
-
-        Raises ``SourceDivergedError`` while the source is diverged: its state is unknown.
-        """
+    def state_digest(self) -> str | None:
+        """The state digest, equal to the primary's ``state_digest()`` when in sync; None while
+        the source is diverged (its state is unknown, so there is nothing to compare)."""
         if self._diverged is not None:
-            raise SourceDivergedError(self.source, self._diverged)
+            return None
         return self._digest.hexdigest()
 
     # --- changing -------------------------------------------------------------------------
@@ -227,17 +229,47 @@ class ReplicaTree:
             if found is None:
                 raise self._fail(f"BlockStored names unknown parent block {parent}")
             parent_slot = found
-        tokens = event.token_ids
-        digest = self._digest
-        for index, block_hash in enumerate(event.block_hashes):
+        hashes = event.block_hashes
+        for block_hash in hashes:
             if block_hash in slot_of:
                 raise self._fail(f"BlockStored for block {block_hash}, which is already held")
+        if len(set(hashes)) != len(hashes):
+            raise self._fail("BlockStored names one block twice")
+        if parent_slot >= 0:
+            self._children[parent_slot] += 1
+        parents = (parent, *hashes[:-1])
+        self._digest.value = (
+            self._digest.value + sum(map(block_term, hashes, parents, _ALWAYS_RESIDENT))
+        ) & _MASK
+        if self._free:
+            self._store_in_free_slots(hashes, parents, event.token_ids, size)
+        else:
+            self._store_appended(hashes, parents, event.token_ids)
+
+    def _store_appended(
+        self, hashes: tuple[int, ...], parents: tuple[int | None, ...], tokens: tuple[int, ...]
+    ) -> None:
+        start = len(self._flags)
+        self._parents.extend([p or 0 for p in parents])
+        self._flags.extend([_RESIDENT | _HAS_PARENT] * len(hashes))
+        if parents[0] is None:
+            self._flags[start] = _RESIDENT
+        self._children.extend([1] * (len(hashes) - 1))
+        self._children.append(0)
+        self._tokens.extend(tokens)
+        self._slot_of.update(zip(hashes, range(start, start + len(hashes)), strict=True))
+
+    def _store_in_free_slots(
+        self,
+        hashes: tuple[int, ...],
+        parents: tuple[int | None, ...],
+        tokens: tuple[int, ...],
+        size: int,
+    ) -> None:
+        for index, (block_hash, parent) in enumerate(zip(hashes, parents, strict=True)):
             slot = self._new_slot(parent, tokens[index * size : (index + 1) * size])
-            slot_of[block_hash] = slot
-            if parent_slot >= 0:
-                self._children[parent_slot] += 1
-            digest.add(block_hash, parent, True)
-            parent, parent_slot = block_hash, slot
+            self._children[slot] = 0 if index == len(hashes) - 1 else 1
+            self._slot_of[block_hash] = slot
 
     def _remove(self, block_hashes: tuple[int, ...]) -> None:
         slot_of = self._slot_of

@@ -13,10 +13,13 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from cache.events import AllBlocksCleared, Event, EventBatch
+from cache.events import AllBlocksCleared, BlockStored, Event, EventBatch
 
 DEFAULT_DIGEST_EVERY_BATCHES = 16
 DEFAULT_MAX_EVENTS_PER_BATCH = 20_000
+DEFAULT_MAX_BATCH_BYTES = 4 * 1024 * 1024
+"""Well under the 16 MiB record limit of the logs and of ``decode_batch``."""
+_BATCH_OVERHEAD_BYTES = 4096  # the envelope and meta: a few hundred bytes, generously
 
 
 class PublishedCache(Protocol):
@@ -66,8 +69,34 @@ def new_epoch_id() -> str:
     return uuid.uuid4().hex
 
 
-def _chunks(events: Sequence[Event], size: int) -> list[Sequence[Event]]:
-    return [events[start : start + size] for start in range(0, len(events), size)]
+def encoded_size_bound(event: Event) -> int:
+    """An upper bound of the bytes ``event`` takes in an encoded batch.
+
+    Generous per field: a token id is at most 10 digits plus a comma, a hash 20 plus a comma, a
+    string escapes to at most 6 bytes per character, and the keys fit in 160 bytes."""
+    hashes = getattr(event, "block_hashes", ())
+    size = 160 + 21 * len(hashes)
+    if isinstance(event, BlockStored):
+        size += 11 * len(event.token_ids) + 6 * len(event.medium or "")
+    return size
+
+
+def split_events(
+    events: Sequence[Event], *, max_events: int, max_bytes: int
+) -> list[Sequence[Event]]:
+    """Consecutive chunks of ``events``, each at most ``max_events`` long and, by the bound of
+    ``encoded_size_bound``, at most ``max_bytes`` encoded (an oversized event goes alone)."""
+    chunks: list[Sequence[Event]] = []
+    start = size = 0
+    for index, event in enumerate(events):
+        cost = encoded_size_bound(event)
+        if index > start and (index - start >= max_events or size + cost > max_bytes):
+            chunks.append(events[start:index])
+            start, size = index, 0
+        size += cost
+    if start < len(events):
+        chunks.append(events[start:])
+    return chunks
 
 
 class BatchBuilder:
@@ -80,6 +109,7 @@ class BatchBuilder:
         *,
         digest_every_batches: int = DEFAULT_DIGEST_EVERY_BATCHES,
         max_events_per_batch: int = DEFAULT_MAX_EVENTS_PER_BATCH,
+        max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
         clock: Callable[[], float] = time.time,
         epoch_ids: Callable[[], str] = new_epoch_id,
     ) -> None:
@@ -91,8 +121,14 @@ class BatchBuilder:
             raise ValueError(
                 f"max_events_per_batch: expected a positive int, got {max_events_per_batch!r}"
             )
+        if type(max_batch_bytes) is not int or max_batch_bytes < _BATCH_OVERHEAD_BYTES:
+            raise ValueError(
+                f"max_batch_bytes: expected an int >= {_BATCH_OVERHEAD_BYTES}, "
+                f"got {max_batch_bytes!r}"
+            )
         self.source = source
         self.meta = dict(meta)
+        self.max_batch_bytes = max_batch_bytes
         self.digest_every_batches = digest_every_batches
         self.max_events_per_batch = max_events_per_batch
         self._clock = clock
@@ -111,6 +147,13 @@ class BatchBuilder:
         """The ``seq`` the next batch of the current epoch will get."""
         return self._next_seq
 
+    def _split(self, events: Sequence[Event]) -> list[Sequence[Event]]:
+        return split_events(
+            events,
+            max_events=self.max_events_per_batch,
+            max_bytes=self.max_batch_bytes - _BATCH_OVERHEAD_BYTES,
+        )
+
     def _batch(
         self, events: Sequence[Event], *, digest: str | None, meta: dict[str, Any] | None
     ) -> EventBatch:
@@ -128,11 +171,12 @@ class BatchBuilder:
 
     def open_epoch(self, snapshot: Sequence[Event], digest: str) -> list[EventBatch]:
         """Start a new epoch: ``AllBlocksCleared`` then ``snapshot``, in as many batches as
-        ``max_events_per_batch`` needs; ``meta`` on the first, ``digest`` on the last."""
+        ``max_events_per_batch`` and ``max_batch_bytes`` need; ``meta`` on the first, ``digest``
+        on the last."""
         self._epoch = self._epoch_ids()
         self._next_seq = 0
         self._since_digest = 0
-        chunks = _chunks([AllBlocksCleared(), *snapshot], self.max_events_per_batch)
+        chunks = self._split([AllBlocksCleared(), *snapshot])
         last = len(chunks) - 1
         return [
             self._batch(
@@ -151,7 +195,7 @@ class BatchBuilder:
         """
         if not self._epoch:
             raise RuntimeError("open_epoch() must come before the first step")
-        chunks = _chunks(events, self.max_events_per_batch)
+        chunks = self._split(events)
         self._since_digest += len(chunks)
         due = bool(chunks) and self._since_digest >= self.digest_every_batches
         if due:

@@ -229,6 +229,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)],
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if args.verbose == 0:
+        # aiokafka logs each failed connection attempt itself; the error line says it once.
+        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     prog = f"swa-es {args.command}"
     try:
         return _command(args.command)(vars(args))

@@ -23,6 +23,7 @@ from cache.events import Event, EventBatch, encode_batch
 from log import EventLog, LogError
 from swa_es.batching import (
     DEFAULT_DIGEST_EVERY_BATCHES,
+    DEFAULT_MAX_BATCH_BYTES,
     DEFAULT_MAX_EVENTS_PER_BATCH,
     BatchBuilder,
     PublishedCache,
@@ -63,11 +64,14 @@ class Publisher:
     ``max_queue_batches`` bounds the batches waiting for the log; ``overflow`` is ``"resync"``
     (default) or ``"block"``; ``digest_every_batches`` sets the in-band digest cadence;
     ``max_append_batch`` / ``max_append_bytes`` bound one ``append_batch`` call;
-    ``max_events_per_batch`` splits a huge step (or epoch opening) over several batches;
+    ``max_events_per_batch`` and ``max_batch_bytes`` split a huge step (or epoch opening) over
+    several batches, so no record nears the logs' 16 MiB limit;
     retriable log errors are retried ``append_retries`` times (duplicates that a partly failed
     call may leave are skipped by followers, which track ``(epoch, seq)``). Leaving the context
-    cleanly flushes within ``close_timeout_s``; leaving it on an exception does not wait.
-    ``step()``, ``flush()`` and ``wait_ready()`` must be called from the event loop's thread.
+    cleanly takes a last step and flushes within ``close_timeout_s`` (else ``TimeoutError``);
+    leaving it on an exception does not wait. ``step()``, ``flush()`` and ``wait_ready()`` must be
+    called from the event loop's thread, and the serving loop must yield to the event loop (any
+    ``await``) between steps, or the append task never runs and the queue overflows.
     """
 
     def __init__(
@@ -82,6 +86,7 @@ class Publisher:
         max_append_batch: int = 64,
         max_append_bytes: int = 4 * 1024 * 1024,
         max_events_per_batch: int = DEFAULT_MAX_EVENTS_PER_BATCH,
+        max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
         append_retries: int = 3,
         retry_backoff_s: float = 0.05,
         close_timeout_s: float | None = 30.0,
@@ -90,6 +95,9 @@ class Publisher:
             raise ValueError(f"source: expected a non-empty str, got {source!r}")
         if type(append_retries) is not int or append_retries < 0:
             raise ValueError(f"append_retries: expected an int >= 0, got {append_retries!r}")
+        # Not part of PublishedCache (a cache without the switch always records events).
+        if getattr(cache, "events_enabled", True) is False:
+            raise ValueError("cache: events are disabled (enable_events=False): nothing to publish")
         _non_negative_number("retry_backoff_s", retry_backoff_s)
         _non_negative_number("close_timeout_s", close_timeout_s, optional=True)
         self.cache = cache
@@ -107,6 +115,7 @@ class Publisher:
             cache_meta(cache, digest_every_batches=digest_every_batches),
             digest_every_batches=digest_every_batches,
             max_events_per_batch=max_events_per_batch,
+            max_batch_bytes=max_batch_bytes,
         )
         self._counters = PublisherCounters()
         self._pending: deque[_Queued] = deque()

@@ -11,7 +11,7 @@ Two caps keep the working set bounded so it fits the benchmark's pools (full 327
 slots): a conversation whose next turn would exceed ``max_conversation_tokens`` (prompt plus
 output) is closed and a new one starts in its place, and at most ``max_open_conversations`` stay
 open (starting one more closes the oldest). With the defaults a conversation lasts at most 18
-turns (512 + 18 × 192 = 3968 ≤ 4096 tokens), so one request never needs more than 4096 slots of
+turns (512 + 18 * 192 = 3968 <= 4096 tokens), so one request never needs more than 4096 slots of
 either pool even on a complete cache miss.
 
 Everything comes from one seeded ``random.Random``: the same seed and knobs give the same request
@@ -58,9 +58,7 @@ class ChatWorkload:
         _require(system_prompt_tokens >= 0, "system_prompt_tokens", system_prompt_tokens, ">= 0")
         _require(zipf_exponent >= 0, "zipf_exponent", zipf_exponent, "must be >= 0")
         _require(user_turn_tokens >= 1, "user_turn_tokens", user_turn_tokens, "must be >= 1")
-        _require(
-            assistant_turn_tokens >= 1, "assistant_turn_tokens", assistant_turn_tokens, ">= 1"
-        )
+        _require(assistant_turn_tokens >= 1, "assistant_turn_tokens", assistant_turn_tokens, ">= 1")
         _require(
             0.0 <= new_conversation_prob <= 1.0,
             "new_conversation_prob",
@@ -74,7 +72,9 @@ class ChatWorkload:
             max_conversation_tokens,
             f"must hold at least one turn ({first_turn} tokens)",
         )
-        _require(max_open_conversations >= 1, "max_open_conversations", max_open_conversations, ">= 1")
+        _require(
+            max_open_conversations >= 1, "max_open_conversations", max_open_conversations, ">= 1"
+        )
         _require(vocab_size >= 2, "vocab_size", vocab_size, "must be at least 2")
         self._rng = random.Random(seed)
         self._token_ids = range(1, vocab_size)  # 0 is left out: engines often pad with it

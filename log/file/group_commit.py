@@ -2,7 +2,8 @@
 
 Appends join the open *batch*. The first append of a batch is its leader: it waits for the
 previous batch to finish (appends arriving meanwhile join this batch), lingers up to
-``linger_s`` unless the batch is already full, then hands every frame of the batch to one
+``linger_s`` unless the batch is already full or the previous commit served a single call (a
+lone sequential appender gains nothing from waiting), then hands every frame of the batch to one
 worker-thread call that writes (and, under ``always``/``batch``, syncs) them. Every append of
 the batch returns when that call returns. The leader's work is shielded from cancellation, so
 a cancelled caller never strands the others.
@@ -19,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 
 from log.errors import LogWriteError
@@ -43,6 +45,7 @@ class _Batch:
     calls: int = 0
     sealed: bool = False
     full: anyio.Event = field(default_factory=anyio.Event)
+    written: anyio.Event = field(default_factory=anyio.Event)
     done: anyio.Event = field(default_factory=anyio.Event)
     error: BaseException | None = None
 
@@ -64,6 +67,7 @@ class GroupCommitter:
         self._last: _Batch | None = None
         self._failure: BaseException | None = None
         self._committed = anyio.Event()
+        self._others_were_waiting = False
 
     @property
     def failure(self) -> BaseException | None:
@@ -134,9 +138,9 @@ class GroupCommitter:
 
     async def _lead(self, batch: _Batch) -> None:
         if batch.prev is not None:
-            await batch.prev.done.wait()
+            await batch.prev.written.wait()
             batch.prev = None
-        if not batch.sealed and self._limits.linger_s > 0:
+        if not batch.sealed and self._limits.linger_s > 0 and self._others_were_waiting:
             with anyio.move_on_after(self._limits.linger_s):
                 await batch.full.wait()
         self._seal(batch)
@@ -149,7 +153,13 @@ class GroupCommitter:
         else:
             self.committed_end = batch.first_offset + batch.records
             self.commits += 1
+            self._others_were_waiting = batch.calls > 1
             self.wake()
         finally:
             batch.frames = []
-            batch.done.set()
+            batch.written.set()
+        if self._last is not batch:
+            # Let the next batch's leader hand its write to a thread before this batch's
+            # appenders wake and run: the disk then stays busy while they refill.
+            await anyio.lowlevel.checkpoint()
+        batch.done.set()

@@ -1,4 +1,4 @@
-"""Named pins of a log directory: ``<dir>/pins/<name>.json`` holding a position.
+"""Named pins of a log directory: ``<dir>/pins/<quoted name>.json`` holding a position.
 
 Any process may pin (a writer or a read-only follower); retention reads every pin file and
 never deletes a record at or after the smallest pinned offset. Files are replaced atomically
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from pathlib import Path
+from urllib.parse import quote
 
 from log.errors import ConfigError
 from log.file.segment import fsync_directory
@@ -19,7 +19,7 @@ from log.position import Position
 logger = logging.getLogger(__name__)
 
 PINS_DIR = "pins"
-_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+_MAX_NAME_CHARS = 200
 _SUFFIX = ".json"
 
 
@@ -31,9 +31,10 @@ class PinStore:
 
     def set(self, name: str, position: Position | None) -> None:
         """Pin ``position`` under ``name``, or remove the pin when ``position`` is None."""
-        if not _NAME.fullmatch(name) or name.startswith("."):
-            raise ConfigError("pin name", f"{name!r} must match [A-Za-z0-9_.-]{{1,128}}")
-        path = self.directory / f"{name}{_SUFFIX}"
+        if type(name) is not str or not 0 < len(name) <= _MAX_NAME_CHARS:
+            raise ConfigError("pin name", f"must be a str of 1 to {_MAX_NAME_CHARS} characters")
+        # Percent-encoding (dots too) turns any name into one plain file name.
+        path = self.directory / f"{quote(name, safe='-_')}{_SUFFIX}"
         if position is None:
             path.unlink(missing_ok=True)
             return

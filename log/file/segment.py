@@ -13,6 +13,8 @@ from pathlib import Path
 SEGMENT_SUFFIX = ".log"
 INDEX_SUFFIX = ".idx"
 _NAME_DIGITS = 20
+INDEX_FLUSH_BYTES = 512
+"""Index entries are written in bunches of this many bytes (64 entries), off the hot path."""
 
 
 def segment_path(directory: Path, base_offset: int) -> Path:
@@ -46,7 +48,7 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def write_all(fd: int, data: bytes | memoryview) -> None:
+def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
     """``os.write`` until every byte is written (a short write is retried, not lost)."""
     view = memoryview(data)
     while view:
@@ -65,19 +67,31 @@ class SegmentWriter:
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
         self._fd = os.open(self.path, flags, 0o644)
         self._index_fd = os.open(index_path(directory, base_offset), flags, 0o644)
+        self._pending_index = bytearray()
 
     def write(self, data: bytes, index_entries: bytes) -> None:
-        """Append framed bytes, then their index entries (the index is only a hint)."""
+        """Append framed bytes; their index entries reach the index file in bunches (the index
+        is only a hint, so it may lag the segment)."""
         write_all(self._fd, data)
         self.size_bytes += len(data)
-        if index_entries:
-            write_all(self._index_fd, index_entries)
+        self._pending_index += index_entries
+        if len(self._pending_index) >= INDEX_FLUSH_BYTES:
+            self.flush_index()
+
+    def flush_index(self) -> None:
+        """Write the index entries held back so far."""
+        if self._pending_index:
+            write_all(self._index_fd, self._pending_index)
+            self._pending_index.clear()
 
     def sync(self) -> None:
         """fdatasync the segment's data."""
         os.fdatasync(self._fd)
 
     def close(self) -> None:
-        """Close both files (without syncing)."""
-        os.close(self._fd)
-        os.close(self._index_fd)
+        """Flush the index and close both files (without syncing)."""
+        try:
+            self.flush_index()
+        finally:
+            os.close(self._fd)
+            os.close(self._index_fd)

@@ -121,10 +121,12 @@ class KafkaWriter:
         encoded = _check_records(records)
         if not encoded:
             return []
+        if self._transactional:
+            # Bounded inside: each commit has its own deadline. An outer one could cancel a
+            # caller whose records were committed, and a retry would duplicate them.
+            return await self._append_in_transaction(encoded)
         try:
             with anyio.fail_after(self._options.append_timeout_s):
-                if self._transactional:
-                    return await self._append_in_transaction(encoded)
                 return await self._send_and_wait(encoded)
         except TimeoutError:
             raise LogWriteError(

@@ -23,7 +23,7 @@ class ReferenceBlocks:
     blocks: dict[int, tuple[int | None, bool, tuple[int, ...]]] = field(default_factory=dict)
 
     def apply(self, events: Iterable[Event]) -> None:
-        """Apply events in order, failing on a store of a known block or a change to an unknown one."""
+        """Apply events in order; fail on a duplicate store or a change to an unknown block."""
         for event in events:
             match event:
                 case BlockStored(block_hashes=(h,), parent_block_hash=parent, token_ids=tokens):

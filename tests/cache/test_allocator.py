@@ -27,7 +27,8 @@ def test_pages_are_whole_and_page_zero_reserved(device: str, page_size: int) -> 
     slots = alloc.alloc(2 * page_size)
     assert slots is not None
     pages = slots.view(-1, page_size)
-    assert torch.equal(pages - pages[:, :1], torch.arange(page_size, device=device).expand_as(pages))
+    offsets = torch.arange(page_size, device=device).expand_as(pages)
+    assert torch.equal(pages - pages[:, :1], offsets)
     assert bool((pages[:, 0] % page_size == 0).all()) and int(slots.min()) >= page_size
     swa = alloc.translate_full_to_swa(slots).view(-1, page_size)
     assert bool((swa[:, 0] % page_size == 0).all())

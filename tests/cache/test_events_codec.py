@@ -93,7 +93,13 @@ def test_wire_form_uses_sglang_field_names() -> None:
     """A BlockStored event carries the field names sglang and vLLM consumers read."""
     stored = _good_batch()["events"][1]
     assert set(stored) == {
-        "type", "block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium"
+        "type",
+        "block_hashes",
+        "parent_block_hash",
+        "token_ids",
+        "block_size",
+        "lora_id",
+        "medium",
     }
 
 

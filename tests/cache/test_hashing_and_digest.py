@@ -68,8 +68,9 @@ def test_event_id_is_signed_big_endian() -> None:
 
 
 BLOCKS = st.lists(
-    st.tuples(st.integers(-(1 << 63), (1 << 63) - 1), st.none() | st.integers(0, 1 << 40),
-              st.booleans()),
+    st.tuples(
+        st.integers(-(1 << 63), (1 << 63) - 1), st.none() | st.integers(0, 1 << 40), st.booleans()
+    ),
     unique_by=lambda b: b[0],
     max_size=30,
 )

@@ -1,4 +1,4 @@
-"""Model-based test of the SWA radix cache: random serving steps against invariants and a replica."""
+"""Model-based test of the SWA radix cache: random serving steps vs invariants and a replica."""
 
 from __future__ import annotations
 
@@ -113,7 +113,9 @@ class CacheMachine(RuleBasedStateMachine):
         return sum(r.fresh.numel() for r in self.in_flight)
 
     @rule(tokens=TOKENS, extra_key=st.sampled_from(NAMESPACES), evict_when_short=st.booleans())
-    def start_request(self, tokens: list[int], extra_key: str | None, evict_when_short: bool) -> None:
+    def start_request(
+        self, tokens: list[int], extra_key: str | None, evict_when_short: bool
+    ) -> None:
         """Match, lock, allocate the uncached part (evicting when short) and hold it."""
         match = self.cache.match_prefix(tokens, extra_key=extra_key)
         matched = match.indices.numel()
@@ -132,9 +134,7 @@ class CacheMachine(RuleBasedStateMachine):
         if fresh is None:
             self.cache.dec_lock_ref(match.last_node, handle)
             return
-        self.in_flight.append(
-            InFlight(tokens, extra_key, match, handle, fresh, self.generation)
-        )
+        self.in_flight.append(InFlight(tokens, extra_key, match, handle, fresh, self.generation))
 
     @precondition(lambda self: self.in_flight)
     @rule(data=st.data())

@@ -39,8 +39,7 @@ def wait_converged(follower: Service, primary_status: dict[str, Any]) -> dict[st
     source, digest = primary_status["source"], primary_status["digest"]
     return follower.wait_for(
         f"replica digest {digest} of {source}",
-        lambda s: replica_digest(s, source) == digest
-        and s["replicas"][source]["diverged"] is None,
+        lambda s: replica_digest(s, source) == digest and s["replicas"][source]["diverged"] is None,
         CONVERGE_TIMEOUT_S,
     )
 
@@ -60,15 +59,19 @@ def metrics_move(workdir: Path, log_url: str) -> None:
     try:
         status = follower.wait_for("applied batches", lambda s: applied(s) > 0, STARTUP_TIMEOUT_S)
         first = scrape(status)
-        follower.wait_for("more batches", lambda s: applied(s) > applied(status) + 5,
-                          CONVERGE_TIMEOUT_S)
+        follower.wait_for(
+            "more batches", lambda s: applied(s) > applied(status) + 5, CONVERGE_TIMEOUT_S
+        )
         second = scrape(status)
-        for name in ("swa_es_follower_batches_applied_total",
-                     "swa_es_follower_events_applied_total"):
+        for name in (
+            "swa_es_follower_batches_applied_total",
+            "swa_es_follower_events_applied_total",
+        ):
             assert second[name] > first[name] > 0, name
         assert second['swa_es_replica_blocks{source="worker-0"}'] > 0
-        primary_status = primary.wait_for("metrics port", lambda s: bool(s["metrics_port"]),
-                                          STARTUP_TIMEOUT_S)
+        primary_status = primary.wait_for(
+            "metrics port", lambda s: bool(s["metrics_port"]), STARTUP_TIMEOUT_S
+        )
         assert scrape(primary_status)['swa_es_primary_requests_total{source="worker-0"}'] > 0
     finally:
         primary.close()
@@ -83,8 +86,11 @@ def kill_and_restart(workdir: Path, log_url: str) -> dict[str, Any]:
     try:
         primary.start()
         follower.start()
-        follower.wait_for("a snapshot", lambda s: s["metrics"]["snapshots_written"] >= 2,
-                          STARTUP_TIMEOUT_S + CONVERGE_TIMEOUT_S)
+        follower.wait_for(
+            "a snapshot",
+            lambda s: s["metrics"]["snapshots_written"] >= 2,
+            STARTUP_TIMEOUT_S + CONVERGE_TIMEOUT_S,
+        )
         primary.kill()
         follower.kill()
         primary.args += ["--requests", "400"]

@@ -41,8 +41,9 @@ class Service:
         self.status_file.unlink(missing_ok=True)
         env = {k: v for k, v in os.environ.items() if not k.startswith("SWA_ES_")}
         with self.stdout_path.open("ab") as out, self.stderr_path.open("ab") as err:
-            self.process = subprocess.Popen(swa_es_command(*self.args), stdout=out, stderr=err,
-                                            env=env)
+            self.process = subprocess.Popen(
+                swa_es_command(*self.args), stdout=out, stderr=err, env=env
+            )
         return self
 
     def status(self) -> dict[str, Any] | None:
@@ -65,8 +66,10 @@ class Service:
                 status = self.status()
                 if status is not None and predicate(status):
                     return status
-                raise AssertionError(f"{self.name} exited ({self.process.returncode}) before "
-                                     f"{what}:\n{self.stderr_tail()}")
+                raise AssertionError(
+                    f"{self.name} exited ({self.process.returncode}) before "
+                    f"{what}:\n{self.stderr_tail()}"
+                )
             time.sleep(0.1)
         raise AssertionError(f"{self.name}: no {what} within {timeout_s} s:\n{self.stderr_tail()}")
 
@@ -108,13 +111,33 @@ class Service:
 
 def serve_service(workdir: Path, log_url: str, source: str, *extra: str) -> Service:
     """A ``swa-es serve`` process for ``source`` on ``log_url``."""
-    args = ["serve", "--log", log_url, "--source", source, "--metrics-host", "127.0.0.1",
-            "--metrics-port", "0", *extra]
+    args = [
+        "serve",
+        "--log",
+        log_url,
+        "--source",
+        source,
+        "--metrics-host",
+        "127.0.0.1",
+        "--metrics-port",
+        "0",
+        *extra,
+    ]
     return Service(f"serve-{source}", args, workdir / f"serve-{source}.json", workdir)
 
 
 def follow_service(workdir: Path, log_url: str, name: str, *extra: str) -> Service:
     """A ``swa-es follow`` process with snapshots under ``workdir``."""
-    args = ["follow", "--log", log_url, "--snapshots", str(workdir / f"snapshots-{name}"),
-            "--metrics-host", "127.0.0.1", "--metrics-port", "0", *extra]
+    args = [
+        "follow",
+        "--log",
+        log_url,
+        "--snapshots",
+        str(workdir / f"snapshots-{name}"),
+        "--metrics-host",
+        "127.0.0.1",
+        "--metrics-port",
+        "0",
+        *extra,
+    ]
     return Service(f"follow-{name}", args, workdir / f"follow-{name}.json", workdir)

@@ -202,3 +202,29 @@ async def test_diverged_sources_stay_diverged_across_a_restore(
     await second.restore()
     assert "seq gap" in second.diverged()["w"]
     assert index.match([0, 0, 1])["w"] == PrefixMatch.unknown()
+
+
+async def test_file_log_retention_keeps_what_the_oldest_snapshot_needs(tmp_path: Path) -> None:
+    """The follower pins the oldest kept snapshot's position; retention deletes only before it."""
+    file_log = pytest.importorskip("log.file")
+
+    model = PrimaryModel("w")
+    opened = file_log.FileLog.open(tmp_path / "log", segment_bytes=2048, retention_bytes=1)
+    async with await opened as log:
+        await log.pin("snapshots", Position.of({0: 0}))  # as before the first snapshot
+        await _write_stream(log, model, 200)
+        store = SnapshotStore(tmp_path / "snap", keep=2)
+        follower, _, _, _ = _follower(log, store, snapshot_every_batches=50)
+        await follower.catch_up()
+        deleted = await log.apply_retention()
+        oldest = await store.oldest_kept_position()
+        assert oldest == Position.of({0: 150})
+        first = await anext(aiter(log.read("beginning")))
+        assert deleted
+        assert 0 < first.offset <= oldest.get(0)
+        second, replicas, _, _ = _follower(log, store)
+        await second.restore()
+        assert replicas["w"].state_digest() == model.digest.hexdigest()
+        late, _, _, _ = _follower(log, None)
+        await late.catch_up()  # from where retention left the start: mid-epoch, so unknown
+        assert "w" in late.diverged()

@@ -12,7 +12,6 @@ from consumers import (
     PrefixIndex,
     PrefixMatch,
     ReplicaSet,
-    SourceDivergedError,
     Stats,
     ViewConsistencyError,
     ViewStateError,
@@ -98,12 +97,12 @@ def test_removing_a_block_with_children_is_inconsistent() -> None:
 
 
 def test_diverged_replica_refuses_to_tell_its_digest_until_cleared() -> None:
-    """A diverged replica answers SourceDivergedError; AllBlocksCleared heals it."""
+    """A diverged replica has no digest to tell (None); AllBlocksCleared heals it."""
     model, replicas = PrimaryModel("w"), ReplicaSet()
     _fed(model, replicas)
     replicas.mark_diverged("w", "test")
-    with pytest.raises(SourceDivergedError, match="test"):
-        replicas["w"].state_digest()
+    assert replicas["w"].state_digest() is None
+    assert replicas["w"].diverged == "test"
     replicas.apply(model.start_epoch("e2"))
     assert replicas["w"].state_digest() == model.digest.hexdigest()
 

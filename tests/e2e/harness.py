@@ -9,6 +9,8 @@ import anyio
 
 from cache import SWAKVAllocator, SWARadixCache
 from cache.node import TreeNode
+from consumers import Follower, View
+from log import EventLog
 from swa_es import Publisher
 from swa_es.serving import CacheWorker
 from swa_es.workload import ChatRequest, ChatWorkload
@@ -111,3 +113,13 @@ def sample_prompts(primary: Primary, workload: ChatWorkload, count: int) -> list
     prompts = [list(r.prompt_ids) + list(r.output_ids) for r in served]
     prompts += [list(workload.next_request().prompt_ids) for _ in range(count // 2)]
     return prompts
+
+
+async def follow(log: EventLog, *views: View) -> Follower:
+    """Catch a fresh follower up on ``log``; it must end with no source diverged, and with every
+    in-band digest it met checked and equal."""
+    follower = Follower(log, views=list(views))
+    await follower.catch_up()
+    assert follower.diverged() == {}
+    assert follower.metrics.digests_checked > 0 and follower.metrics.digest_mismatches == 0
+    return follower

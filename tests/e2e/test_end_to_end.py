@@ -3,12 +3,14 @@ follower's replicas and prefix index end equal to the primaries."""
 
 from __future__ import annotations
 
-from consumers import Follower, PrefixIndex, ReplicaSet
+from consumers import PrefixIndex, ReplicaSet
 from log import EventLog
 from swa_es import Publisher
+from tests.e2e.conftest import LogFactory
 from tests.e2e.harness import (
     Primary,
     drive,
+    follow,
     full_match_tokens,
     make_workload,
     sample_prompts,
@@ -19,7 +21,7 @@ from tests.e2e.harness import (
 async def _follow(log: EventLog) -> tuple[ReplicaSet, PrefixIndex]:
     replicas = ReplicaSet()
     index = PrefixIndex(replicas)
-    await Follower(log, views=[replicas, index]).catch_up()
+    await follow(log, replicas, index)
     return replicas, index
 
 
@@ -58,8 +60,10 @@ async def test_one_primary_replica_and_prefix_index_match(event_log: EventLog, d
     assert replicas[primary.source].tombstone_count > 0
 
 
-async def test_four_sources_interleaved_in_one_log(event_log: EventLog, device: str) -> None:
-    """Four workers publish into one log; each replica equals its own primary."""
+async def test_four_sources_interleaved_in_one_log(partitioned_log: EventLog, device: str) -> None:
+    """Four workers publish into one log (3 partitions on Kafka); each replica equals its own
+    primary and the prefix index answers for each."""
+    event_log = partitioned_log
     primaries = [Primary.create(f"worker-{k}", device) for k in range(4)]
     workload = make_workload(seed=5)
     async with (
@@ -70,7 +74,31 @@ async def test_four_sources_interleaved_in_one_log(event_log: EventLog, device: 
     ):
         await drive(primaries, [p0, p1, p2, p3], workload, requests=160)
     replicas, index = await _follow(event_log)
+    if event_log.url.startswith("kafka"):
+        partitions = {record.partition async for record in event_log.read()}
+        assert len(partitions) > 1, "the sources must really interleave over partitions"
     assert sorted(replicas) == sorted(p.source for p in primaries)
     for primary in primaries:
         assert replicas[primary.source].state_digest() == primary.cache.state_digest()
         _assert_index_agrees(index, primary, sample_prompts(primary, workload, 10))
+
+
+async def test_a_restarted_primary_opens_a_new_epoch(open_event_log: LogFactory) -> None:
+    """A primary that restarts (fresh tree, log reopened) publishes a new epoch; the follower
+    drops the old state and ends equal to the new tree, with nothing diverged."""
+    workload = make_workload(seed=31)
+    before = Primary.create("worker-0", "cpu")
+    async with await open_event_log() as log, Publisher(before.cache, log, before.source) as pub:
+        await drive([before], [pub], workload, requests=40)
+    first_epoch = pub.epoch
+    after = Primary.create("worker-0", "cpu")
+    async with await open_event_log() as log:
+        async with Publisher(after.cache, log, after.source) as pub:
+            await drive([after], [pub], workload, requests=40)
+        assert pub.epoch != first_epoch
+        replicas = ReplicaSet()
+        follower = await follow(log, replicas)
+    assert before.cache.state_digest() != after.cache.state_digest()
+    assert replicas[after.source].state_digest() == after.cache.state_digest()
+    cursor = follower.cursors.get(after.source)
+    assert cursor is not None and cursor.epoch == pub.epoch

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import anyio
 
-from consumers import Follower, ReplicaSet
+from consumers import ReplicaSet
 from log import EventLog
 from swa_es import Backpressure, Publisher
 from swa_es.testing import SlowLog
-from tests.e2e.harness import Primary, make_workload
+from tests.e2e.harness import Primary, follow, make_workload
 
 
-async def _replica_digest(log: EventLog, source: str) -> str:
+async def _replica_digest(log: EventLog, source: str) -> str | None:
     replicas = ReplicaSet()
-    await Follower(log, views=[replicas]).catch_up()
+    await follow(log, replicas)
     return replicas[source].state_digest()
 
 

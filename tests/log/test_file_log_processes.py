@@ -68,3 +68,24 @@ async def test_writer_lock_held_by_another_process(tmp_path: Path) -> None:
         await anyio.to_thread.run_sync(proc.communicate)
     async with await FileLog.open(tmp_path) as log:
         assert (await log.end()).get(0) == 1
+
+
+async def test_follower_rides_through_a_writer_crash(tmp_path: Path) -> None:
+    """A follower keeps reading while the writer process is SIGKILLed mid-append and a new
+    writer recovers and continues: it sees every record once, in order, none partial."""
+    async with await FileLog.open(tmp_path):
+        pass
+    async with await FileLog.open(tmp_path, readonly=True, poll_interval_s=0.005) as follower:
+        first = _child("append", str(tmp_path), "--seed", "1")
+        assert first.stdout is not None
+        for _ in range(25):
+            assert await anyio.to_thread.run_sync(first.stdout.readline)
+        first.kill()
+        await anyio.to_thread.run_sync(first.communicate)
+        second = _child("append", str(tmp_path), "--count", "30", "--seed", "2")
+        out, err = await anyio.to_thread.run_sync(second.communicate)
+        assert second.returncode == 0, err.decode()
+        start = int(out.split(b"\n")[0].split()[1])
+        records = await read_n(follower, start + 30)
+    assert [r.offset for r in records] == list(range(start + 30))
+    assert all(r.payload == expected_payload(r.offset) for r in records)

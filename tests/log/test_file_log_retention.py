@@ -96,9 +96,13 @@ def test_select_expired_stops_at_pins_and_limits() -> None:
     assert select_expired(segments, RetentionPolicy(), None, now_s=10) == []
 
 
-async def test_bad_pin_names_are_refused(tmp_path: Path) -> None:
-    """Pin names that are not plain file names raise ConfigError."""
+async def test_any_pin_name_is_one_plain_file(tmp_path: Path) -> None:
+    """Pin names with slashes, dots or colons stay inside the pins folder; empty ones are
+    refused with ConfigError."""
     async with await FileLog.open(tmp_path) as log:
-        for name in ("../escape", "", "a/b", ".hidden"):
-            with pytest.raises(ConfigError):
-                await log.pin(name, Position.of({0: 0}))
+        for name in ("../escape", "a/b", ".hidden", "snapshot:worker-0", ".."):
+            await log.pin(name, Position.of({0: 0}))
+        assert len(os.listdir(tmp_path / "pins")) == 5
+        assert set(os.listdir(tmp_path)) >= {"pins", "LOCK"}
+        with pytest.raises(ConfigError):
+            await log.pin("", Position.of({0: 0}))

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 import pytest
+from aiokafka import errors as kafka_errors
 
-from log import ConfigError
+from log import ConfigError, LogClosedError, LogUnavailableError, LogWriteError, open_log
 from log.kafka import parse_options
 from log.kafka.errors import translate
 from log.kafka.producer import producer_kwargs
@@ -113,10 +115,6 @@ def test_the_url_never_shows_the_password() -> None:
 
 def test_aiokafka_errors_become_typed_log_errors() -> None:
     """aiokafka's errors are translated at the boundary with the right ``retriable`` flag."""
-    from aiokafka import errors as kafka_errors
-
-    from log import LogClosedError, LogUnavailableError, LogWriteError
-
     fenced = translate(kafka_errors.ProducerFenced(), "t: append", writing=True)
     assert isinstance(fenced, LogWriteError) and not fenced.retriable
     down = translate(kafka_errors.KafkaConnectionError(), "t: read")
@@ -126,3 +124,15 @@ def test_aiokafka_errors_become_typed_log_errors() -> None:
     too_big = translate(kafka_errors.MessageSizeTooLargeError(), "t: append", writing=True)
     assert isinstance(too_big, LogWriteError) and not too_big.retriable
     assert isinstance(translate(kafka_errors.ConsumerStoppedError(), "t: read"), LogClosedError)
+
+
+async def test_unreachable_broker_is_a_retriable_unavailable_error() -> None:
+    """Opening a log on a port where no broker listens fails with LogUnavailableError (retriable)
+    naming the address, instead of hanging."""
+    with socket.socket() as placeholder:
+        placeholder.bind(("127.0.0.1", 0))
+        port = placeholder.getsockname()[1]
+    with pytest.raises(LogUnavailableError) as error:
+        await open_log(f"kafka://127.0.0.1:{port}/t", request_timeout_s=3)
+    assert error.value.retriable
+    assert f"127.0.0.1:{port}" in str(error.value)

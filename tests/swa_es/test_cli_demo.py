@@ -46,8 +46,16 @@ def test_demo_on_a_file_log_verifies_every_worker(tmp_path: Path) -> None:
 def test_demo_with_small_pages_and_a_window_off_the_page_grid(tmp_path: Path) -> None:
     """Page 4 and a window of 10 tokens (not a multiple of the page) verify too."""
     result = run_demo(
-        "--data", str(tmp_path), "--workers", "3", "--page-size", "4", "--window", "10",
-        "--seed", "7",
+        "--data",
+        str(tmp_path),
+        "--workers",
+        "3",
+        "--page-size",
+        "4",
+        "--window",
+        "10",
+        "--seed",
+        "7",
     )
     assert_verified(result, workers=3)
 

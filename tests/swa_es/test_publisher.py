@@ -355,3 +355,19 @@ async def test_step_before_start_is_refused() -> None:
         pub.step()
     with pytest.raises(PublisherClosedError):
         await pub.flush()
+
+
+async def test_a_stuck_log_at_exit_times_out_loudly() -> None:
+    """A clean exit on a log that never acknowledges raises TimeoutError (close_timeout_s)."""
+    slow = SlowLog(MemoryLog(), held=True)
+    with pytest.raises(TimeoutError):
+        async with Publisher(FakeCache(), slow, "w0", close_timeout_s=0.01):
+            await slow.wait_blocked()
+
+
+def test_a_cache_with_events_disabled_is_refused() -> None:
+    """A cache that records no events would publish nothing: refused with a clear error."""
+    cache = FakeCache()
+    cache.events_enabled = False  # type: ignore[attr-defined]  # the real tree's switch
+    with pytest.raises(ValueError, match="events are disabled"):
+        Publisher(cache, MemoryLog(), "w0")

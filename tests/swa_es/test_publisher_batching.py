@@ -6,8 +6,16 @@ import itertools
 
 import pytest
 
-from cache.events import AllBlocksCleared, BlockStored, BlockSWAEvicted, Event
-from swa_es.batching import BatchBuilder
+from cache.events import (
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    BlockSWAEvicted,
+    Event,
+    EventBatch,
+    encode_batch,
+)
+from swa_es.batching import BatchBuilder, encoded_size_bound
 
 
 def _stored(h: int) -> Event:
@@ -76,8 +84,38 @@ def test_stepping_before_an_epoch_is_refused() -> None:
         _builder().step_batches([_stored(1)], lambda: "x")
 
 
-@pytest.mark.parametrize("name", ["digest_every_batches", "max_events_per_batch"])
+@pytest.mark.parametrize(
+    "name", ["digest_every_batches", "max_events_per_batch", "max_batch_bytes"]
+)
 def test_bad_sizes_are_rejected_by_name(name: str) -> None:
     """Non-positive sizes raise ValueError naming the argument."""
     with pytest.raises(ValueError, match=name):
         _builder(**{name: 0})
+
+
+def test_batches_stay_under_max_batch_bytes() -> None:
+    """Big pages are split by encoded size; every encoded batch fits max_batch_bytes."""
+    limit = 64 * 1024
+    builder = _builder(max_batch_bytes=limit)
+    builder.open_epoch([], "d")
+    big = 0xFFFFFFFF
+    events = [BlockStored((-(2**63) + h,), 2**63 - 1, (big,) * 1000, 1000) for h in range(40)]
+    batches = builder.step_batches(events, lambda: "0" * 16)
+    assert len(batches) > 1
+    assert sum(len(b.events) for b in batches) == 40
+    assert all(len(encode_batch(b)) <= limit for b in batches)
+
+
+def test_the_size_bound_is_an_upper_bound() -> None:
+    """encoded_size_bound is never below an event's real encoded size, for every event type."""
+    extreme = -(2**63)
+    events: list[Event] = [
+        BlockStored((extreme,), extreme, (0xFFFFFFFF,) * 64, 64, lora_id=None, medium='"\\"'),
+        BlockRemoved((extreme, extreme)),
+        BlockSWAEvicted((extreme,)),
+        AllBlocksCleared(),
+    ]
+    empty = len(encode_batch(EventBatch("w", "e", 0, 0.0, ())))
+    for event in events:
+        alone = len(encode_batch(EventBatch("w", "e", 0, 0.0, (event,)))) - empty
+        assert alone <= encoded_size_bound(event), event

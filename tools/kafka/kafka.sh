@@ -20,6 +20,9 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 cache_dir="$here/.cache"
 libs_dir="$cache_dir/libs"
+# Class-data archive of the broker's classes (AppCDS): about a third less CPU per broker start.
+# Dumped from the first broker that runs without one; reused while the classpath stays the same.
+cds_archive="$cache_dir/kafka-broker.jsa"
 run_root="${KAFKA_RUN_DIR:-$here/run}"
 java_bin="${JAVA:-java}"
 heap_opts="${KAFKA_HEAP_OPTS:--Xms256m -Xmx512m}"
@@ -53,7 +56,7 @@ resolve_jars() {
         mvn -B -q -f "$here/pom.xml" dependency:copy-dependencies -DincludeScope=runtime \
             -DoutputDirectory="$tmp" >&2 || { rm -rf "$tmp"; die "Maven could not resolve the jars"; }
         echo "$want" >"$tmp/.pom-sha256"
-        rm -rf "$libs_dir"
+        rm -rf "$libs_dir" "$cds_archive"
         mv "$tmp" "$libs_dir"
     ) 9>"$cache_dir/.lock"
 }
@@ -173,10 +176,12 @@ launch_node() {
     dir="$(node_dir "$port" "$node")"
     if node_running "$port" "$node"; then return 0; fi
     : >"$dir/node.log"
+    local cds_opts="-XX:+RecordDynamicDumpInfo"
+    [ -f "$cds_archive" ] && cds_opts="-XX:SharedArchiveFile=$cds_archive -Xlog:cds=off"
     # setsid: the broker outlives this script and the caller's process group. Not a group leader
     # here (no job control), so setsid execs in place and $! is the JVM's own PID.
     # shellcheck disable=SC2086
-    setsid "$java_bin" $heap_opts $jvm_opts -Dkafka.logs.dir="$dir/logs" \
+    setsid "$java_bin" $heap_opts $jvm_opts $cds_opts -Dkafka.logs.dir="$dir/logs" \
         -Dlog4j2.configurationFile="$here/log4j2-broker.properties" -cp "$cp" \
         kafka.Kafka "$dir/server.properties" >>"$dir/node.log" 2>&1 </dev/null &
     pid=$!
@@ -193,6 +198,30 @@ while True:
         print(cid)
         break
 EOF
+}
+
+dump_cds_archive() {
+    local port=$1 nodes i pid
+    [ -f "$cds_archive" ] && return 0
+    command -v jcmd >/dev/null || return 0
+    nodes="$(node_count "$port")"
+    for ((i = 1; i <= nodes; i++)); do
+        node_running "$port" "$i" || continue
+        pid="$(node_pid "$port" "$i")"
+        grep -q 'RecordDynamicDumpInfo' "/proc/$pid/cmdline" 2>/dev/null || continue
+        (
+            flock -n 9 || exit 0
+            local tmp="$cds_archive.tmp.$$"
+            if jcmd "$pid" VM.cds dynamic_dump "$tmp" >/dev/null 2>&1 && [ -s "$tmp" ]; then
+                mv -f "$tmp" "$cds_archive"
+                say "saved a class-data archive for faster broker starts ($cds_archive)"
+            else
+                rm -f "$tmp"
+                say "warning: no class-data archive (jcmd VM.cds dynamic_dump failed); starts stay slower"
+            fi
+        ) 9>"$cache_dir/.cds-lock"
+        return 0
+    done
 }
 
 # --- commands ------------------------------------------------------------------------------------
@@ -255,6 +284,7 @@ cmd_start() {
     # All nodes start together: each blocks until the controller quorum has a leader.
     for ((i = 1; i <= nodes; i++)); do launch_node "$port" "$i" "$cp"; done
     wait_ready "$port" "$timeout_s"
+    dump_cds_archive "$port"
     say "ready: $nodes node(s), bootstrap $(bootstrap_of "$port" "$nodes")"
     bootstrap_of "$port" "$nodes"
 }

@@ -1,0 +1,305 @@
+"""Cache benchmark: our ``SWARadixCache`` vs sglang 0.5.16's, on one chat workload, in one run.
+
+Every request does match → lock → alloc (evicting full/SWA tokens when short) → insert → unlock
+→ take_events, on a full pool of 32768 and an SWA pool of 8192 slots with a 256-token window, at
+each page size asked for. Ours runs with events on and off; sglang's runs in its own venv
+(``bench/setup_sglang.sh``) as a subprocess speaking JSON lines (``bench/sglang_adapter.py``),
+on the CPU, fed the same request stream (same seed). Repetitions are interleaved (ours, sglang,
+ours, sglang, ...) and medians reported, because the machine is shared and noisy.
+
+    .venv/bin/python bench/cache_bench.py --requests 2000 --repeat 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from cache import SWAKVAllocator, SWARadixCache
+from swa_es.serving import CacheWorker
+from swa_es.workload import ChatRequest, ChatWorkload
+
+FULL_SIZE = 32768
+SWA_SIZE = 8192
+WINDOW = 256
+SGLANG_PYTHON = Path(__file__).resolve().parent / ".venv-sglang" / "bin" / "python"
+ADAPTER = Path(__file__).resolve().parent / "sglang_adapter.py"
+SGLANG_START_TIMEOUT_S = 600.0
+
+# Targets from issue 2.
+TARGET_VS_SGLANG = {1: 2.0, 16: 1.0}
+TARGET_EVENT_OVERHEAD = 1.3
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One timed run of one implementation at one page size with events on or off."""
+
+    impl: str
+    page_size: int
+    events: bool
+    requests_per_s: float
+    elapsed_s: float
+    events_taken: int
+    matched_tokens: int
+    prompt_tokens: int
+
+
+def measure_ours(requests: list[ChatRequest], page_size: int, events: bool, device: str) -> Sample:
+    """Time the requests on a fresh cache of ours."""
+    allocator = SWAKVAllocator(FULL_SIZE, SWA_SIZE, page_size=page_size, device=device)
+    cache = SWARadixCache(
+        allocator, sliding_window_size=WINDOW, page_size=page_size, enable_events=events
+    )
+    cache.take_events()
+    worker = CacheWorker(cache)
+    taken = matched = 0
+    gc.collect()
+    start = time.perf_counter()
+    for request in requests:
+        matched += worker.serve(request).matched_tokens
+        taken += len(cache.take_events())
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()
+    elapsed = time.perf_counter() - start
+    return Sample(
+        impl="ours",
+        page_size=page_size,
+        events=events,
+        requests_per_s=len(requests) / elapsed if elapsed > 0 else math.inf,
+        elapsed_s=elapsed,
+        events_taken=taken,
+        matched_tokens=matched,
+        prompt_tokens=sum(len(r.prompt_ids) for r in requests),
+    )
+
+
+class SglangProcess:
+    """The adapter in sglang's venv, kept running so repetitions interleave without re-imports."""
+
+    def __init__(self, python: Path) -> None:
+        self._proc = subprocess.Popen(
+            [str(python), str(ADAPTER), "--serve"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        hello = self._reply(SGLANG_START_TIMEOUT_S)
+        if not hello.get("ready"):
+            raise RuntimeError(f"sglang adapter did not start: {hello}")
+        self.version = str(hello.get("sglang"))
+
+    def measure(self, seed: int, requests: int, page_size: int, events: bool) -> Sample:
+        """One timed run in the adapter."""
+        ask = {"seed": seed, "requests": requests, "page_size": page_size, "events": events}
+        ask |= {"full_size": FULL_SIZE, "swa_size": SWA_SIZE, "window": WINDOW}
+        assert self._proc.stdin is not None
+        self._proc.stdin.write(json.dumps(ask) + "\n")
+        self._proc.stdin.flush()
+        reply = self._reply(None)
+        if "error" in reply:
+            raise RuntimeError(f"sglang adapter failed at page {page_size}: {reply['error']}")
+        return Sample(
+            impl="sglang",
+            page_size=page_size,
+            events=events,
+            requests_per_s=float(reply["requests_per_s"]),
+            elapsed_s=float(reply["elapsed_s"]),
+            events_taken=int(reply["events"]),
+            matched_tokens=int(reply["matched_tokens"]),
+            prompt_tokens=int(reply["prompt_tokens"]),
+        )
+
+    def close(self) -> None:
+        """Close its stdin and wait for it to exit."""
+        if self._proc.stdin is not None:
+            self._proc.stdin.close()
+        self._proc.wait(timeout=60)
+
+    def _reply(self, timeout_s: float | None) -> dict[str, Any]:
+        line = _read_line(self._proc.stdout, timeout_s)
+        if not line:
+            raise RuntimeError(f"sglang adapter exited (code {self._proc.poll()})")
+        reply: dict[str, Any] = json.loads(line)
+        return reply
+
+
+def _read_line(stream: IO[str] | None, timeout_s: float | None) -> str:
+    assert stream is not None
+    if timeout_s is None:
+        return stream.readline()
+    import selectors
+
+    with selectors.DefaultSelector() as selector:
+        selector.register(stream, selectors.EVENT_READ)
+        if not selector.select(timeout_s):
+            raise TimeoutError(f"sglang adapter gave no answer in {timeout_s:.0f} s")
+    return stream.readline()
+
+
+def start_sglang(python: Path) -> SglangProcess | None:
+    """The sglang adapter process, or None (with the reason on stderr) when it cannot run."""
+    if not python.exists():
+        print(f"sglang: {python} missing; run bench/setup_sglang.sh", file=sys.stderr)
+        return None
+    try:
+        return SglangProcess(python)
+    except (RuntimeError, TimeoutError, OSError, ValueError) as exc:
+        print(f"sglang: not importable, skipped ({exc})", file=sys.stderr)
+        return None
+
+
+def run_all(args: argparse.Namespace) -> tuple[list[Sample], str | None]:
+    """Interleaved repetitions of every configuration; returns samples and sglang's version."""
+    requests = ChatWorkload(seed=args.seed).take(args.requests)
+    sglang = None if args.no_sglang else start_sglang(Path(args.sglang_python))
+    samples: list[Sample] = []
+    try:
+        for rep in range(args.repeat):
+            for page in args.page_sizes:
+                for events in (True, False):
+                    samples.append(measure_ours(requests, page, events, args.device))
+                    _progress(samples[-1], rep)
+                    if sglang is not None:
+                        samples.append(sglang.measure(args.seed, args.requests, page, events))
+                        _progress(samples[-1], rep)
+    finally:
+        if sglang is not None:
+            sglang.close()
+    return samples, None if sglang is None else sglang.version
+
+
+def _progress(sample: Sample, rep: int) -> None:
+    state = "on" if sample.events else "off"
+    print(
+        f"  rep {rep}: {sample.impl:6} page {sample.page_size:2} events {state:3} "
+        f"{sample.requests_per_s:9.1f} req/s",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def summarize(samples: list[Sample], page_sizes: list[int]) -> dict[str, Any]:
+    """Medians per configuration and the target ratios."""
+    medians: dict[str, float] = {}
+    for s in samples:
+        key = _key(s.impl, s.page_size, s.events)
+        medians[key] = statistics.median(
+            x.requests_per_s
+            for x in samples
+            if (x.impl, x.page_size, x.events) == (s.impl, s.page_size, s.events)
+        )
+    ratios: dict[str, dict[str, Any]] = {}
+    for page in page_sizes:
+        on, off = medians[_key("ours", page, True)], medians[_key("ours", page, False)]
+        ratios[f"ours_on_off_overhead_p{page}"] = _ratio(off, on, TARGET_EVENT_OVERHEAD, False)
+        sg_on = medians.get(_key("sglang", page, True))
+        sg_off = medians.get(_key("sglang", page, False))
+        if sg_on is not None and sg_off is not None:
+            target = TARGET_VS_SGLANG.get(page, 1.0)
+            ratios[f"ours_on_vs_sglang_on_p{page}"] = _ratio(on, sg_on, target, True)
+            ratios[f"ours_off_vs_sglang_off_p{page}"] = _ratio(off, sg_off, None, True)
+            ratios[f"sglang_on_off_overhead_p{page}"] = _ratio(sg_off, sg_on, None, False)
+    return {"medians_req_per_s": medians, "ratios": ratios}
+
+
+def _key(impl: str, page: int, events: bool) -> str:
+    return f"{impl}/p{page}/events_{'on' if events else 'off'}"
+
+
+def _ratio(num: float, den: float, target: float | None, at_least: bool) -> dict[str, Any]:
+    value = num / den if den > 0 else math.inf
+    met = None if target is None else (value >= target if at_least else value <= target)
+    return {"value": value, "target": target, "at_least": at_least, "met": met}
+
+
+def print_table(samples: list[Sample], summary: dict[str, Any], args: argparse.Namespace) -> None:
+    """The human-readable table and the ratios."""
+    print(
+        f"chat workload: {args.requests} requests, seed {args.seed}, full {FULL_SIZE} / "
+        f"SWA {SWA_SIZE} slots, window {WINDOW}, ours on {args.device}, sglang on cpu, "
+        f"median of {args.repeat}"
+    )
+    print(f"{'impl':8}{'page':>5}{'events':>8}{'req/s':>11}{'min':>10}{'max':>10}{'hit %':>8}")
+    seen: set[tuple[str, int, bool]] = set()
+    for s in samples:
+        ident = (s.impl, s.page_size, s.events)
+        if ident in seen:
+            continue
+        seen.add(ident)
+        runs = [x for x in samples if (x.impl, x.page_size, x.events) == ident]
+        rates = [x.requests_per_s for x in runs]
+        hit = 100.0 * s.matched_tokens / s.prompt_tokens if s.prompt_tokens else 0.0
+        print(
+            f"{s.impl:8}{s.page_size:>5}{'on' if s.events else 'off':>8}"
+            f"{statistics.median(rates):>11.1f}{min(rates):>10.1f}{max(rates):>10.1f}{hit:>8.1f}"
+        )
+    for name, r in summary["ratios"].items():
+        verdict = "" if r["met"] is None else ("  ok" if r["met"] else "  MISSED")
+        bound = "" if r["target"] is None else f" (target {'>=' if r['at_least'] else '<='}"
+        bound += "" if r["target"] is None else f" {r['target']}x)"
+        print(f"{name:34}{r['value']:7.2f}x{bound}{verdict}")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line."""
+    parser = argparse.ArgumentParser(description="SWA radix cache benchmark, ours vs sglang.")
+    parser.add_argument("--requests", type=int, default=2000, help="requests per run")
+    parser.add_argument("--repeat", type=int, default=3, help="interleaved runs per config")
+    parser.add_argument("--device", default="cpu", help="device of our cache (cpu | cuda)")
+    parser.add_argument("--json", action="store_true", help="print results as JSON")
+    parser.add_argument(
+        "--page-sizes",
+        default="1,16",
+        type=lambda text: [int(p) for p in text.split(",") if p],
+        help="comma-separated page sizes",
+    )
+    parser.add_argument("--no-sglang", action="store_true", help="measure only ours")
+    parser.add_argument("--seed", type=int, default=0, help="workload seed (both sides)")
+    parser.add_argument("--sglang-python", default=str(SGLANG_PYTHON), help="sglang venv python")
+    args = parser.parse_args(argv)
+    if args.requests < 1 or args.repeat < 1 or not args.page_sizes:
+        parser.error("--requests and --repeat must be >= 1 and --page-sizes non-empty")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark and print the table (or JSON)."""
+    args = parse_args(argv)
+    samples, sglang_version = run_all(args)
+    summary = summarize(samples, args.page_sizes)
+    if args.json:
+        out = {
+            "config": {
+                "requests": args.requests,
+                "repeat": args.repeat,
+                "seed": args.seed,
+                "device": args.device,
+                "page_sizes": args.page_sizes,
+                "full_size": FULL_SIZE,
+                "swa_size": SWA_SIZE,
+                "window": WINDOW,
+                "sglang": sglang_version,
+            },
+            "samples": [asdict(s) for s in samples],
+            **summary,
+        }
+        print(json.dumps(out, indent=2))
+    else:
+        print_table(samples, summary, args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
