@@ -12,12 +12,14 @@ The stream is synthetic: per source, branches of pages from the root, grown, tom
 revived and trimmed at random, with real chained block hashes::
 
     .venv/bin/python bench/replica_bench.py [--blocks 1000000] [--tail-batches 10000]
-        [--replay-events 300000] [--rate 50000] [--lag-s 5] [--kafka host:port] [--json OUT]
+        [--replay-events 300000] [--rate 50000] [--low-rate 5000] [--lag-s 5]
+        [--kafka host:port] [--json OUT]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
 import tempfile
@@ -445,13 +447,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         results["replay"] = await bench_replay(work, args.replay_events)
         results["restore"] = await bench_restore(work, args.blocks, args.tail_batches)
         results["memory"] = bench_memory(args.memory_blocks)
-        lag_url = (work / "lag-log").as_uri()
-        results["lag_file"] = await bench_lag(lag_url, args.rate, args.lag_s)
+        for label, rate in (("lag_file", args.rate), ("lag_file_low_rate", args.low_rate)):
+            lag_url = (work / f"{label}-log").as_uri()
+            results[label] = await bench_lag(lag_url, rate, args.lag_s)
         if args.kafka:
-            topic = f"swa-es-replica-bench-{uuid.uuid4().hex[:8]}"
-            results["lag_kafka"] = await bench_lag(
-                f"kafka://{args.kafka}/{topic}", args.rate, args.lag_s
-            )
+            for label, rate in (("lag_kafka", args.rate), ("lag_kafka_low_rate", args.low_rate)):
+                topic = f"swa-es-replica-bench-{uuid.uuid4().hex[:8]}"
+                results[label] = await bench_lag(f"kafka://{args.kafka}/{topic}", rate, args.lag_s)
+    results["machine"] = {"cpus": os.cpu_count(), "load_average_1m": os.getloadavg()[0]}
     flat = {
         "replay_events_per_s": results["replay"]["replay_events_per_s"],
         "restore_speedup": results["restore"]["restore_speedup"],
@@ -473,14 +476,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--replay-events", type=int, default=300_000)
     parser.add_argument("--memory-blocks", type=int, default=200_000)
     parser.add_argument("--rate", type=float, default=50_000.0)
+    parser.add_argument("--low-rate", type=float, default=5_000.0, help="a second, lighter lag run")
     parser.add_argument("--lag-s", type=float, default=5.0)
     parser.add_argument("--kafka", help="host:port of a broker for the Kafka lag run")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
     results = anyio.run(run, args)
     for section, values in results.items():
-        if section != "summary":
+        if section not in ("summary", "machine"):
             print(section, orjson.dumps(values, option=orjson.OPT_SORT_KEYS).decode())
+    print("machine", results["machine"])
     print("\n".join(report(results["summary"])))
     if args.json:
         args.json.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))

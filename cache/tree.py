@@ -15,6 +15,10 @@ Decisions where the design leaves room:
 * ``sanity_check(caller_held_full=, caller_held_swa=)``: the tree cannot know what callers hold;
   given those counts it checks ``free + tree + callers == total`` exactly, else ``<=``.
 * ``reset()`` drops every lock; handles taken before it raise ``LockError`` if released.
+* The SWA-locked span is made exact by splitting at lock time (``inc_lock_ref``), not at
+  insert: a lock handle records the span's length in tokens, which later splits preserve.
+* ``inc_lock_ref`` refuses (``LockError``) a node whose SWA span would cover a tombstone; a
+  ``match_prefix`` result never does.
 """
 
 from __future__ import annotations

@@ -21,7 +21,8 @@ class View(Protocol):
         ...
 
     def mark_diverged(self, source: str, reason: str) -> None:
-        """From now on answer "unknown" for ``source`` until a batch clears it."""
+        """From now on answer "unknown" for ``source``; the next ``AllBlocksCleared`` of that
+        source (the start of a trusted epoch) ends it."""
         ...
 
     def snapshot(self) -> bytes:

@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from swa_es.batching import PublishedCache
+from swa_es.config import CacheConfig, SettingError
 
 if TYPE_CHECKING:
     from cache import SWARadixCache
-    from swa_es.config import CacheConfig
     from swa_es.serving import CacheWorker
     from swa_es.workload import ChatWorkload
 
@@ -52,6 +52,11 @@ class SyntheticEngine:
         """The tree being served from."""
         return self._cache
 
+    @property
+    def workload(self) -> ChatWorkload:
+        """The request stream."""
+        return self._workload
+
     def step(self) -> int:
         """Serve the workload's next request."""
         self._worker.serve(self._workload.next_request())
@@ -59,8 +64,16 @@ class SyntheticEngine:
 
 
 def build_cache(config: CacheConfig) -> SWARadixCache:
-    """A fresh SWA radix cache with events on, sized by ``config``."""
+    """A fresh SWA radix cache with events on, sized by ``config``.
+
+    Raises ``SettingError`` for a CUDA device on a machine without one.
+    """
+    import torch
+
     from cache import SWAKVAllocator, SWARadixCache
+
+    if config.device.startswith("cuda") and not torch.cuda.is_available():
+        raise SettingError("--device", f"{config.device} requested but CUDA is not available")
 
     allocator = SWAKVAllocator(
         full_size=config.full_size,

@@ -55,8 +55,9 @@ def replica_families(views: StandardViews) -> list[Metric]:
         tombstones.add(stats.tombstones, source=source)
         diverged.add(0 if stats.diverged is None else 1, source=source)
         tree = views.replicas.get(source)
-        if tree is not None:
-            digest.add(1, source=source, digest=tree.state_digest())
+        held = None if tree is None else tree.state_digest()
+        if held is not None:
+            digest.add(1, source=source, digest=held)
         for name in CHURN_FIELDS:
             churn[name].add(getattr(stats.churn, name), source=source)
     return [blocks, tombstones, diverged, digest, *churn.values()]

@@ -34,7 +34,7 @@ def known_variables(command: str) -> set[str]:
     """The SWA_ES_* variables of every option of ``swa-es COMMAND``."""
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")  # argparse keeps them here
-    options = sub.choices[command]._actions  # type: ignore[union-attr,index]  # subparsers
+    options = sub.choices[command]._actions  # type: ignore[index]  # choices of a subparsers action
     names = {o.lstrip("-") for a in options for o in a.option_strings if o.startswith("--")}
     return {env_name(n) for n in names} | {
         env_name(a.dest) for a in options if not a.option_strings

@@ -150,14 +150,19 @@ class GroupCommitter:
         except Exception as exc:
             batch.error = exc
             self._failure = self._failure or exc
+        except BaseException as exc:
+            batch.error = exc
+            self._failure = self._failure or exc
+            batch.written.set()
+            batch.done.set()
+            raise
         else:
             self.committed_end = batch.first_offset + batch.records
             self.commits += 1
             self._others_were_waiting = batch.calls > 1
             self.wake()
-        finally:
-            batch.frames = []
-            batch.written.set()
+        batch.frames = []
+        batch.written.set()
         if self._last is not batch:
             # Let the next batch's leader hand its write to a thread before this batch's
             # appenders wake and run: the disk then stays busy while they refill.

@@ -83,7 +83,7 @@ def test_split_children_chain_to_the_right_parent(device: str) -> None:
 
 def test_removal_after_split_carries_each_parts_pages(device: str) -> None:
     """Removing the two halves of a split node names exactly each half's page hashes."""
-    cache = make_cache(device, window=1)
+    cache = make_cache(device, window=8)
     fill(cache, [1, 2, 3, 4])
     cache.match_prefix([1, 2, 7])  # splits [1,2,3,4] into [1,2] + [3,4]
     cache.take_events()

@@ -126,3 +126,4 @@ def test_tensor_keys_are_accepted(device: str) -> None:
     slots = fill(cache, [5, 6, 7])
     match = cache.match_prefix(torch.tensor([5, 6, 7, 8]))
     assert torch.equal(match.indices, slots)
+

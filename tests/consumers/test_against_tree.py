@@ -79,6 +79,19 @@ class _Workload:
         return self.request()
 
 
+def _check_matches(cache: SWARadixCache, index: PrefixIndex, workload: _Workload, seq: int) -> int:
+    """Compare three sampled queries; return how many the SWA rule cut short."""
+    swa_limited = 0
+    for _ in range(3):
+        query = workload.query()
+        expected_full = _held_tokens(cache, query)
+        found = index.match(query).get("w", PrefixMatch(0, 0))
+        usable = cache.match_prefix(query).indices.numel()
+        assert found == PrefixMatch(expected_full, usable), f"step {seq}, query {query}"
+        swa_limited += usable < expected_full
+    return swa_limited
+
+
 @pytest.mark.parametrize(("page_size", "window"), [(1, 4), (4, 6)])
 async def test_replica_and_prefix_index_agree_with_the_tree(
     device: str, page_size: int, window: int
@@ -108,13 +121,7 @@ async def test_replica_and_prefix_index_agree_with_the_tree(
         records.append(encode_batch(batch))
         replicas.apply(decode_batch(records[-1]))
         assert replicas["w"].state_digest() == digest, f"step {seq}"
-        for _ in range(3):
-            query = workload.query()
-            expected_full = _held_tokens(cache, query)
-            found = index.match(query).get("w", PrefixMatch(0, 0))
-            usable = cache.match_prefix(query).indices.numel()
-            assert found == PrefixMatch(expected_full, usable), f"step {seq}, query {query}"
-            swa_limited += usable < expected_full
+        swa_limited += _check_matches(cache, index, workload, seq)
 
     assert swa_limited >= 5  # the workload really exercised the SWA rule
 

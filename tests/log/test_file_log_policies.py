@@ -32,14 +32,15 @@ async def test_always_syncs_every_append_call(tmp_path: Path) -> None:
 
 
 async def test_batch_shares_syncs_between_concurrent_appends(tmp_path: Path) -> None:
-    """Under batch, concurrent appends share commits: fewer syncs than appends."""
+    """Under batch, concurrent appends share commits (never more than batch_max_records
+    each): far fewer syncs than appends."""
     async with await FileLog.open(
         tmp_path, fsync="batch", batch_max_records=8, batch_max_delay_s=1.0
     ) as log:
         await _concurrent_appends(log, tasks=8, per_task=8)
         assert log.stats.records == 64
         assert log.stats.syncs == log.commits
-        assert log.commits == 8
+        assert 8 <= log.commits <= 16
         assert len(await read_all(log)) == 64
 
 

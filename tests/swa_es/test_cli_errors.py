@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 
 from swa_es.cli import EXIT_FAILED, EXIT_USAGE, main
 from tests.compose.services import STARTUP_TIMEOUT_S, serve_service, swa_es_command
@@ -94,3 +95,13 @@ def test_a_locked_file_log_is_reported(tmp_path: Path, capsys: pytest.CaptureFix
         assert "locked" in line and str(tmp_path / "log") in line, line
     finally:
         holder.close()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_without_a_gpu_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Asking for --device cuda where there is none: one line naming --device, exit 2."""
+    argv = ["serve", "--log", str(tmp_path / "log"), "--device", "cuda", "--requests", "1"]
+    assert main(argv) == EXIT_USAGE
+    assert "--device: cuda requested but CUDA is not available" in one_line(capsys.readouterr().err)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -28,7 +29,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, SyntheticEng
     return directory, twin
 
 
-def last_json(text: str) -> dict[str, object]:
+def last_json(text: str) -> dict[str, Any]:
     """The last JSON line of a command's output."""
     value = orjson.loads(text.strip().splitlines()[-1])
     assert isinstance(value, dict)
@@ -41,15 +42,15 @@ def test_route_answers_what_the_primary_would_match(
     """For a system prompt plus a suffix, route reports the primary's own match lengths."""
     directory, twin = served
     capsys.readouterr()
-    workload_prompt = twin._workload.system_prompts[0]  # the most popular system prompt
+    workload_prompt = twin.workload.system_prompts[0]  # the most popular system prompt
     tokens = [*workload_prompt, 1, 2, 3]
     expected_swa = len(twin.cache.match_prefix(tokens).indices)
     text = ",".join(map(str, tokens))
     assert main(["route", str(directory / "log"), "--tokens", text]) == 0
     answer = last_json(capsys.readouterr().out)
-    match = answer["sources"]["worker-0"]  # type: ignore[index]  # JSON
-    assert match["swa_tokens"] == expected_swa  # type: ignore[index]  # JSON
-    assert match["full_tokens"] >= expected_swa > 0  # type: ignore[index,operator]  # JSON
+    match = answer["sources"]["worker-0"]
+    assert match["swa_tokens"] == expected_swa
+    assert match["full_tokens"] >= expected_swa > 0
     assert answer["best"] == "worker-0"
 
 
@@ -74,7 +75,7 @@ def test_snapshot_then_restore_rebuilds_the_primary(
     capsys.readouterr()
     assert main(["snapshot", str(directory / "log"), "--snapshots", str(snapshots)]) == 0
     written = last_json(capsys.readouterr().out)
-    assert written["sources"]["worker-0"]["digest"] == twin.cache.state_digest()  # type: ignore[index]  # JSON
+    assert written["sources"]["worker-0"]["digest"] == twin.cache.state_digest()
     assert main(["restore", str(directory / "log"), "--snapshots", str(snapshots)]) == 0
     restored = last_json(capsys.readouterr().out)
     assert restored["snapshot"] == written["snapshot"]
@@ -91,5 +92,5 @@ def test_restore_without_snapshots_replays_everything(
     assert main(["restore", str(directory / "log"), "--snapshots", str(tmp_path)]) == 0
     restored = last_json(capsys.readouterr().out)
     assert restored["snapshot"] is None
-    assert restored["records_replayed"] > 0  # type: ignore[operator]  # JSON
-    assert restored["sources"]["worker-0"]["digest"] == twin.cache.state_digest()  # type: ignore[index]  # JSON
+    assert restored["records_replayed"] > 0
+    assert restored["sources"]["worker-0"]["digest"] == twin.cache.state_digest()

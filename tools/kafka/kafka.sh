@@ -164,8 +164,10 @@ format_node() {
     local port=$1 node=$2 cid=$3 cp=$4 dir
     dir="$(node_dir "$port" "$node")"
     [ -f "$dir/data/meta.properties" ] && return 0
+    local cds_opts=""
+    [ -f "$cds_archive" ] && cds_opts="-XX:SharedArchiveFile=$cds_archive -Xlog:cds=off"
     # shellcheck disable=SC2086
-    "$java_bin" $jvm_opts -Xmx256m -XX:TieredStopAtLevel=1 \
+    "$java_bin" $jvm_opts $cds_opts -Xmx256m -XX:TieredStopAtLevel=1 \
         -Dlog4j2.configurationFile="$here/log4j2-tools.properties" -cp "$cp" \
         kafka.tools.StorageTool format -t "$cid" -c "$dir/server.properties" \
         >"$dir/format.log" 2>&1 || { cat "$dir/format.log" >&2; die "formatting node $node failed"; }
