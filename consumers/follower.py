@@ -226,13 +226,16 @@ class Follower:
         self.metrics.lag_records = self._lag_to(end)
         return self.metrics.records_read - before
 
-    async def _refresh_lag_forever(self) -> None:
+    async def _tick_forever(self) -> None:
+        """While following: refresh the lag, and take a due snapshot even when the log is idle."""
         while True:
             await anyio.sleep(self._lag_refresh_s)
             try:
                 await self.refresh_lag()
             except LogUnavailableError as exc:
                 logger.warning("cannot read the log's end for the lag metric: %s", exc)
+            if self._snapshot_due():
+                await self.snapshot()
 
     async def run(
         self, follow: bool = True, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -246,7 +249,7 @@ class Follower:
             await self.catch_up()
             return
         async with anyio.create_task_group() as tasks:
-            tasks.start_soon(self._refresh_lag_forever)
+            tasks.start_soon(self._tick_forever)
             task_status.started()
             await self._read(follow=True, progress=None)
             tasks.cancel_scope.cancel()

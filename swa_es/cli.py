@@ -66,7 +66,8 @@ def _add_demo(sub: Any) -> None:
         "demo",
         help="simulated workers + follower, verified (the first command)",
         description="Run W simulated serving workers publishing to a log, a "
-        "follower beside them, a live view, and verify replica == primary.",
+        "follower beside them, a live view, and verify replica == primary (exit 1 if not). "
+        "Each run starts from an empty DATA/log and DATA/snapshots.",
     )
     _option(p, "data", "data directory (default: the user cache dir)", metavar="DIR")
     _option(p, "log", "log URL instead of DATA/log, e.g. kafka://localhost:9092/demo")

@@ -71,6 +71,33 @@ def verify(workers: list[DemoWorker], views: StandardViews) -> list[Verdict]:
     return verdicts
 
 
+def sample_prompts(workers: list[DemoWorker], per_worker: int = 4) -> list[list[int]]:
+    """Prompts to route: each worker's most popular system prompts plus a new turn."""
+    prompts: list[list[int]] = []
+    for worker in workers:
+        turn = [7 + len(prompts)] * (2 * worker.engine.cache.page_size + 1)
+        prompts.extend(p + turn for p in worker.engine.workload.system_prompts[:per_worker])
+    return prompts
+
+
+def route_agreement(workers: list[DemoWorker], views: StandardViews) -> tuple[int, int]:
+    """(prompts on which the prefix index matched every worker's own cache, prompts asked).
+
+    ``match_prefix`` only touches recency and may split nodes; neither changes any block, so
+    this runs after the digests were compared and changes none of them.
+    """
+    prompts = sample_prompts(workers)
+    agreed = 0
+    for tokens in prompts:
+        answers = views.prefix.match(tokens)
+        agreed += all(
+            (answers[w.source].swa_tokens if w.source in answers else 0)
+            == len(w.engine.cache.match_prefix(tokens).indices)
+            for w in workers
+        )
+    return agreed, len(prompts)
+
+
 class Demo:
     """One run of the demo; ``run()`` returns whether every replica matched."""
 
@@ -177,7 +204,29 @@ class Demo:
             verdicts = verify(self.workers, self.views)
             self._report(verdicts)
             restored_ok = await self._check_restore(log)
-        return all(v.ok for v in verdicts) and restored_ok
+            routed_ok = self._check_routing()
+        return all(v.ok for v in verdicts) and restored_ok and routed_ok
+
+    def _check_routing(self) -> bool:
+        """The prefix index answers what each worker's own ``match_prefix`` returns."""
+        agreed, asked = route_agreement(self.workers, self.views)
+        first = self.views.prefix.match(sample_prompts(self.workers)[0])
+        example = ", ".join(
+            f"{source} {m.swa_tokens} usable / {m.full_tokens} cached"
+            for source, m in sorted(first.items())
+        )
+        self.console.print(
+            f"route: most popular system prompt + a new turn -> {example or 'nothing cached'}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        self.console.print(
+            f"route: the prefix index agrees with every worker's match_prefix on {agreed} of "
+            f"{asked} sampled prompts: {'yes' if agreed == asked else 'NO'}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        return agreed == asked
 
     async def _check_restore(self, log: EventLog) -> bool:
         """Restore a fresh follower from the newest snapshot the live one wrote (one is written

@@ -105,9 +105,19 @@ class KafkaWriter:
             raise
 
     async def close(self) -> None:
-        """Flush what is buffered and disconnect; later appends raise ``LogClosedError``."""
+        """Flush what is buffered and disconnect; later appends raise ``LogClosedError``.
+
+        Waits at most ``request_timeout_s`` for unacknowledged records (whose appends are still
+        waiting), so closing never hangs on an unreachable cluster."""
         self._closed = True
-        await self._producer.stop()
+        with anyio.move_on_after(self._options.request_timeout_s) as flushing:
+            await self._producer.stop()
+        if flushing.cancelled_caught:
+            logger.warning(
+                "%s: unacknowledged records not flushed within %gs; closed without them",
+                self._where,
+                self._options.request_timeout_s,
+            )
 
     def _check_usable(self) -> None:
         if self._closed:

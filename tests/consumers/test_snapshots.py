@@ -228,3 +228,25 @@ async def test_file_log_retention_keeps_what_the_oldest_snapshot_needs(tmp_path:
         late, _, _, _ = _follower(log, None)
         await late.catch_up()  # from where retention left the start: mid-epoch, so unknown
         assert "w" in late.diverged()
+
+
+async def test_a_following_follower_snapshots_on_time_even_when_idle(
+    event_log: EventLog, tmp_path: Path
+) -> None:
+    """run(follow=True) writes the time-based snapshot although no record arrives after it."""
+    model = PrimaryModel("w")
+    await _write_stream(event_log, model, 3)
+    store = SnapshotStore(tmp_path)
+    replicas = ReplicaSet()
+    follower = Follower(
+        event_log, [replicas], snapshots=store, snapshot_every_s=0.05, lag_refresh_s=0.01
+    )
+    async with anyio.create_task_group() as tasks:
+        await tasks.start(follower.run)
+        with anyio.fail_after(10):
+            # the follower exposes no snapshot event; poll its counter, bounded by fail_after
+            while follower.metrics.snapshots_written == 0:  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+        tasks.cancel_scope.cancel()
+    infos = await store.infos()
+    assert infos[-1].position == Position.of({0: 4})

@@ -32,6 +32,8 @@ def assert_verified(result: subprocess.CompletedProcess[str], workers: int) -> N
         assert line.endswith(": yes"), line
     assert "restore: a fresh follower" in result.stdout
     assert "digests match: yes" in result.stdout
+    assert "route: the prefix index agrees" in result.stdout
+    assert "sampled prompts: yes" in result.stdout
     assert "verified: all replicas equal their primaries" in result.stdout
 
 

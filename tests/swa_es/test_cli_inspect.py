@@ -92,14 +92,19 @@ def test_key_that_is_not_the_source_is_bad(
     assert "record key 'worker-x'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "options",
+    [{"segment_bytes": 64}, {}],
+    ids=["sealed-segment", "inside-the-last-segment"],
+)
 def test_corrupt_log_reports_the_position_and_exits_1(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], options: dict[str, object]
 ) -> None:
-    """A flipped byte in a sealed record: earlier batches printed, position reported, exit 1."""
+    """A flipped byte in an old record: earlier batches printed, position reported, exit 1."""
     records = good_records()
     marker = b"CORRUPT-ME"
     records.insert(2, ("worker-a", marker))
-    write_log(tmp_path, records, segment_bytes=64)  # one record per segment: offset 2 is sealed
+    write_log(tmp_path, records, **options)  # segment_bytes=64: one record per segment
     segment = next(p for p in tmp_path.glob("*.log") if marker in p.read_bytes())
     data = bytearray(segment.read_bytes())
     data[data.index(marker)] ^= 0xFF

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -132,3 +137,21 @@ def test_index_tensors_live_on_the_cache_device(device: str) -> None:
     indices = worker.cache.match_prefix(request.prompt_ids).indices
     assert indices.dtype == torch.int64
     assert indices.device.type == torch.device(device).type
+
+
+@pytest.mark.slow  # a subprocess that imports torch: about 30 s on a loaded 2-core machine
+def test_the_cache_benchmark_runs_and_reports_ratios(tmp_path: Path) -> None:
+    """bench/cache_bench.py (ours only) prints JSON with per-run samples, medians and ratios."""
+    script = Path(__file__).resolve().parents[2] / "bench" / "cache_bench.py"
+    argv = ["--no-sglang", "--requests", "20", "--repeat", "2", "--page-sizes", "1,16", "--json"]
+    done = subprocess.run(
+        [sys.executable, str(script), *argv], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    samples = report["samples"]
+    assert len(samples) == 2 * 2 * 2  # repeats x page sizes x events on/off
+    assert {s["impl"] for s in samples} == {"ours"}
+    assert all((s["events_taken"] > 0) == s["events"] for s in samples)
+    assert all(s["requests_per_s"] > 0 for s in samples)
+    assert set(report["ratios"]) == {"ours_on_off_overhead_p1", "ours_on_off_overhead_p16"}

@@ -31,7 +31,7 @@ async def wait_ready(bootstrap: str, brokers: int, timeout_s: float) -> bool:
         try:
             if await brokers_seen(bootstrap) >= brokers:
                 return True
-        except Exception as error:  # noqa: BLE001 - any failure means "not ready yet"
+        except Exception as error:  # any failure means "not ready yet"
             print(f"probe: not ready yet: {error!r}", file=sys.stderr)
         await asyncio.sleep(0.5)
     return False

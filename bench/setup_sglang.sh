@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Make bench/.venv-sglang: sglang 0.5.16's SWARadixCache importable on the CPU, for the
+# side-by-side baseline of bench/cache_bench.py (which runs bench/sglang_adapter.py in it).
+#
+# Recipe (found by trial: import, install what is missing, repeat):
+#   * a venv from the same base interpreter as the project's .venv (Python 3.11);
+#   * pip install --no-deps sglang==0.5.16 plus the pure import-time packages below, pinned to
+#     the versions tested (sglang's own pins where it has them: transformers 5.12.1,
+#     huggingface_hub < 2, tokenizers <= 0.23.0);
+#   * torch is NOT installed here: a .pth file appends the project venv's site-packages (its
+#     torch, 2.15 on PyPI) and the repository root (swa_es.workload) to sys.path, after this
+#     venv's own packages. sglang pins torch 2.11, but the tree and allocator code it runs here
+#     is plain torch tensor indexing.
+# Idempotent: exits at once when the venv already imports everything.
+# Usage: bench/setup_sglang.sh [VENV_DIR]   (default bench/.venv-sglang)
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+VENV=${1:-$ROOT/bench/.venv-sglang}
+MAIN=$ROOT/.venv
+PROBE='from sglang.srt.mem_cache.swa_radix_cache import SWARadixCache
+from sglang.srt.mem_cache.allocator.swa import SWATokenToKVPoolAllocator
+from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
+import swa_es.workload'
+
+PACKAGES=(
+  sglang==0.5.16
+  aiohappyeyeballs==2.7.1 aiohttp==3.14.5 aiosignal==1.4.0 annotated-types==0.8.0
+  apache-tvm-ffi==0.1.15.post2 attrs==26.1.0 certifi==2026.10.19.post1
+  compressed-tensors==0.20.1 dill==0.4.1 einops==0.8.2 frozenlist==1.8.0 gguf==0.19.0
+  h11==0.16.0 httpcore==1.0.9 httpx==0.29.0 httpx2==2.16.2 huggingface_hub==1.33.0
+  ipython==9.18.1 loguru==0.7.3 msgspec==0.23.0 multidict==7.2.1 openai==3.57.0
+  partial-json-parser==0.2.1.1.post7 pillow==13.0.0 propcache==0.5.4 psutil==7.2.2
+  pybase64==1.5.1 pydantic==2.14.4 pydantic_core==2.50.5 pyzmq==27.3.0 regex==2026.11.19
+  requests==2.34.2 safetensors==0.8.0 sentencepiece==0.2.3 sniffio==1.3.1 starlette==1.10.0
+  tokenizers==0.22.2 torchvision==0.29.2 tqdm==4.70.1 traitlets==5.16.1 transformers==5.12.1
+  truststore==0.10.5 typing-inspection==0.4.5 urllib3==2.8.0 xgrammar==0.2.9 yarl==1.25.1
+)
+
+probe() { "$VENV/bin/python" -W ignore -c "$PROBE" >/dev/null 2>&1; }
+
+if [ ! -x "$MAIN/bin/python" ]; then
+  echo "setup_sglang: $MAIN missing; set up the project venv first (see README)" >&2
+  exit 1
+fi
+if [ -x "$VENV/bin/python" ] && probe; then
+  echo "setup_sglang: $VENV already imports sglang 0.5.16's SWARadixCache"
+  exit 0
+fi
+
+BASE_PY=$("$MAIN/bin/python" -c 'import sys; print(sys._base_executable)')
+"$BASE_PY" -m venv "$VENV"
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps "${PACKAGES[@]}"
+
+SITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+MAIN_SITE=$("$MAIN/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+printf '%s\n%s\n' "$MAIN_SITE" "$ROOT" > "$SITE/zz_swa_es_main_venv.pth"
+
+if ! probe; then
+  echo "setup_sglang: the new venv still cannot import sglang's SWARadixCache:" >&2
+  "$VENV/bin/python" -W ignore -c "$PROBE" 2>&1 | tail -5 >&2
+  exit 1
+fi
+echo "setup_sglang: $VENV ready"
