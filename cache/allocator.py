@@ -34,7 +34,8 @@ class SWAKVAllocator:
             if size < 0 or size % page_size:
                 raise ValueError(f"{name}={size} must be a non-negative multiple of {page_size=}")
         self._page_size = page_size
-        self._device = torch.device(device)
+        # Resolved through a tensor so "cuda" becomes "cuda:0" and compares equal to tensors'.
+        self._device = torch.empty(0, device=device).device
         self._full = PagePool(full_size // page_size, page_size, self._device)
         self._swa = PagePool(swa_size // page_size, page_size, self._device)
         self._full_size = full_size

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 
 import torch
@@ -10,8 +11,7 @@ import torch
 def aligned_tokens(token_ids: Sequence[int] | torch.Tensor, page_size: int) -> tuple[int, ...]:
     """``token_ids`` as a tuple cut to a whole number of pages.
 
-    Ids are not checked one by one here (that would be a Python loop per token); hashing
-    rejects ids outside ``[0, 2**32)`` when events are on.
+    Ids are not checked here; ``insert`` checks what it stores with ``check_token_ids``.
     """
     if isinstance(token_ids, torch.Tensor):
         token_ids = token_ids.tolist()
@@ -19,6 +19,14 @@ def aligned_tokens(token_ids: Sequence[int] | torch.Tensor, page_size: int) -> t
     if type(token_ids) is tuple and whole == len(token_ids):
         return token_ids
     return tuple(token_ids[:whole])
+
+
+def check_token_ids(tokens: tuple[int, ...]) -> None:
+    """Raise ValueError unless every id is an int in ``[0, 2**32)`` (one C-level pass)."""
+    try:
+        array("I", tokens)
+    except (OverflowError, TypeError) as exc:
+        raise ValueError(f"token ids must be ints in [0, 2**32): {exc}") from exc
 
 
 def shared_length(

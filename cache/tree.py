@@ -32,7 +32,7 @@ from cache.allocator import SWAKVAllocator
 from cache.events import Event, format_digest
 from cache.eviction import evict
 from cache.insertion import insert
-from cache.keys import aligned_tokens
+from cache.keys import aligned_tokens, check_token_ids
 from cache.locking import dec_lock_ref, inc_lock_ref
 from cache.matching import match_prefix
 from cache.node import TreeNode
@@ -125,8 +125,14 @@ class SWARadixCache:
         """
         state = self._state
         key = aligned_tokens(token_ids, state.page_size)
-        if value.numel() != len(token_ids):
-            raise ValueError(f"insert: {value.numel()} slots for {len(token_ids)} tokens")
+        if value.numel() != len(token_ids) or value.dim() != 1:
+            raise ValueError(f"insert: {tuple(value.shape)} slots for {len(token_ids)} tokens")
+        if value.dtype != torch.int64 or value.device != self._allocator.device:
+            raise ValueError(
+                f"insert: value must be int64 on {self._allocator.device}, "
+                f"got {value.dtype} on {value.device}"
+            )
+        check_token_ids(key)
         if prev_prefix_len < 0 or prev_prefix_len % state.page_size or prev_prefix_len > len(key):
             raise ValueError(
                 f"insert: prev_prefix_len={prev_prefix_len} must be a page-aligned length within "

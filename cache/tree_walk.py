@@ -31,17 +31,24 @@ class NodeBlocks:
 
 
 def walk_blocks(
-    roots: Iterable[tuple[str | None, TreeNode]], page_size: int
+    roots: Iterable[tuple[str | None, TreeNode]], page_size: int, *, reuse_stored: bool = False
 ) -> Iterator[NodeBlocks]:
-    """Every non-root node, parents before children, with freshly computed hashes."""
+    """Every non-root node, parents before children, with its hashes.
+
+    Hashes are recomputed from the tokens, or with ``reuse_stored`` taken from what the
+    recording sink stored on the node where it did (events on).
+    """
     for extra_key, root in roots:
         stack: list[tuple[TreeNode, bytes, int | None]] = [
             (child, namespace_prior(extra_key), None) for child in root._children.values()
         ]
         while stack:
             node, prior, parent_hash = stack.pop()
-            digests = chain_page_digests(prior, node._token_ids, page_size)
-            hashes = block_hashes_of(digests)
+            if reuse_stored and node.hashes:
+                digests, hashes = node.digests, node.hashes
+            else:
+                digests = chain_page_digests(prior, node._token_ids, page_size)
+                hashes = block_hashes_of(digests)
             yield NodeBlocks(node, hashes, parent_hash)
             stack.extend((child, digests[-1], hashes[-1]) for child in node._children.values())
 
@@ -50,7 +57,7 @@ def snapshot_events(roots: Iterable[tuple[str | None, TreeNode]], page_size: int
     """The tree as events: BlockStored per page (parents first), then BlockSWAEvicted."""
     stored: list[Event] = []
     tombstones: list[Event] = []
-    for item in walk_blocks(roots, page_size):
+    for item in walk_blocks(roots, page_size, reuse_stored=True):
         tokens = item.node._token_ids
         parents = [item.parent_hash, *item.hashes[:-1]]
         for i, (h, p) in enumerate(zip(item.hashes, parents, strict=True)):

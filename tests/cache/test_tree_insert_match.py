@@ -127,3 +127,23 @@ def test_tensor_keys_are_accepted(device: str) -> None:
     match = cache.match_prefix(torch.tensor([5, 6, 7, 8]))
     assert torch.equal(match.indices, slots)
 
+
+@pytest.mark.parametrize("bad", [[1, -1], [1, 2**32], [1, "x"]])
+def test_bad_token_ids_are_rejected_before_any_change(device: str, bad: list[object]) -> None:
+    """Ids outside [0, 2**32) or not ints raise ValueError and leave tree and pools untouched."""
+    cache = make_cache(device, window=2, full_size=8, swa_size=8)
+    fresh = cache.allocator.alloc(2)
+    assert fresh is not None
+    with pytest.raises(ValueError, match="token ids"):
+        cache.insert(bad, fresh)  # type: ignore[arg-type]  # deliberately wrong
+    assert cache.total_size() == (0, 0) and cache.take_events() == []
+    cache.sanity_check(caller_held_full=2, caller_held_swa=2)
+
+
+def test_value_of_the_wrong_kind_is_rejected(device: str) -> None:
+    """A value tensor of another dtype or shape raises ValueError naming what was expected."""
+    cache = make_cache(device, window=2, full_size=8, swa_size=8)
+    with pytest.raises(ValueError, match="int64"):
+        cache.insert([1, 2], torch.tensor([1, 2], dtype=torch.int32, device=device))
+    with pytest.raises(ValueError, match="slots for"):
+        cache.insert([1, 2], torch.tensor([[1, 2]], device=device))

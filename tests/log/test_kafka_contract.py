@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from log import EventLog, Position, open_log
-from tests.fixtures.kafka import factory_for, fresh_topic
+from tests.fixtures.kafka import close_all, factory_for, fresh_topic
 from tests.log.contract import LogContract, LogFactory, read_all
 
 pytestmark = pytest.mark.kafka
@@ -27,8 +27,7 @@ async def _contract_factory(
         return await make(topic=f"{base}-{next(counter)}", **options)
 
     yield factory
-    for log in opened:
-        await log.close()
+    await close_all(opened)
 
 
 class TestKafkaLogContract(LogContract):
@@ -65,7 +64,6 @@ class TestTransactionalKafkaLogContract(LogContract):
         """A fresh topic and a fresh transactional id per call."""
         ids = itertools.count()
         base = fresh_topic(request)
-
         make, opened = factory_for(kafka_bootstrap, request)
 
         async def factory() -> EventLog:
@@ -73,8 +71,7 @@ class TestTransactionalKafkaLogContract(LogContract):
             return await make(topic=f"{base}-{n}", transactional_id=f"{base}-writer-{n}")
 
         yield factory
-        for log in opened:
-            await log.close()
+        await close_all(opened)
 
     # Each transaction ends with a commit marker that takes one offset, so "the next record
     # lands at last + 1" becomes "at last + 2" here; these two tests say so instead.

@@ -13,7 +13,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from log import LogError, Record
 from log.kafka import KafkaLog
-from tests.fixtures.kafka import LocalKafka, factory_for
+from tests.fixtures.kafka import LocalKafka, close_all, factory_for
 
 pytestmark = pytest.mark.kafka
 
@@ -128,8 +128,7 @@ async def test_stalled_broker_retries_add_no_duplicates(
             "the stall did not make the producer retry; the test proved nothing"
         )
     finally:
-        for opened_log in opened:
-            await opened_log.close()
+        await close_all(opened)
 
 
 async def test_broker_restart_mid_stream_loses_nothing_acknowledged(
@@ -157,8 +156,7 @@ async def test_broker_restart_mid_stream_loses_nothing_acknowledged(
         check_nothing_lost_or_doubled(load, records)
         assert load.progress >= killed_at + 400
     finally:
-        for opened_log in opened:
-            await opened_log.close()
+        await close_all(opened)
 
 
 async def leader_of(bootstrap: str, topic: str, partition: int) -> int:
@@ -201,8 +199,7 @@ async def test_killing_the_partition_leader_under_load_loses_nothing(
         assert load.failed == []
         assert await leader_of(kafka_cluster3.bootstrap, log.topic, busy) != victim
     finally:
-        for opened_log in opened:
-            await opened_log.close()
+        await close_all(opened)
         if victim is not None:
             node = kafka_cluster3.node_of(victim)
             await anyio.to_thread.run_sync(kafka_cluster3.start_node, node)
