@@ -5,7 +5,9 @@ Every request does match → lock → alloc (evicting full/SWA tokens when short
 each page size asked for. Ours runs with events on and off; sglang's runs in its own venv
 (``bench/setup_sglang.sh``) as a subprocess speaking JSON lines (``bench/sglang_adapter.py``),
 on the CPU, fed the same request stream (same seed). Repetitions are interleaved (ours, sglang,
-ours, sglang, ...) and medians reported, because the machine is shared and noisy.
+ours, sglang, ...) and medians reported, because the machine is shared and noisy. Rates are
+taken by two clocks: wall time, and the measuring process's CPU time, which other load on a
+shared machine disturbs far less; ratios use CPU time on cpu (``--clock`` to choose).
 
     .venv/bin/python bench/cache_bench.py --requests 2000 --repeat 3
 """
@@ -49,9 +51,16 @@ class Sample:
     events: bool
     requests_per_s: float
     elapsed_s: float
+    cpu_s: float
     events_taken: int
     matched_tokens: int
     prompt_tokens: int
+    requests: int
+
+    @property
+    def requests_per_cpu_s(self) -> float:
+        """Requests per second of the measuring process's CPU time (all its threads)."""
+        return self.requests / self.cpu_s if self.cpu_s > 0 else math.inf
 
 
 def _freeze_heap() -> None:
@@ -75,7 +84,7 @@ def measure_ours(requests: list[ChatRequest], page_size: int, events: bool, devi
     worker = CacheWorker(cache)
     taken = matched = 0
     _freeze_heap()
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), time.process_time()
     for request in requests:
         matched += worker.serve(request).matched_tokens
         taken += len(cache.take_events())
@@ -83,17 +92,20 @@ def measure_ours(requests: list[ChatRequest], page_size: int, events: bool, devi
         import torch
 
         torch.cuda.synchronize()
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - start_cpu
     gc.unfreeze()
+    cache.sanity_check(caller_held_full=0, caller_held_swa=0)  # untimed: the run was valid
     return Sample(
         impl="ours",
         page_size=page_size,
         events=events,
         requests_per_s=len(requests) / elapsed if elapsed > 0 else math.inf,
         elapsed_s=elapsed,
+        cpu_s=cpu,
         events_taken=taken,
         matched_tokens=matched,
         prompt_tokens=sum(len(r.prompt_ids) for r in requests),
+        requests=len(requests),
     )
 
 
@@ -128,9 +140,11 @@ class SglangProcess:
             events=events,
             requests_per_s=float(reply["requests_per_s"]),
             elapsed_s=float(reply["elapsed_s"]),
+            cpu_s=float(reply["cpu_s"]),
             events_taken=int(reply["events"]),
             matched_tokens=int(reply["matched_tokens"]),
             prompt_tokens=int(reply["prompt_tokens"]),
+            requests=requests,
         )
 
     def close(self) -> None:
@@ -196,22 +210,29 @@ def _progress(sample: Sample, rep: int) -> None:
     state = "on" if sample.events else "off"
     print(
         f"  rep {rep}: {sample.impl:6} page {sample.page_size:2} events {state:3} "
-        f"{sample.requests_per_s:9.1f} req/s",
+        f"{sample.requests_per_s:9.1f} req/s wall {sample.requests_per_cpu_s:9.1f} req/CPU-s",
         file=sys.stderr,
         flush=True,
     )
 
 
-def summarize(samples: list[Sample], page_sizes: list[int]) -> dict[str, Any]:
-    """Medians per configuration and the target ratios."""
-    medians: dict[str, float] = {}
+def _rate(sample: Sample, clock: str) -> float:
+    return sample.requests_per_s if clock == "wall" else sample.requests_per_cpu_s
+
+
+def _groups(samples: list[Sample]) -> dict[tuple[str, int, bool], list[Sample]]:
+    groups: dict[tuple[str, int, bool], list[Sample]] = {}
     for s in samples:
-        key = _key(s.impl, s.page_size, s.events)
-        medians[key] = statistics.median(
-            x.requests_per_s
-            for x in samples
-            if (x.impl, x.page_size, x.events) == (s.impl, s.page_size, s.events)
-        )
+        groups.setdefault((s.impl, s.page_size, s.events), []).append(s)
+    return groups
+
+
+def summarize(samples: list[Sample], page_sizes: list[int], clock: str) -> dict[str, Any]:
+    """Medians per configuration (by ``clock``: wall or process CPU time) and the target ratios."""
+    medians = {
+        _key(*ident): statistics.median(_rate(s, clock) for s in runs)
+        for ident, runs in _groups(samples).items()
+    }
     ratios: dict[str, dict[str, Any]] = {}
     for page in page_sizes:
         on, off = medians[_key("ours", page, True)], medians[_key("ours", page, False)]
@@ -223,7 +244,7 @@ def summarize(samples: list[Sample], page_sizes: list[int]) -> dict[str, Any]:
             ratios[f"ours_on_vs_sglang_on_p{page}"] = _ratio(on, sg_on, target, True)
             ratios[f"ours_off_vs_sglang_off_p{page}"] = _ratio(off, sg_off, None, True)
             ratios[f"sglang_on_off_overhead_p{page}"] = _ratio(sg_off, sg_on, None, False)
-    return {"medians_req_per_s": medians, "ratios": ratios}
+    return {"clock": clock, "medians_req_per_s": medians, "ratios": ratios}
 
 
 def _key(impl: str, page: int, events: bool) -> str:
@@ -237,25 +258,27 @@ def _ratio(num: float, den: float, target: float | None, at_least: bool) -> dict
 
 
 def print_table(samples: list[Sample], summary: dict[str, Any], args: argparse.Namespace) -> None:
-    """The human-readable table and the ratios."""
+    """The human-readable table (medians by both clocks, min..max by the chosen one) and ratios."""
+    clock = summary["clock"]
     print(
         f"chat workload: {args.requests} requests, seed {args.seed}, full {FULL_SIZE} / "
         f"SWA {SWA_SIZE} slots, window {WINDOW}, ours on {args.device}, sglang on cpu, "
-        f"median of {args.repeat}"
+        f"median of {args.repeat}; ratios by {clock} clock"
     )
-    print(f"{'impl':8}{'page':>5}{'events':>8}{'req/s':>11}{'min':>10}{'max':>10}{'hit %':>8}")
-    seen: set[tuple[str, int, bool]] = set()
-    for s in samples:
-        ident = (s.impl, s.page_size, s.events)
-        if ident in seen:
-            continue
-        seen.add(ident)
-        runs = [x for x in samples if (x.impl, x.page_size, x.events) == ident]
-        rates = [x.requests_per_s for x in runs]
-        hit = 100.0 * s.matched_tokens / s.prompt_tokens if s.prompt_tokens else 0.0
+    print(
+        f"{'impl':8}{'page':>5}{'events':>8}{'req/s wall':>12}{'req/CPU-s':>11}"
+        f"{'min':>9}{'max':>9}{'events/req':>12}{'hit %':>7}"
+    )
+    for (impl, page, events), runs in _groups(samples).items():
+        rates = [_rate(s, clock) for s in runs]
+        first = runs[0]
+        hit = 100.0 * first.matched_tokens / first.prompt_tokens if first.prompt_tokens else 0.0
         print(
-            f"{s.impl:8}{s.page_size:>5}{'on' if s.events else 'off':>8}"
-            f"{statistics.median(rates):>11.1f}{min(rates):>10.1f}{max(rates):>10.1f}{hit:>8.1f}"
+            f"{impl:8}{page:>5}{'on' if events else 'off':>8}"
+            f"{statistics.median(s.requests_per_s for s in runs):>12.1f}"
+            f"{statistics.median(s.requests_per_cpu_s for s in runs):>11.1f}"
+            f"{min(rates):>9.1f}{max(rates):>9.1f}"
+            f"{first.events_taken / args.requests:>12.1f}{hit:>7.1f}"
         )
     for name, r in summary["ratios"].items():
         verdict = "" if r["met"] is None else ("  ok" if r["met"] else "  MISSED")
@@ -278,6 +301,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="comma-separated page sizes",
     )
     parser.add_argument("--no-sglang", action="store_true", help="measure only ours")
+    parser.add_argument(
+        "--clock",
+        choices=("cpu", "wall"),
+        default=None,
+        help="rates for medians and ratios: process CPU time (default on cpu: least disturbed "
+        "by other load on a shared machine) or wall time (default on cuda)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="workload seed (both sides)")
     parser.add_argument("--sglang-python", default=str(SGLANG_PYTHON), help="sglang venv python")
     args = parser.parse_args(argv)
@@ -290,7 +320,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print the table (or JSON)."""
     args = parse_args(argv)
     samples, sglang_version = run_all(args)
-    summary = summarize(samples, args.page_sizes)
+    clock = args.clock or ("wall" if args.device.startswith("cuda") else "cpu")
+    summary = summarize(samples, args.page_sizes, clock)
     if args.json:
         out = {
             "config": {
@@ -304,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
                 "window": WINDOW,
                 "sglang": sglang_version,
             },
-            "samples": [asdict(s) for s in samples],
+            "samples": [asdict(s) | {"requests_per_cpu_s": s.requests_per_cpu_s} for s in samples],
             **summary,
         }
         print(json.dumps(out, indent=2))

@@ -59,7 +59,11 @@ async def _kafkalog_seconds(bootstrap: str, record_bytes: int, count: int) -> fl
         async with anyio.create_task_group() as tasks:
             for w in range(WRITERS):
                 tasks.start_soon(writer, chunks[w::WRITERS])
-        return time.perf_counter() - started
+        seconds = time.perf_counter() - started
+        stored = (await log.end()).get(0)
+        if stored != count + 1:
+            raise RuntimeError(f"the topic holds {stored} records, not {count + 1}")
+        return seconds
 
 
 def _producer_performance_records_s(bootstrap: str, record_bytes: int, count: int) -> float:

@@ -75,6 +75,7 @@ class RunResult:
 
     requests_per_s: float
     elapsed_s: float
+    cpu_s: float
     events: int
     matched_tokens: int
     prompt_tokens: int
@@ -194,21 +195,33 @@ def measure(config: RunConfig) -> RunResult:
     worker = SglangWorker(cache, allocator, config.page_size)
     events = matched = 0
     _freeze_heap()
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), time.process_time()
     for prompt, output in requests:
         matched += worker.serve(prompt, output)
         events += len(cache.take_events())
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - start_cpu
     gc.unfreeze()
+    _check_accounting(cache, allocator, config)
     return RunResult(
         requests_per_s=len(requests) / elapsed if elapsed > 0 else math.inf,
         elapsed_s=elapsed,
+        cpu_s=cpu,
         events=events,
         matched_tokens=matched,
         prompt_tokens=sum(len(p) for p, _ in requests),
         full_evicted_tokens=worker.full_evicted,
         swa_evicted_tokens=worker.swa_evicted,
     )
+
+
+def _check_accounting(cache: Any, allocator: Any, config: RunConfig) -> None:
+    """After a run the driver holds no slot: free + tree-held equals each pool (untimed)."""
+    full_held, swa_held = cache.total_size()
+    full = allocator.full_available_size() + full_held
+    swa = allocator.swa_available_size() + swa_held
+    if (full, swa) != (config.full_size, config.swa_size):
+        raise RuntimeError(f"sglang pool accounting broke: {full} full / {swa} SWA slots")
+    cache.sanity_check()
 
 
 def _config_of(fields: dict[str, Any]) -> RunConfig:

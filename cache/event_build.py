@@ -9,8 +9,10 @@ test checks equality). Block hashes of many digests are unpacked with one struct
 from __future__ import annotations
 
 import struct
+from collections import deque
 from dataclasses import fields
 from functools import lru_cache
+from itertools import repeat
 from typing import Final
 
 from cache.events import MEDIUM_GPU, BlockStored
@@ -35,21 +37,25 @@ _set_hashes, _set_parent, _set_tokens, _set_size, _set_lora, _set_medium = (
 def build_stored(
     hashes: list[int], parents: list[int | None], tokens: tuple[int, ...], page_size: int
 ) -> list[BlockStored]:
-    """One ``BlockStored`` per page, equal to ``BlockStored((h,), parent, page, page_size)``."""
-    out: list[BlockStored] = []
-    append = out.append
-    start = 0
-    for h, parent in zip(hashes, parents, strict=True):
-        event = _new(BlockStored)
-        _set_hashes(event, (h,))
-        _set_parent(event, parent)
-        _set_tokens(event, tokens[start : start + page_size])
-        _set_size(event, page_size)
-        _set_lora(event, None)
-        _set_medium(event, MEDIUM_GPU)
-        append(event)
-        start += page_size
-    return out
+    """One ``BlockStored`` per page, equal to ``BlockStored((h,), parent, page, page_size)``.
+
+    Every step runs as ``map`` over C callables (instance creation, slot setters, ``zip`` for
+    the one-element hash tuples and the page tuples), so no Python bytecode runs per page.
+    """
+    count = len(hashes)
+    events: list[BlockStored] = list(map(_new, repeat(BlockStored, count)))
+    pages = zip(tokens) if page_size == 1 else zip(*[iter(tokens)] * page_size, strict=True)
+    columns = (
+        (_set_hashes, zip(hashes)),
+        (_set_parent, parents),
+        (_set_tokens, pages),
+        (_set_size, repeat(page_size, count)),
+        (_set_lora, repeat(None, count)),
+        (_set_medium, repeat(MEDIUM_GPU, count)),
+    )
+    for setter, values in columns:
+        deque(map(setter, events, values), maxlen=0)
+    return events
 
 
 @lru_cache(maxsize=64)

@@ -22,13 +22,17 @@ def _evict_full(state: TreeState, wanted: int) -> tuple[int, int]:
 
 
 def _evict_swa(state: TreeState, wanted: int) -> tuple[int, int]:
-    """Tombstone (internal, or locked leaf) or delete least recent SWA-unlocked nodes."""
+    """Tombstone internal, delete leaf, least recent SWA-unlocked nodes first.
+
+    A full-locked leaf is always its lock's own node, so it is SWA-locked too and never seen
+    here; no tombstoned leaf can therefore appear.
+    """
     full = swa = 0
     lru = state.swa_lru
     node = lru.oldest_unlocked(leaves_only=False)
     while swa < wanted and node is not None:
         after = lru.oldest_unlocked(leaves_only=False, before=node)
-        if node._children or node.full_lock_ref:
+        if node._children:
             swa += state.tombstone(node)
         else:
             freed_full, freed_swa, _ = state.delete_leaf(node)

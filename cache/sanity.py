@@ -43,7 +43,8 @@ def _check_node(state: TreeState, node: TreeNode) -> None:
     _require(node.full_lock_ref >= child_locks, f"{node!r}: fewer locks than its children")
     if node._tombstone:
         _require(node.swa_lock_ref == 0, f"{node!r}: an SWA-locked tombstone")
-        _require(bool(node._children) or node.full_lock_ref > 0, f"{node!r}: tombstone leaf")
+        # Stricter than "no unlocked tombstoned leaf": a locked leaf is SWA-locked, so never one.
+        _require(bool(node._children), f"{node!r}: a tombstoned leaf")
     _require(state.full_lru.contains(node), f"{node!r}: missing from the full LRU list")
     _require(state.swa_lru.contains(node) != node._tombstone, f"{node!r}: SWA LRU membership")
 

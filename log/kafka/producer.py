@@ -18,6 +18,8 @@ from typing import Any
 
 import anyio
 from aiokafka import AIOKafkaProducer
+from aiokafka import errors as kafka_errors
+from aiokafka.partitioner import murmur2
 
 from log.errors import LogClosedError, LogError, LogWriteError
 from log.kafka.admin import RECORD_OVERHEAD_BYTES
@@ -51,15 +53,60 @@ def _retrieve(future: asyncio.Future[Any]) -> None:
         future.exception()
 
 
-def _check_records(records: Sequence[tuple[str, bytes]]) -> list[tuple[bytes, bytes]]:
+def _check_records(
+    records: Sequence[tuple[str, bytes]], max_record_bytes: int, where: str
+) -> list[tuple[bytes, bytes]]:
     encoded = []
     for key, payload in records:
         if type(key) is not str:
             raise TypeError(f"key must be str, got {type(key).__name__}")
         if type(payload) is not bytes:
             raise TypeError(f"payload must be bytes, got {type(payload).__name__}")
-        encoded.append((key.encode(), payload))
+        key_bytes = key.encode()
+        if len(key_bytes) + len(payload) > max_record_bytes:
+            raise LogWriteError(
+                f"{where}: a record of {len(key_bytes) + len(payload)} bytes exceeds "
+                f"max_record_bytes={max_record_bytes}",
+                retriable=False,
+            )
+        encoded.append((key_bytes, payload))
     return encoded
+
+
+class _Outgoing:
+    """One record batch for one partition, and which of the caller's records it holds."""
+
+    def __init__(self, partition: int, producer: AIOKafkaProducer) -> None:
+        self.partition = partition
+        self.builder = producer.create_batch()
+        self.indices: list[int] = []
+        self.future: asyncio.Future[Any] | None = None
+
+    def add(self, index: int, key: bytes, payload: bytes) -> bool:
+        """Append one record; False when the batch is full (an empty batch takes any record)."""
+        if self.builder.append(key=key, value=payload, timestamp=None) is None:
+            return False
+        self.indices.append(index)
+        return True
+
+    def delivery(self) -> asyncio.Future[Any]:
+        """The future aiokafka resolves once the broker acknowledged this batch."""
+        assert self.future is not None, "batch not submitted"
+        return self.future
+
+    def place(self, metadata: Any, positions: list[Position | None], where: str) -> None:
+        """Write each record's position (base offset + its place in the batch) into
+        ``positions``."""
+        if metadata.offset < 0:
+            # Acknowledged as a duplicate of an earlier send after a long retry gap: stored,
+            # but the broker did not say where.
+            raise LogWriteError(
+                f"{where}: acknowledged without an offset (stored once, position unknown); "
+                "do not retry it",
+                retriable=False,
+            )
+        for place, index in enumerate(self.indices):
+            positions[index] = Position(((self.partition, metadata.offset + place),))
 
 
 @dataclass(eq=False, slots=True)
@@ -85,6 +132,7 @@ class KafkaWriter:
         self._commit_lock = anyio.Lock()
         self._fatal: LogError | None = None
         self._closed = False
+        self._partition_ids: list[int] | None = None
 
     @property
     def _where(self) -> str:
@@ -128,7 +176,7 @@ class KafkaWriter:
     async def append_batch(self, records: Sequence[tuple[str, bytes]]) -> list[Position]:
         """Append ``records`` in order; return each one's position once the broker acked all."""
         self._check_usable()
-        encoded = _check_records(records)
+        encoded = _check_records(records, self._options.max_record_bytes, self._where)
         if not encoded:
             return []
         if self._transactional:
@@ -150,26 +198,50 @@ class KafkaWriter:
             raise
 
     async def _send_and_wait(self, records: list[tuple[bytes, bytes]]) -> list[Position]:
-        deliveries: list[asyncio.Future[Any]] = []
+        """Send ``records`` as few record batches as fit (one run per partition, in order) and
+        return each record's position once all batches are acknowledged."""
+        routes = await self._partitions_of({key for key, _ in records})
+        open_batches: dict[int, _Outgoing] = {}
+        sent: list[_Outgoing] = []
         try:
-            for key, payload in records:
-                deliveries.append(await self._producer.send(self._topic, payload, key=key))
-            return [self._position_of(await delivery) for delivery in deliveries]
+            for index, (key, payload) in enumerate(records):
+                partition = routes[key]
+                batch = open_batches.get(partition)
+                if batch is None or not batch.add(index, key, payload):
+                    if batch is not None:
+                        sent.append(await self._submit(batch))
+                    batch = open_batches[partition] = _Outgoing(partition, self._producer)
+                    batch.add(index, key, payload)
+            for batch in open_batches.values():
+                sent.append(await self._submit(batch))
+            positions: list[Position | None] = [None] * len(records)
+            for batch in sent:
+                batch.place(await batch.delivery(), positions, self._where)
         finally:
-            for delivery in deliveries:
+            for batch in sent:
                 # Once one delivery failed the rest are not awaited; mark their outcome seen.
-                delivery.add_done_callback(_retrieve)
+                batch.delivery().add_done_callback(_retrieve)
+        return [p for p in positions if p is not None]
 
-    def _position_of(self, metadata: Any) -> Position:
-        if metadata.offset < 0:
-            # Acknowledged as a duplicate of an earlier send after a long retry gap: stored, but
-            # the broker did not say where.
-            raise LogWriteError(
-                f"{self._where}: acknowledged without an offset (stored once, position "
-                "unknown); do not retry it",
-                retriable=False,
-            )
-        return Position.of({metadata.partition: metadata.offset})
+    async def _submit(self, batch: _Outgoing) -> _Outgoing:
+        while True:
+            try:
+                batch.future = await self._producer.send_batch(
+                    batch.builder, self._topic, partition=batch.partition
+                )
+                return batch
+            except kafka_errors.KafkaTimeoutError:
+                # Not queued: the partition's previous batch has not drained (or metadata is
+                # late) within request_timeout_s. Nothing was sent, so trying again cannot
+                # duplicate; append_timeout_s bounds the whole append.
+                logger.debug("%s: batch not queued in time, queueing it again", self._where)
+
+    async def _partitions_of(self, keys: set[bytes]) -> dict[bytes, int]:
+        """The partition of each key: Kafka's default (murmur2) partitioner, as Java's."""
+        if self._partition_ids is None:
+            self._partition_ids = sorted(await self._producer.partitions_for(self._topic))
+        ids = self._partition_ids
+        return {key: ids[(murmur2(key) & 0x7FFFFFFF) % len(ids)] for key in keys}
 
     async def _append_in_transaction(self, records: list[tuple[bytes, bytes]]) -> list[Position]:
         group = _Group(records)
