@@ -11,10 +11,20 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from cache.allocator import SWAKVAllocator
+    from cache.locking import LockError
     from cache.results import EvictResult, LockHandle, MatchResult
+    from cache.sanity import SanityError
     from cache.tree import SWARadixCache
 
-__all__ = ["SWAKVAllocator", "SWARadixCache", "EvictResult", "MatchResult", "LockHandle"]
+__all__ = [
+    "SWAKVAllocator",
+    "SWARadixCache",
+    "EvictResult",
+    "MatchResult",
+    "LockHandle",
+    "LockError",
+    "SanityError",
+]
 
 _LAZY = {
     "SWAKVAllocator": "cache.allocator",
@@ -22,6 +32,8 @@ _LAZY = {
     "EvictResult": "cache.results",
     "MatchResult": "cache.results",
     "LockHandle": "cache.results",
+    "LockError": "cache.locking",
+    "SanityError": "cache.sanity",
 }
 
 

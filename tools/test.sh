@@ -10,8 +10,8 @@ if [ ! -x .venv/bin/python ]; then
     exit 2
 fi
 if [ -z "${SWA_ES_KAFKA:-}" ]; then
-    trap 'tools/kafka/kafka.sh stop >/dev/null 2>&1 || true' EXIT
-    SWA_ES_KAFKA="$(tools/kafka/kafka.sh start | tail -n 1)"
+    trap 'tools/kafka/kafka.sh stop --clean >/dev/null 2>&1 || true' EXIT
+    SWA_ES_KAFKA="$(tools/kafka/kafka.sh start --fresh | tail -n 1)"
     export SWA_ES_KAFKA
 fi
 # The Kafka tests must run, not skip: a missing broker fails them.

@@ -1,7 +1,9 @@
 """The writing side of ``KafkaLog``: an idempotent (optionally transactional) aiokafka producer.
 
-Records are keyed by their key (the source id), so the producer's partitioner keeps every record
-of one key in one partition, in order: aiokafka has at most one batch in flight per partition, and
+Records are keyed by their key (the source id) and routed with Kafka's default partitioner
+(murmur2, as the Java client), so every record of one key lands in one partition, in order. An
+``append_batch`` is packed into record batches per partition (aiokafka's batch API: one future
+per batch, not per record). aiokafka has at most one batch in flight per partition, and
 idempotence (``enable_idempotence=True``, ``acks="all"``) makes its internal retries free of
 duplicates. With a ``transactional_id``, appends are group-committed: concurrent appends share one
 transaction, and a newer writer with the same id fences this one (its appends then fail with a

@@ -34,5 +34,5 @@ def test_merge_and_covers() -> None:
 )
 def test_bad_json_is_rejected(raw: bytes) -> None:
     """Anything to_json could not have written raises ValueError."""
-    with pytest.raises(ValueError, match="position|partition|offset"):
+    with pytest.raises(ValueError, match=r"position|partition|offset"):
         Position.from_json(raw)
