@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Sequence
-from types import TracebackType
-from typing import Self
 
 import anyio
 
+from log.closing import ClosesOnExit
 from log.errors import ConfigError, LogClosedError
 from log.position import Position, Record, StartAt
 
 
-class MemoryLog:
+class MemoryLog(ClosesOnExit):
     """A log held in lists, one per partition; a key always maps to the same partition."""
 
     def __init__(self, *, partitions: int = 1, name: str = "memory") -> None:
@@ -107,14 +106,3 @@ class MemoryLog:
         """Close the log; waiting readers wake and fail with ``LogClosedError``."""
         self._closed = True
         self._wake_readers()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()

@@ -22,7 +22,7 @@ from swa_es.metrics_http import MetricsServer
 from swa_es.prometheus import render
 from swa_es.service_metrics import follower_families
 from swa_es.signals import cancel_on_signal
-from swa_es.status_file import write_status
+from swa_es.status_file import write_status, write_status_every
 from swa_es.views import StandardViews
 
 
@@ -68,13 +68,6 @@ class FollowerService:
         diverged = self.follower.diverged()
         return True, "ok" + (f"; diverged: {', '.join(sorted(diverged))}" if diverged else "")
 
-    async def write_status_forever(self) -> None:
-        """Rewrite the status file every ``status_every_s``."""
-        assert self.config.status_file is not None
-        while True:
-            await write_status(self.config.status_file, self.status())
-            await anyio.sleep(self.config.status_every_s)
-
     async def follow(self) -> None:
         """Restore, then follow until the duration or a signal; snapshot on the way out."""
         c = self.config
@@ -84,7 +77,9 @@ class FollowerService:
             )
             background.start_soon(cancel_on_signal, following)
             if c.status_file is not None:
-                background.start_soon(self.write_status_forever)
+                background.start_soon(
+                    write_status_every, c.status_file, self.status, c.status_every_s
+                )
             with following:
                 await self.follower.restore()
                 self.restored = True

@@ -27,7 +27,7 @@ from swa_es.prometheus import render
 from swa_es.publisher import Publisher
 from swa_es.service_metrics import publisher_families
 from swa_es.signals import cancel_on_signal
-from swa_es.status_file import write_status
+from swa_es.status_file import write_status, write_status_every
 
 logger = logging.getLogger(__name__)
 
@@ -76,13 +76,6 @@ class PrimaryService:
             return False, "publisher failed"
         return True, "ok"
 
-    async def write_status_forever(self) -> None:
-        """Rewrite the status file every ``status_every_s``."""
-        assert self.config.status_file is not None
-        while True:
-            await write_status(self.config.status_file, self.status())
-            await anyio.sleep(self.config.status_every_s)
-
     async def serve(self) -> None:
         """Serve until the limits or a signal, then flush."""
         c = self.config
@@ -90,7 +83,9 @@ class PrimaryService:
             serving = anyio.CancelScope(deadline=anyio.current_time() + (c.duration_s or math.inf))
             background.start_soon(cancel_on_signal, serving)
             if c.status_file is not None:
-                background.start_soon(self.write_status_forever)
+                background.start_soon(
+                    write_status_every, c.status_file, self.status, c.status_every_s
+                )
             with serving:
                 await run_primary(
                     self.engine,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,15 @@ def _write(path: Path, document: dict[str, Any]) -> None:
 async def write_status(path: Path, document: dict[str, Any]) -> None:
     """Replace ``path`` with ``document`` as JSON (write to a temp file, then rename)."""
     await anyio.to_thread.run_sync(_write, path, document)
+
+
+async def write_status_every(
+    path: Path, status: Callable[[], dict[str, Any]], period_s: float
+) -> None:
+    """Rewrite ``path`` with ``status()`` every ``period_s`` until cancelled."""
+    while True:
+        await write_status(path, status())
+        await anyio.sleep(period_s)
 
 
 def read_status(path: Path) -> dict[str, Any] | None:

@@ -7,15 +7,14 @@ are for, so tests exercise the real backend's behaviour.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Sequence
-from types import TracebackType
-from typing import Self
 
 import anyio
 
 from log import EventLog, Position, Record, StartAt
+from log.closing import ClosesOnExit
 
 
-class _Wrapper:
+class _Wrapper(ClosesOnExit):
     """Delegates the whole ``EventLog`` contract to ``inner``."""
 
     def __init__(self, inner: EventLog) -> None:
@@ -50,17 +49,6 @@ class _Wrapper:
     async def close(self) -> None:
         """Close the wrapped log."""
         await self.inner.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
 
 class SlowLog(_Wrapper):

@@ -6,13 +6,13 @@ import logging
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 from urllib.parse import quote, unquote
 
 import anyio
 import anyio.to_thread
 
+from log.closing import ClosesOnExit
 from log.errors import ConfigError, LogClosedError, LogWriteError
 from log.file.config import (
     DEFAULT_BATCH_MAX_DELAY_S,
@@ -47,7 +47,7 @@ def _commit_limits(config: FileLogConfig) -> CommitLimits:
     return CommitLimits(config.batch_max_records, _UNBOUNDED, linger_s)
 
 
-class FileLog:
+class FileLog(ClosesOnExit):
     """A durable log in one directory: one writer (file lock), any number of readers.
 
     Open it with ``await FileLog.open(directory, ...)`` or ``await open_log("file:///dir")``.
@@ -300,17 +300,6 @@ class FileLog:
     def _check_open(self) -> None:
         if self._closed:
             raise LogClosedError(f"{self.url} is closed")
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
 
 def _encode_record(key: str, payload: bytes, max_record_bytes: int) -> tuple[bytes, bytes]:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Sequence
-from types import TracebackType
 from typing import Any, Self
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from log.closing import ClosesOnExit
 from log.errors import LogClosedError
 from log.kafka.admin import ensure_topic
 from log.kafka.errors import is_kafka_error, translate
@@ -25,7 +25,7 @@ from log.position import Position, Record, StartAt
 logger = logging.getLogger(__name__)
 
 
-class KafkaLog:
+class KafkaLog(ClosesOnExit):
     """An ordered, durable log on one Kafka topic; open it with ``KafkaLog.open`` or
     ``open_log("kafka://host:port/topic?...")``."""
 
@@ -167,11 +167,3 @@ class KafkaLog:
     async def __aenter__(self) -> Self:
         self._check_open()
         return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
