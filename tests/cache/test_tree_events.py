@@ -60,10 +60,12 @@ def test_one_stored_event_per_page_chained(device: str, page_size: int) -> None:
     tokens = list(range(1, 3 * page_size + 1))
     fill(cache, tokens)
     events = cache.take_events()
+    assert all(isinstance(e, BlockStored) for e in events)
+    stored = [e for e in events if isinstance(e, BlockStored)]
     expected = block_hashes_of(chain_page_digests(b"", tokens, page_size))
-    assert [e.block_hashes for e in events] == [(h,) for h in expected]  # type: ignore[union-attr]
-    assert [e.parent_block_hash for e in events] == [None, *expected[:-1]]  # type: ignore[union-attr]
-    assert all(e.block_size == page_size for e in events)  # type: ignore[union-attr]
+    assert [e.block_hashes for e in stored] == [(h,) for h in expected]
+    assert [e.parent_block_hash for e in stored] == [None, *expected[:-1]]
+    assert all(e.block_size == page_size for e in stored)
 
 
 def test_split_children_chain_to_the_right_parent(device: str) -> None:

@@ -245,7 +245,7 @@ async def test_a_following_follower_snapshots_on_time_even_when_idle(
         await tasks.start(follower.run)
         with anyio.fail_after(10):
             # the follower exposes no snapshot event; poll its counter, bounded by fail_after
-            while follower.metrics.snapshots_written == 0:  # noqa: ASYNC110
+            while follower.metrics.snapshots_written == 0:  # noqa: ASYNC110  # polling is the point
                 await anyio.sleep(0.01)
         tasks.cancel_scope.cancel()
     infos = await store.infos()
