@@ -18,7 +18,7 @@ import anyio
 from consumers import Follower, SnapshotStore
 from swa_es.config import FollowConfig
 from swa_es.log_access import open_reader
-from swa_es.metrics_http import MetricsServer
+from swa_es.metrics_http import start_metrics_server
 from swa_es.prometheus import render
 from swa_es.service_metrics import follower_families
 from swa_es.signals import cancel_on_signal
@@ -109,14 +109,12 @@ async def run_follow(config: FollowConfig) -> int:
             snapshot_every_s=config.snapshot_every_s,
         )
         service = FollowerService(config, follower, views)
-        if config.metrics_port is not None:
-            server = MetricsServer(
-                service.render_metrics,
-                service.health,
-                host=config.metrics_host,
-                port=config.metrics_port,
-            )
-            await stack.enter_async_context(server)
-            service.metrics_port = server.port
+        service.metrics_port = await start_metrics_server(
+            stack,
+            service.render_metrics,
+            service.health,
+            host=config.metrics_host,
+            port=config.metrics_port,
+        )
         await service.follow()
     return 0

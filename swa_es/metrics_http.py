@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from contextlib import AsyncExitStack
 from types import TracebackType
 from typing import Final, Self
 
@@ -138,3 +139,19 @@ async def http_get(host: str, port: int, target: str, *, timeout_s: float = 5.0)
     if len(status_line) < 2 or not status_line[1].isdigit():
         raise OSError(f"bad HTTP response from {host}:{port}: {head[:80]!r}")
     return int(status_line[1]), body.decode()
+
+
+async def start_metrics_server(
+    stack: AsyncExitStack,
+    render: RenderMetrics,
+    health: CheckHealth,
+    *,
+    host: str,
+    port: int | None,
+) -> int | None:
+    """Serve ``/metrics`` and ``/healthz`` until ``stack`` closes; the bound port (None: off)."""
+    if port is None:
+        return None
+    server = MetricsServer(render, health, host=host, port=port)
+    await stack.enter_async_context(server)
+    return server.port

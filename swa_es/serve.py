@@ -21,7 +21,7 @@ import anyio
 from swa_es.config import ServeConfig
 from swa_es.engine import Engine, synthetic_engine
 from swa_es.log_access import open_log_within
-from swa_es.metrics_http import MetricsServer
+from swa_es.metrics_http import start_metrics_server
 from swa_es.primary import PrimaryProgress, run_primary
 from swa_es.prometheus import render
 from swa_es.publisher import Publisher
@@ -109,15 +109,13 @@ async def run_serve(config: ServeConfig) -> int:
         await stack.enter_async_context(log)
         publisher = await stack.enter_async_context(Publisher(engine.cache, log, config.source))
         service = PrimaryService(config, engine, publisher)
-        if config.metrics_port is not None:
-            server = MetricsServer(
-                service.render_metrics,
-                service.health,
-                host=config.metrics_host,
-                port=config.metrics_port,
-            )
-            await stack.enter_async_context(server)
-            service.metrics_port = server.port
+        service.metrics_port = await start_metrics_server(
+            stack,
+            service.render_metrics,
+            service.health,
+            host=config.metrics_host,
+            port=config.metrics_port,
+        )
         await service.serve()
     logger.info("served %d requests as %s", service.progress.requests, config.source)
     print(
