@@ -56,3 +56,27 @@ class LogWriteError(LogError):
     def __init__(self, message: str, *, retriable: bool) -> None:
         super().__init__(message)
         self.retriable = retriable
+
+
+class LogDiskFullError(LogWriteError):
+    """An append found no space left on the log's disk (ENOSPC, or EDQUOT over a quota).
+
+    The torn record the failed call left was cut off, so no partial record stays on disk and
+    every earlier record is intact; the same open log accepts appends again once space is freed.
+    ``directory`` is the log's directory, ``mount_point`` the filesystem holding it, and
+    ``records_written`` how many of the failed call's records reached the log before the disk
+    filled (the complete ones are kept; an ``append_batch`` may leave a prefix).
+    """
+
+    def __init__(
+        self, directory: str, mount_point: str, detail: str, *, records_written: int = 0
+    ) -> None:
+        self.directory = directory
+        self.mount_point = mount_point
+        self.records_written = records_written
+        super().__init__(
+            f"no space left on the disk holding log {directory} "
+            f"(filesystem mounted at {mount_point}): {detail}; "
+            "no partial record was kept; free space and retry",
+            retriable=True,
+        )

@@ -8,9 +8,14 @@ worker-thread call that writes (and, under ``always``/``batch``, syncs) them. Ev
 the batch returns when that call returns. The leader's work is shielded from cancellation, so
 a cancelled caller never strands the others.
 
-No background task is involved: if a write fails, every append of that batch and of the
-batches queued behind it raises ``LogWriteError``, and so does every later append, until the
-log is reopened (recovery then decides what is on disk).
+No background task is involved. A write the writer cut back cleanly (``RewoundWriteError``: a
+full disk, say) fails only the appends whose records did not all reach the log, plus the batches
+already queued behind it (their offsets were counted on the failed write); they raise a
+retriable ``LogWriteError`` (``LogDiskFullError`` for a full disk) and later appends carry on
+from the log's real end. Any other failure (a failed fdatasync, a writer that could not cut
+back) stops the committer: every append of that batch and of the batches queued behind it
+raises a non-retriable ``LogWriteError``, and so does every later append, until the log is
+reopened (recovery then decides what is on disk).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import anyio.to_thread
 
 from log.errors import LogWriteError
 from log.file.framing import encode_frame
+from log.file.writer import RewoundWriteError
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +46,7 @@ class CommitLimits:
 class _Batch:
     first_offset: int
     prev: _Batch | None
+    generation: int
     frames: list[bytes] = field(default_factory=list)
     records: int = 0
     calls: int = 0
@@ -48,6 +55,8 @@ class _Batch:
     written: anyio.Event = field(default_factory=anyio.Event)
     done: anyio.Event = field(default_factory=anyio.Event)
     error: BaseException | None = None
+    rewound: RewoundWriteError | None = None
+    kept_end: int = 0
 
 
 WriteFrames = Callable[[list[bytes], int], None]
@@ -68,6 +77,8 @@ class GroupCommitter:
         self._failure: BaseException | None = None
         self._committed = anyio.Event()
         self._others_were_waiting = False
+        self._generation = 0
+        self._last_rewind: RewoundWriteError | None = None
 
     @property
     def failure(self) -> BaseException | None:
@@ -99,6 +110,10 @@ class GroupCommitter:
                 await self._lead(batch)
         else:
             await batch.done.wait()
+        if batch.rewound is not None:
+            if first + len(frames) <= batch.kept_end:
+                return first  # every record of this call reached the log before the failure
+            raise batch.rewound.for_call(first, len(frames), batch.kept_end) from batch.rewound
         if batch.error is not None:
             raise LogWriteError(
                 f"append failed, reopen the log to recover: {batch.error}", retriable=False
@@ -117,11 +132,21 @@ class GroupCommitter:
                 retriable=False,
             ) from self._failure
 
+    def _rewind_to(self, end: int, error: RewoundWriteError) -> None:
+        """The log now ends at ``end``: later appends start there; batches queued meanwhile
+        (an older generation) fail without writing."""
+        self.committed_end = self.next_offset = end
+        self._generation += 1
+        self._last_rewind = error
+        if self._open is not None:
+            self._seal(self._open)
+        self.wake()
+
     def _join(self, frames: list[bytes], first: int) -> tuple[_Batch, bool]:
         batch = self._open
         leader = batch is None or batch.sealed
         if batch is None or batch.sealed:
-            batch = _Batch(first_offset=first, prev=self._last)
+            batch = _Batch(first_offset=first, prev=self._last, generation=self._generation)
             self._open = self._last = batch
         batch.frames.extend(frames)
         batch.records += len(frames)
@@ -146,7 +171,20 @@ class GroupCommitter:
         self._seal(batch)
         try:
             self._raise_if_failed()
-            await anyio.to_thread.run_sync(self._write, batch.frames, batch.first_offset)
+            if batch.generation != self._generation:
+                # A write before this batch was cut back: the offsets counted for this batch
+                # are not where its records would land. Nothing of it is written.
+                assert self._last_rewind is not None
+                batch.rewound, batch.kept_end = self._last_rewind, batch.first_offset
+            else:
+                await anyio.to_thread.run_sync(self._write, batch.frames, batch.first_offset)
+                self.committed_end = batch.first_offset + batch.records
+                self.commits += 1
+                self._others_were_waiting = batch.calls > 1
+                self.wake()
+        except RewoundWriteError as exc:
+            batch.rewound, batch.kept_end = exc, batch.first_offset + exc.kept_frames
+            self._rewind_to(batch.kept_end, exc)
         except Exception as exc:
             batch.error = exc
             self._failure = self._failure or exc
@@ -156,11 +194,6 @@ class GroupCommitter:
             batch.written.set()
             batch.done.set()
             raise
-        else:
-            self.committed_end = batch.first_offset + batch.records
-            self.commits += 1
-            self._others_were_waiting = batch.calls > 1
-            self.wake()
         batch.frames = []
         batch.written.set()
         if self._last is not batch:
