@@ -31,6 +31,7 @@ import orjson
 
 from consumers.errors import SnapshotError
 from log import Position
+from log.directories import create_data_directory
 
 logger = logging.getLogger(__name__)
 
@@ -80,57 +81,96 @@ def _encode(generation: int, position: Position, cursors: Any, views: Mapping[st
     return body + _CRC.pack(crc32c.crc32c(body))
 
 
-def _parse_manifest(path: Path, head: bytes, manifest: bytes) -> dict[str, Any]:
-    magic, version, length, manifest_crc = _HEAD.unpack(head)
+def _check_head(path: Path, head: bytes, available: int) -> int:
+    """Check the fixed header; the manifest length (bounded by ``available`` bytes)."""
+    magic, version, length, _ = _HEAD.unpack(head)
     if magic != MAGIC:
         raise SnapshotError(str(path), f"not a snapshot (magic {magic!r})")
     if version != VERSION:
         raise SnapshotError(str(path), f"snapshot version {version}, this build reads {VERSION}")
-    if len(manifest) != length or crc32c.crc32c(manifest) != manifest_crc:
+    if length > available:
+        raise SnapshotError(str(path), f"manifest length {length} runs past the file end")
+    return int(length)
+
+
+def _parse_manifest(path: Path, head: bytes, manifest: bytes) -> dict[str, Any]:
+    """The manifest's JSON object, after its own checksum was verified and its fields checked."""
+    manifest_crc = _HEAD.unpack(head)[3]
+    if crc32c.crc32c(manifest) != manifest_crc:
         raise SnapshotError(str(path), "manifest checksum mismatch")
-    raw = orjson.loads(manifest)
+    try:
+        raw = orjson.loads(manifest)
+    except orjson.JSONDecodeError as exc:
+        raise SnapshotError(str(path), f"manifest is not JSON: {exc}") from None
     if type(raw) is not dict or not {"generation", "created_at", "position", "views"} <= set(raw):
         raise SnapshotError(str(path), "manifest lacks required fields")
+    generation, created_at = raw["generation"], raw["created_at"]
+    if type(generation) is not int or generation < 0:
+        raise SnapshotError(str(path), f"manifest generation {generation!r} is not an int >= 0")
+    if type(created_at) not in (int, float):
+        raise SnapshotError(str(path), f"manifest created_at {created_at!r} is not a number")
+    views = raw["views"]
+    if type(views) is not list or not all(
+        type(entry) is list
+        and len(entry) == 2
+        and type(entry[0]) is str
+        and type(entry[1]) is int
+        and entry[1] >= 0
+        for entry in views
+    ):
+        raise SnapshotError(str(path), "manifest views must be [name, size >= 0] pairs")
+    if len({entry[0] for entry in views}) != len(views):
+        raise SnapshotError(str(path), "manifest names a view twice")
     return raw
 
 
 def _info(path: Path, raw: Mapping[str, Any], size: int) -> SnapshotInfo:
     try:
         position = Position.from_json(orjson.dumps(raw["position"]))
-    except ValueError as exc:
+    except (ValueError, TypeError) as exc:
         raise SnapshotError(str(path), f"bad position: {exc}") from None
     return SnapshotInfo(path, int(raw["generation"]), position, float(raw["created_at"]), size)
 
 
 def read_info(path: Path) -> SnapshotInfo:
-    """The checked manifest of a snapshot file (blocking); ``SnapshotError`` when bad."""
+    """The checked manifest of a snapshot file (blocking); ``SnapshotError`` when bad.
+
+    Reads only the header and the manifest, whose own checksum is verified before it is parsed.
+    """
     with path.open("rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
         head = handle.read(_HEAD.size)
         if len(head) < _HEAD.size:
             raise SnapshotError(str(path), "truncated header")
-        length = _HEAD.unpack(head)[2]
-        raw = _parse_manifest(path, head, handle.read(length))
-    return _info(path, raw, path.stat().st_size)
+        length = _check_head(path, head, size - _HEAD.size - _CRC.size)
+        manifest = handle.read(length)
+    if len(manifest) != length:
+        raise SnapshotError(str(path), "truncated manifest")
+    return _info(path, _parse_manifest(path, head, manifest), size)
 
 
 def read_snapshot(path: Path) -> Snapshot:
-    """Read and fully check a snapshot file (blocking); ``SnapshotError`` when bad."""
+    """Read and fully check a snapshot file (blocking); ``SnapshotError`` when bad.
+
+    The whole file's checksum is verified before any part of it is parsed.
+    """
     data = path.read_bytes()
     if len(data) < _HEAD.size + _CRC.size:
         raise SnapshotError(str(path), "truncated file")
     (body_crc,) = _CRC.unpack(data[-_CRC.size :])
     body = memoryview(data)[: -_CRC.size]
-    length = _HEAD.unpack(data[: _HEAD.size])[2]
-    raw = _parse_manifest(path, data[: _HEAD.size], data[_HEAD.size : _HEAD.size + length])
     if crc32c.crc32c(body) != body_crc:
         raise SnapshotError(str(path), "checksum mismatch")
-    views: dict[str, bytes] = {}
+    head = data[: _HEAD.size]
+    length = _check_head(path, head, len(body) - _HEAD.size)
+    raw = _parse_manifest(path, head, data[_HEAD.size : _HEAD.size + length])
     offset = _HEAD.size + length
-    for name, size in raw["views"]:
-        views[str(name)] = bytes(body[offset : offset + int(size)])
-        offset += int(size)
-    if offset != len(body):
+    if offset + sum(size for _, size in raw["views"]) != len(body):
         raise SnapshotError(str(path), "view sizes do not add up to the file size")
+    views: dict[str, bytes] = {}
+    for name, size in raw["views"]:
+        views[name] = bytes(body[offset : offset + size])
+        offset += size
     return Snapshot(_info(path, raw, len(data)), raw.get("cursors"), views)
 
 
@@ -162,16 +202,21 @@ class SnapshotStore:
         return sorted(found)
 
     def _write_blocking(self, position: Position, cursors: Any, views: Mapping[str, bytes]) -> Path:
-        self.directory.mkdir(parents=True, exist_ok=True)
+        create_data_directory(self.directory)
         existing = self._generations()
         generation = existing[-1][0] + 1 if existing else 1
         final = self.directory / _file_name(generation)
         tmp = self.directory / f".{final.name}.tmp"
         data = _encode(generation, position, cursors, views)
-        with tmp.open("wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+        try:
+            with tmp.open("wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+        except OSError as exc:
+            # A full disk, say: the older snapshots are untouched; leave no partial file.
+            tmp.unlink(missing_ok=True)
+            raise SnapshotError(str(self.directory), f"cannot write a snapshot: {exc}") from exc
         tmp.replace(final)
         _fsync_dir(self.directory)
         self._prune_blocking()

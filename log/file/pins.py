@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from urllib.parse import quote
 
+from log.directories import create_data_directory
 from log.errors import ConfigError
 from log.file.segment import fsync_directory
 from log.position import Position
@@ -38,7 +39,7 @@ class PinStore:
         if position is None:
             path.unlink(missing_ok=True)
             return
-        self.directory.mkdir(exist_ok=True)
+        create_data_directory(self.directory)
         tmp = path.with_suffix(".tmp")
         with open(tmp, "wb") as out:
             out.write(position.to_json())

@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from log.directories import create_data_directory
 from log.file.framing import MAX_BODY_BYTES
 from log.file.index import IndexBuilder
 from log.file.lock import DirectoryLock
@@ -49,7 +50,7 @@ def _drop_empty_trailing_segments(directory: Path, bases: list[int]) -> list[int
 
 def open_for_writing(directory: Path, index_interval_bytes: int) -> OpenedDirectory:
     """Create ``directory`` if needed, take its lock, recover and open the active segment."""
-    directory.mkdir(parents=True, exist_ok=True)
+    create_data_directory(directory)
     lock = DirectoryLock(directory)
     lock.acquire()
     try:
