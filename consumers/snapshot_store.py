@@ -7,9 +7,12 @@ One file per snapshot, ``snapshot-<generation>.swasnap``::
 
 The manifest holds the position (just after the last record the views include), the cursors,
 the view names and sizes, the generation and the creation time. The manifest has its own
-checksum so a snapshot's position can be read without reading its views. Files are written
-tmp -> fsync -> rename -> fsync(dir); a corrupt or foreign-version file is skipped with a
-warning and never loaded. Only the newest ``keep`` files are kept.
+checksum so a snapshot's position can be read without reading its views. Loading verifies the
+whole file's checksum before parsing anything but the magic and version; every field of the
+manifest is then checked, so any bad file raises ``SnapshotError``. Files are written
+tmp -> fsync -> rename -> fsync(dir) (a failed write leaves no partial file behind); a corrupt
+or foreign-version file is skipped with a warning and never loaded. Only the newest ``keep``
+files are kept.
 """
 
 from __future__ import annotations
@@ -152,17 +155,18 @@ def read_info(path: Path) -> SnapshotInfo:
 def read_snapshot(path: Path) -> Snapshot:
     """Read and fully check a snapshot file (blocking); ``SnapshotError`` when bad.
 
-    The whole file's checksum is verified before any part of it is parsed.
+    Only the magic and the version (which say how the rest is laid out) are read before the
+    whole file's checksum is verified; nothing else is parsed until then.
     """
     data = path.read_bytes()
     if len(data) < _HEAD.size + _CRC.size:
         raise SnapshotError(str(path), "truncated file")
+    head = data[: _HEAD.size]
+    length = _check_head(path, head, len(data) - _HEAD.size - _CRC.size)
     (body_crc,) = _CRC.unpack(data[-_CRC.size :])
     body = memoryview(data)[: -_CRC.size]
     if crc32c.crc32c(body) != body_crc:
         raise SnapshotError(str(path), "checksum mismatch")
-    head = data[: _HEAD.size]
-    length = _check_head(path, head, len(body) - _HEAD.size)
     raw = _parse_manifest(path, head, data[_HEAD.size : _HEAD.size + length])
     offset = _HEAD.size + length
     if offset + sum(size for _, size in raw["views"]) != len(body):
