@@ -96,7 +96,7 @@ def _add_serve(sub: Any) -> None:
 
 
 def _metrics_options(p: argparse.ArgumentParser) -> None:
-    _option(p, "metrics-host", "address of /metrics and /healthz (default 0.0.0.0)")
+    _option(p, "metrics-host", "address of /metrics and /healthz (default 127.0.0.1; 0.0.0.0: all)")
     _option(p, "metrics-port", "port of /metrics and /healthz (default: none; 0 = any)")
     _option(p, "status-file", "JSON status file, replaced atomically", metavar="PATH")
     _option(p, "status-every", "status file period in seconds (default 1)", metavar="S")

@@ -1,12 +1,15 @@
 """A tiny HTTP/1.1 server for ``/metrics`` (Prometheus text) and ``/healthz``, on anyio sockets.
 
 It answers one GET per connection and closes it; that is all Prometheus and a container
-healthcheck need, so no web framework is pulled in.
+healthcheck need, so no web framework is pulled in. Requests are checked strictly: a head over
+``MAX_REQUEST_BYTES`` gets 431, a malformed request line, version or header line gets 400, a
+request that stalls is dropped after ``REQUEST_TIMEOUT_S``; bodies are never read.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 from types import TracebackType
@@ -22,6 +25,8 @@ logger = logging.getLogger(__name__)
 
 MAX_REQUEST_BYTES: Final = 8192
 REQUEST_TIMEOUT_S: Final = 5.0
+_VERSION: Final = re.compile(rb"HTTP/1\.[01]")
+_TOKEN: Final = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 RenderMetrics = Callable[[], str]
 CheckHealth = Callable[[], tuple[bool, str]]
@@ -35,7 +40,7 @@ class MetricsServer:
     """
 
     def __init__(
-        self, render: RenderMetrics, health: CheckHealth, *, host: str = "0.0.0.0", port: int = 0
+        self, render: RenderMetrics, health: CheckHealth, *, host: str = "127.0.0.1", port: int = 0
     ) -> None:
         self._render = render
         self._health = health
@@ -89,10 +94,19 @@ class MetricsServer:
             except (TimeoutError, anyio.EndOfStream, anyio.BrokenResourceError, OSError) as exc:
                 logger.debug("metrics connection dropped: %r", exc)
 
-    def _answer(self, head: bytes) -> tuple[str, str, bytes]:
-        parts = head.split(b"\r\n", 1)[0].split()
-        if len(parts) != 3:
+    def _answer(self, head: bytes | None) -> tuple[str, str, bytes]:
+        if head is None:
+            return "431 Request Header Fields Too Large", "text/plain", b"request head too large\n"
+        lines = head.replace(b"\r\n", b"\n").split(b"\n")
+        parts = lines[0].split(b" ")
+        if len(parts) != 3 or not _TOKEN.fullmatch(parts[0]) or not _VERSION.fullmatch(parts[2]):
             return "400 Bad Request", "text/plain", b"bad request line\n"
+        for line in filter(None, lines[1:]):
+            name, colon, value = line.partition(b":")
+            if not colon or not _TOKEN.fullmatch(name):
+                return "400 Bad Request", "text/plain", b"bad header line\n"
+            if name.lower() == b"content-length" and not value.strip().isdigit():
+                return "400 Bad Request", "text/plain", b"bad Content-Length\n"
         method, target = parts[0], parts[1].split(b"?", 1)[0]
         if method != b"GET":
             return "405 Method Not Allowed", "text/plain", b"only GET\n"
@@ -105,13 +119,17 @@ class MetricsServer:
         return "404 Not Found", "text/plain", b"try /metrics or /healthz\n"
 
 
-async def _read_head(stream: anyio.abc.SocketStream) -> bytes:
+async def _read_head(stream: anyio.abc.SocketStream) -> bytes | None:
+    """The request head (up to the blank line); None when it exceeds ``MAX_REQUEST_BYTES``."""
     data = b""
-    while b"\r\n\r\n" not in data and b"\n\n" not in data:
+    while True:
+        for end in (b"\r\n\r\n", b"\n\n"):
+            if end in data:
+                head = data[: data.index(end)]
+                return head if len(head) <= MAX_REQUEST_BYTES else None
         if len(data) > MAX_REQUEST_BYTES:
-            break
+            return None
         data += await stream.receive(4096)
-    return data
 
 
 def _response(status: str, content_type: str, body: bytes) -> bytes:
