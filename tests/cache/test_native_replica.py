@@ -79,9 +79,7 @@ def reference_state(reference: ReferenceReplicaSet, source: str) -> dict[str, An
     """The same facts from the reference."""
     replica = reference.replica(source)
     return {
-        "blocks": {
-            h: (b.parent, b.token_ids, b.swa_resident) for h, b in replica.blocks.items()
-        },
+        "blocks": {h: (b.parent, b.token_ids, b.swa_resident) for h, b in replica.blocks.items()},
         "len": len(replica.blocks),
         "digest": replica.digest.hexdigest(),
         "state_digest": None if replica.diverged else replica.digest.hexdigest(),
@@ -240,9 +238,7 @@ def test_prefix_match_equals_the_reference(
 
 
 @settings(max_examples=300, deadline=None)
-@given(
-    st.lists(st.tuples(st.integers(1, 16), st.booleans()), max_size=30), st.integers(1, 40)
-)
+@given(st.lists(st.tuples(st.integers(1, 16), st.booleans()), max_size=30), st.integers(1, 40))
 def test_the_native_swa_rule_equals_the_python_rule(
     segments: list[tuple[int, bool]], window: int
 ) -> None:
