@@ -102,7 +102,7 @@ def apply_both(
         reference.set_meta(source, {"page_size": 1, "sliding_window_size": 3})
         return
     assert not isinstance(step, str)
-    outcomes = []
+    outcomes: list[tuple[str, str] | None] = []
     for apply in (store.apply_events, reference.apply_events):
         try:
             apply(source, [step])
