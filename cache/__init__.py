@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from cache.allocator import SWAKVAllocator
-    from cache.locking import LockError
-    from cache.results import EvictResult, LockHandle, MatchResult
-    from cache.sanity import SanityError
-    from cache.tree import SWARadixCache
+    from cache.tree.lock import LockError
+    from cache.tree.radix_cache import SWARadixCache
+    from cache.tree.results import EvictResult, LockHandle, MatchResult
+    from cache.tree.sanity import SanityError
 
 __all__ = [
     "SWAKVAllocator",
@@ -28,12 +28,12 @@ __all__ = [
 
 _LAZY = {
     "SWAKVAllocator": "cache.allocator",
-    "SWARadixCache": "cache.tree",
-    "EvictResult": "cache.results",
-    "MatchResult": "cache.results",
-    "LockHandle": "cache.results",
-    "LockError": "cache.locking",
-    "SanityError": "cache.sanity",
+    "SWARadixCache": "cache.tree.radix_cache",
+    "EvictResult": "cache.tree.results",
+    "MatchResult": "cache.tree.results",
+    "LockHandle": "cache.tree.results",
+    "LockError": "cache.tree.lock",
+    "SanityError": "cache.tree.sanity",
 }
 
 

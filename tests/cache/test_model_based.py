@@ -19,7 +19,7 @@ from hypothesis.stateful import (
 )
 
 from cache import LockHandle, MatchResult, SWAKVAllocator, SWARadixCache
-from cache.locking import LockError
+from cache.tree.lock import LockError
 from tests.cache.reference import ReferenceBlocks
 
 NAMESPACES = [None, "lora-a"]

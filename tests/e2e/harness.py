@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import anyio
 
 from cache import SWAKVAllocator, SWARadixCache
-from cache.node import TreeNode
+from cache.tree.node import TreeNode
 from consumers import Follower, View
 from log import EventLog
 from swa_es import Publisher

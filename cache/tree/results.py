@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
-    from cache.node import TreeNode
+    from cache.tree.node import TreeNode
 
 
 @dataclass(frozen=True, slots=True)

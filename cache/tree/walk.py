@@ -18,7 +18,7 @@ from cache.events import (
     chain_page_digests,
     namespace_prior,
 )
-from cache.node import TreeNode
+from cache.tree.node import TreeNode
 
 
 @dataclass(frozen=True, slots=True)

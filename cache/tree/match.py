@@ -6,10 +6,10 @@ import math
 
 import torch
 
-from cache.keys import shared_length
-from cache.node import TreeNode
-from cache.results import MatchResult
-from cache.tree_state import TreeState
+from cache.tree.keys import shared_length
+from cache.tree.node import TreeNode
+from cache.tree.results import MatchResult
+from cache.tree.state import TreeState
 
 
 def walk_match(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from cache.keys import shared_length
-from cache.node import TreeNode
-from cache.tree_state import TreeState
+from cache.tree.keys import shared_length
+from cache.tree.node import TreeNode
+from cache.tree.state import TreeState
 
 
 def _take_cached(

@@ -11,9 +11,9 @@ import torch
 
 from cache.allocator import SWAKVAllocator
 from cache.events import namespace_prior
-from cache.lru import LRUList
-from cache.node import FULL, SWA, ChildKey, TreeNode
-from cache.tree_events import EventSink
+from cache.tree.lru import LRUList
+from cache.tree.node import FULL, SWA, ChildKey, TreeNode
+from cache.tree.sink import EventSink
 
 
 class TreeState:

@@ -30,17 +30,17 @@ import torch
 
 from cache.allocator import SWAKVAllocator
 from cache.events import Event, format_digest
-from cache.eviction import evict
-from cache.insertion import insert
-from cache.keys import aligned_tokens, check_token_ids
-from cache.locking import dec_lock_ref, inc_lock_ref
-from cache.matching import match_prefix
-from cache.node import TreeNode
-from cache.results import EvictResult, LockHandle, MatchResult
-from cache.sanity import SanityError, sanity_check
-from cache.tree_events import EventSink, NullSink, RecordingSink
-from cache.tree_state import TreeState
-from cache.tree_walk import digest_from_scratch, snapshot_events
+from cache.tree.evict import evict
+from cache.tree.insert import insert
+from cache.tree.keys import aligned_tokens, check_token_ids
+from cache.tree.lock import dec_lock_ref, inc_lock_ref
+from cache.tree.match import match_prefix
+from cache.tree.node import TreeNode
+from cache.tree.results import EvictResult, LockHandle, MatchResult
+from cache.tree.sanity import SanityError, sanity_check
+from cache.tree.sink import EventSink, NullSink, RecordingSink
+from cache.tree.state import TreeState
+from cache.tree.walk import digest_from_scratch, snapshot_events
 
 logger = logging.getLogger(__name__)
 

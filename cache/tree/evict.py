@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from cache.results import EvictResult
-from cache.tree_state import TreeState
+from cache.tree.results import EvictResult
+from cache.tree.state import TreeState
 
 
 def _evict_full(state: TreeState, wanted: int) -> tuple[int, int]:

@@ -20,7 +20,7 @@ from cache.events import (
     block_term,
     chain_page_digests,
 )
-from cache.node import TreeNode
+from cache.tree.node import TreeNode
 
 _MASK: Final = (1 << 64) - 1
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import torch
 
-from cache.node import SWA, TreeNode
+from cache.tree.node import SWA, TreeNode
 
 
 def _sentinel() -> TreeNode:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from cache.node import TreeNode
-from cache.results import LockHandle
-from cache.tree_state import TreeState
+from cache.tree.node import TreeNode
+from cache.tree.results import LockHandle
+from cache.tree.state import TreeState
 
 
 class LockError(ValueError):

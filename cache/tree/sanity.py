@@ -6,10 +6,10 @@ from collections.abc import Iterator
 
 import torch
 
-from cache.node import TreeNode
-from cache.tree_events import first_parent_hash
-from cache.tree_state import TreeState
-from cache.tree_walk import walk_blocks
+from cache.tree.node import TreeNode
+from cache.tree.sink import first_parent_hash
+from cache.tree.state import TreeState
+from cache.tree.walk import walk_blocks
 
 
 class SanityError(AssertionError):
