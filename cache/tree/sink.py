@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Final, Protocol
 
-from cache.event_build import block_hashes_fast, build_stored
 from cache.events import (
     AllBlocksCleared,
     BlockRemoved,
@@ -20,6 +19,7 @@ from cache.events import (
     block_term,
     chain_page_digests,
 )
+from cache.events.build import block_hashes_fast, build_stored
 from cache.tree.node import TreeNode
 
 _MASK: Final = (1 << 64) - 1

@@ -15,7 +15,7 @@ from functools import lru_cache
 from itertools import repeat
 from typing import Final
 
-from cache.events import MEDIUM_GPU, BlockStored
+from cache.events.types import MEDIUM_GPU, BlockStored
 
 _FIELDS: Final = (
     "block_hashes",
@@ -26,7 +26,7 @@ _FIELDS: Final = (
     "medium",
 )
 if tuple(f.name for f in fields(BlockStored)) != _FIELDS:  # pragma: no cover - guards a refactor
-    raise ImportError("cache.event_build is out of date with cache.events.BlockStored's fields")
+    raise ImportError("cache.events.build is out of date with cache.events.BlockStored's fields")
 
 _new = object.__new__
 _set_hashes, _set_parent, _set_tokens, _set_size, _set_lora, _set_medium = (
