@@ -25,7 +25,7 @@ from consumers.errors import ConsumerError, ViewConsistencyError, ViewStateError
 from consumers.metrics import FollowerMetrics
 from consumers.progress import ReplayProgress
 from consumers.snapshot_store import Snapshot, SnapshotInfo, SnapshotStore
-from consumers.view import DigestView, View
+from consumers.views.view import DigestView, View
 from log import EventLog, LogUnavailableError, Position, Record, StartAt
 
 logger = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from consumers import PrefixIndex, ReplicaSet, Stats
-from consumers.view import View
+from consumers.views.view import View
 
 
 @dataclass(frozen=True, slots=True)

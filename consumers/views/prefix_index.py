@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from cache.events import EventBatch, block_hashes_of, chain_page_digests, namespace_prior
 from consumers.errors import ViewStateError
-from consumers.replica import ReplicaSet, ReplicaTree
+from consumers.views.replica import ReplicaSet, ReplicaTree
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ from cache.events import (
     block_term,
 )
 from consumers.errors import ViewConsistencyError, ViewStateError
-from consumers.replica_codec import TreeState, decode_tree_states, encode_tree_states
+from consumers.views.replica_codec import TreeState, decode_tree_states, encode_tree_states
 
 _RESIDENT: Final = 1
 _HAS_PARENT: Final = 2
@@ -404,7 +404,7 @@ class ReplicaSet:
         return None if tree is None else tree.digest_value()
 
     def snapshot(self) -> bytes:
-        """Every replica, in the binary form of ``consumers.replica_codec``."""
+        """Every replica, in the binary form of ``consumers.views.replica_codec``."""
         return encode_tree_states([tree.export_state() for tree in self._trees.values()])
 
     def load(self, data: bytes) -> None:

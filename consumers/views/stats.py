@@ -20,7 +20,7 @@ from cache.events import (
     EventBatch,
 )
 from consumers.errors import ViewStateError
-from consumers.replica import ReplicaSet
+from consumers.views.replica import ReplicaSet
 
 
 @dataclass(slots=True)
