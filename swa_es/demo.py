@@ -26,7 +26,7 @@ from swa_es.engine import SyntheticEngine, synthetic_engine
 from swa_es.live_view import Frame, WorkerRow, show_live
 from swa_es.log_access import open_log_within, redact
 from swa_es.primary import PrimaryProgress, run_primary
-from swa_es.publisher import Publisher
+from swa_es.publish.publisher import Publisher
 from swa_es.views import StandardViews
 
 

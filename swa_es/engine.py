@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from swa_es.batching import PublishedCache
 from swa_es.config import CacheConfig, SettingError
+from swa_es.publish.batching import PublishedCache
 
 if TYPE_CHECKING:
     from cache import SWARadixCache

@@ -9,7 +9,7 @@ import anyio
 import anyio.lowlevel
 
 from swa_es.engine import Engine
-from swa_es.publisher import Publisher
+from swa_es.publish.publisher import Publisher
 
 
 @dataclass(slots=True)

@@ -24,7 +24,7 @@ from swa_es.log_access import open_log_within
 from swa_es.metrics_http import start_metrics_server
 from swa_es.primary import PrimaryProgress, run_primary
 from swa_es.prometheus import render
-from swa_es.publisher import Publisher
+from swa_es.publish.publisher import Publisher
 from swa_es.service_metrics import publisher_families
 from swa_es.signals import cancel_on_signal
 from swa_es.status_file import write_status, write_status_every

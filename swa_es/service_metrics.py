@@ -7,7 +7,7 @@ from typing import Final
 
 from consumers import FollowerMetrics
 from swa_es.prometheus import Metric, counter, gauge
-from swa_es.publisher_metrics import PublisherMetrics
+from swa_es.publish.metrics import PublisherMetrics
 from swa_es.views import StandardViews
 
 FOLLOWER_GAUGES: Final = frozenset(

@@ -21,7 +21,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from cache.events import Event, EventBatch, encode_batch
 from log import EventLog, LogError
-from swa_es.batching import (
+from swa_es.publish.batching import (
     DEFAULT_DIGEST_EVERY_BATCHES,
     DEFAULT_MAX_BATCH_BYTES,
     DEFAULT_MAX_EVENTS_PER_BATCH,
@@ -29,9 +29,9 @@ from swa_es.batching import (
     PublishedCache,
     cache_meta,
 )
-from swa_es.overflow import Backpressure, OverflowPolicy
-from swa_es.publish_errors import PublisherClosedError, PublisherFailedError
-from swa_es.publisher_metrics import PublisherCounters, PublisherMetrics
+from swa_es.publish.errors import PublisherClosedError, PublisherFailedError
+from swa_es.publish.metrics import PublisherCounters, PublisherMetrics
+from swa_es.publish.overflow import Backpressure, OverflowPolicy
 
 logger = logging.getLogger(__name__)
 
