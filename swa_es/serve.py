@@ -19,10 +19,10 @@ from typing import Any
 import anyio
 
 from swa_es.config import ServeConfig
-from swa_es.engine import Engine, synthetic_engine
+from swa_es.engine.engine import Engine, synthetic_engine
+from swa_es.engine.primary import PrimaryProgress, run_primary
 from swa_es.log_access import open_log_within
 from swa_es.metrics_http import start_metrics_server
-from swa_es.primary import PrimaryProgress, run_primary
 from swa_es.prometheus import render
 from swa_es.publish.publisher import Publisher
 from swa_es.service_metrics import publisher_families

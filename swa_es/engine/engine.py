@@ -14,8 +14,8 @@ from swa_es.publish.batching import PublishedCache
 
 if TYPE_CHECKING:
     from cache import SWARadixCache
-    from swa_es.serving import CacheWorker
-    from swa_es.workload import ChatWorkload
+    from swa_es.engine.worker import CacheWorker
+    from swa_es.engine.workload import ChatWorkload
 
 
 class ServedCache(PublishedCache, Protocol):
@@ -91,8 +91,8 @@ def build_cache(config: CacheConfig) -> SWARadixCache:
 
 def synthetic_engine(config: CacheConfig, seed: int) -> SyntheticEngine:
     """The synthetic engine on a fresh cache: workload seeded with ``seed``."""
-    from swa_es.serving import CacheWorker
-    from swa_es.workload import ChatWorkload
+    from swa_es.engine.worker import CacheWorker
+    from swa_es.engine.workload import ChatWorkload
 
     cache = build_cache(config)
     return SyntheticEngine(cache, ChatWorkload(seed=seed), CacheWorker(cache))

@@ -17,7 +17,7 @@ import torch
 
 if TYPE_CHECKING:
     from cache import SWARadixCache
-    from swa_es.workload import ChatRequest
+    from swa_es.engine.workload import ChatRequest
 
 __all__ = ["CacheFullError", "CacheWorker", "ServeOutcome"]
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import anyio
 import anyio.lowlevel
 
-from swa_es.engine import Engine
+from swa_es.engine.engine import Engine
 from swa_es.publish.publisher import Publisher
 
 
