@@ -25,9 +25,9 @@ from swa_es.config import DemoConfig
 from swa_es.engine.engine import SyntheticEngine, synthetic_engine
 from swa_es.engine.primary import PrimaryProgress, run_primary
 from swa_es.live_view import Frame, WorkerRow, show_live
-from swa_es.log_access import open_log_within, redact
 from swa_es.publish.publisher import Publisher
-from swa_es.views import StandardViews
+from swa_es.service.log_access import open_log_within, redact
+from swa_es.service.views import StandardViews
 
 
 @dataclass(slots=True)

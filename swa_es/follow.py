@@ -17,13 +17,13 @@ import anyio
 
 from consumers import Follower, SnapshotStore
 from swa_es.config import FollowConfig
-from swa_es.log_access import open_reader
-from swa_es.metrics_http import start_metrics_server
-from swa_es.prometheus import render
-from swa_es.service_metrics import follower_families
-from swa_es.signals import cancel_on_signal
-from swa_es.status_file import write_status, write_status_every
-from swa_es.views import StandardViews
+from swa_es.service.http import start_metrics_server
+from swa_es.service.log_access import open_reader
+from swa_es.service.prometheus import render
+from swa_es.service.service_metrics import follower_families
+from swa_es.service.signals import cancel_on_signal
+from swa_es.service.status_file import write_status, write_status_every
+from swa_es.service.views import StandardViews
 
 
 class FollowerService:

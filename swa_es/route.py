@@ -13,8 +13,8 @@ import orjson
 
 from consumers import Follower, PrefixMatch, SnapshotStore
 from swa_es.config import RouteConfig
-from swa_es.log_access import open_reader
-from swa_es.views import StandardViews
+from swa_es.service.log_access import open_reader
+from swa_es.service.views import StandardViews
 
 
 def best_source(matches: dict[str, PrefixMatch]) -> str | None:

@@ -21,13 +21,13 @@ import anyio
 from swa_es.config import ServeConfig
 from swa_es.engine.engine import Engine, synthetic_engine
 from swa_es.engine.primary import PrimaryProgress, run_primary
-from swa_es.log_access import open_log_within
-from swa_es.metrics_http import start_metrics_server
-from swa_es.prometheus import render
 from swa_es.publish.publisher import Publisher
-from swa_es.service_metrics import publisher_families
-from swa_es.signals import cancel_on_signal
-from swa_es.status_file import write_status, write_status_every
+from swa_es.service.http import start_metrics_server
+from swa_es.service.log_access import open_log_within
+from swa_es.service.prometheus import render
+from swa_es.service.service_metrics import publisher_families
+from swa_es.service.signals import cancel_on_signal
+from swa_es.service.status_file import write_status, write_status_every
 
 logger = logging.getLogger(__name__)
 

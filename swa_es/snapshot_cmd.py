@@ -14,8 +14,8 @@ import orjson
 
 from consumers import Follower, SnapshotInfo, SnapshotStore
 from swa_es.config import SnapshotConfig
-from swa_es.log_access import open_reader
-from swa_es.views import StandardViews
+from swa_es.service.log_access import open_reader
+from swa_es.service.views import StandardViews
 
 
 def _summary(

@@ -16,7 +16,7 @@ import anyio
 import anyio.abc
 from anyio.abc import SocketAttribute
 
-from swa_es.prometheus import CONTENT_TYPE
+from swa_es.service.prometheus import CONTENT_TYPE
 
 logger = logging.getLogger(__name__)
 

@@ -6,9 +6,9 @@ from dataclasses import fields
 from typing import Final
 
 from consumers import FollowerMetrics
-from swa_es.prometheus import Metric, counter, gauge
 from swa_es.publish.metrics import PublisherMetrics
-from swa_es.views import StandardViews
+from swa_es.service.prometheus import Metric, counter, gauge
+from swa_es.service.views import StandardViews
 
 FOLLOWER_GAUGES: Final = frozenset(
     {"diverged_sources", "lag_records", "lag_s", "last_snapshot_at", "restored_generation"}
