@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from swa_es.config import CacheConfig, SettingError
+from swa_es.cli.config import CacheConfig, SettingError
 from swa_es.publish.batching import PublishedCache
 
 if TYPE_CHECKING:

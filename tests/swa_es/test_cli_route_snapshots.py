@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from swa_es.cli import main
-from swa_es.config import CacheConfig
+from swa_es.cli.config import CacheConfig
 from swa_es.engine.engine import SyntheticEngine, synthetic_engine
 
 REQUESTS = 40

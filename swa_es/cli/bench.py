@@ -7,14 +7,14 @@ import sys
 from pathlib import Path
 from typing import Final
 
-from swa_es.config import SettingError
+from swa_es.cli.config import SettingError
 
 BENCHMARKS: Final = ("cache", "log", "replica")
 
 
 def bench_dir() -> Path:
-    """``bench/`` next to the installed ``swa_es`` package (an editable or source checkout)."""
-    return Path(__file__).resolve().parents[1] / "bench"
+    """``bench/`` beside the ``swa_es`` package (an editable or source checkout)."""
+    return Path(__file__).resolve().parents[2] / "bench"
 
 
 def scripts_for(name: str, directory: Path) -> list[Path]:

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Final, NoReturn
 
-from swa_es.config import SettingError, env_name
+from swa_es.cli.config import SettingError, env_name
 
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
@@ -199,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _command(name: str) -> Callable[[dict[str, object]], int]:
     """The runner of a command, imported on demand (``--help`` stays fast, torch stays out)."""
-    from swa_es import commands
+    from swa_es.cli import commands
 
     return commands.RUNNERS[name]
 
@@ -257,7 +257,3 @@ def _report(prog: str, exc: BaseException) -> int:
     if isinstance(exc, SystemExit):
         return int(exc.code) if isinstance(exc.code, int) else EXIT_FAILED
     return _fail(prog, f"{type(exc).__name__}: {exc}", EXIT_FAILED)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 
 from consumers import Follower, SnapshotStore
-from swa_es.config import FollowConfig
+from swa_es.cli.config import FollowConfig
 from swa_es.service.http import start_metrics_server
 from swa_es.service.log_access import open_reader
 from swa_es.service.prometheus import render

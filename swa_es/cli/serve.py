@@ -18,7 +18,7 @@ from typing import Any
 
 import anyio
 
-from swa_es.config import ServeConfig
+from swa_es.cli.config import ServeConfig
 from swa_es.engine.engine import Engine, synthetic_engine
 from swa_es.engine.primary import PrimaryProgress, run_primary
 from swa_es.publish.publisher import Publisher

@@ -12,7 +12,7 @@ from typing import Any, TextIO
 import orjson
 
 from consumers import Follower, PrefixMatch, SnapshotStore
-from swa_es.config import RouteConfig
+from swa_es.cli.config import RouteConfig
 from swa_es.service.log_access import open_reader
 from swa_es.service.views import StandardViews
 

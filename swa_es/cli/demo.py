@@ -21,10 +21,10 @@ from rich.console import Console
 
 from consumers import Follower, SnapshotStore
 from log import EventLog
-from swa_es.config import DemoConfig
+from swa_es.cli.config import DemoConfig
+from swa_es.cli.live_view import Frame, WorkerRow, show_live
 from swa_es.engine.engine import SyntheticEngine, synthetic_engine
 from swa_es.engine.primary import PrimaryProgress, run_primary
-from swa_es.live_view import Frame, WorkerRow, show_live
 from swa_es.publish.publisher import Publisher
 from swa_es.service.log_access import open_log_within, redact
 from swa_es.service.views import StandardViews

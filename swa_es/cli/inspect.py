@@ -15,7 +15,7 @@ import orjson
 
 from cache.events import DecodeError, EventBatch, batch_to_dict, decode_batch
 from log import CorruptRecordError, Record
-from swa_es.config import InspectConfig
+from swa_es.cli.config import InspectConfig
 from swa_es.service.log_access import open_reader, redact
 
 

@@ -13,7 +13,7 @@ import anyio
 import orjson
 
 from consumers import Follower, SnapshotInfo, SnapshotStore
-from swa_es.config import SnapshotConfig
+from swa_es.cli.config import SnapshotConfig
 from swa_es.service.log_access import open_reader
 from swa_es.service.views import StandardViews
 

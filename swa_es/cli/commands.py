@@ -13,7 +13,7 @@ from typing import Final
 import anyio
 from rich.console import Console
 
-from swa_es import config as cfg
+from swa_es.cli import config as cfg
 
 Flags = dict[str, object]
 
@@ -29,7 +29,7 @@ def _run(main: Callable[[], Awaitable[int]]) -> int:
 def demo(flags: Flags) -> int:
     """``swa-es demo``."""
     config = cfg.demo_config(cfg.Sources.from_process(flags))
-    from swa_es.demo import run_demo
+    from swa_es.cli.demo import run_demo
 
     console = Console(highlight=False)
 
@@ -45,7 +45,7 @@ def demo(flags: Flags) -> int:
 def inspect(flags: Flags) -> int:
     """``swa-es inspect``."""
     config = cfg.inspect_config(cfg.Sources.from_process(flags, _POSITIONAL))
-    from swa_es.inspect_log import run_inspect
+    from swa_es.cli.inspect import run_inspect
 
     async def main() -> int:
         report = await run_inspect(config, sys.stdout, sys.stderr)
@@ -57,7 +57,7 @@ def inspect(flags: Flags) -> int:
 def serve(flags: Flags) -> int:
     """``swa-es serve``."""
     config = cfg.serve_config(cfg.Sources.from_process(flags))
-    from swa_es.serve import run_serve
+    from swa_es.cli.serve import run_serve
 
     return _run(lambda: run_serve(config))
 
@@ -65,7 +65,7 @@ def serve(flags: Flags) -> int:
 def follow(flags: Flags) -> int:
     """``swa-es follow``."""
     config = cfg.follow_config(cfg.Sources.from_process(flags))
-    from swa_es.follow import run_follow
+    from swa_es.cli.follow import run_follow
 
     return _run(lambda: run_follow(config))
 
@@ -73,7 +73,7 @@ def follow(flags: Flags) -> int:
 def route(flags: Flags) -> int:
     """``swa-es route``."""
     config = cfg.route_config(cfg.Sources.from_process(flags, _POSITIONAL))
-    from swa_es.route import run_route
+    from swa_es.cli.route import run_route
 
     return _run(lambda: run_route(config, sys.stdout))
 
@@ -81,7 +81,7 @@ def route(flags: Flags) -> int:
 def snapshot(flags: Flags) -> int:
     """``swa-es snapshot``."""
     config = cfg.snapshot_config(cfg.Sources.from_process(flags, _POSITIONAL))
-    from swa_es.snapshot_cmd import run_snapshot
+    from swa_es.cli.snapshot import run_snapshot
 
     return _run(lambda: run_snapshot(config, sys.stdout))
 
@@ -89,14 +89,14 @@ def snapshot(flags: Flags) -> int:
 def restore(flags: Flags) -> int:
     """``swa-es restore``."""
     config = cfg.snapshot_config(cfg.Sources.from_process(flags, _POSITIONAL))
-    from swa_es.snapshot_cmd import run_restore
+    from swa_es.cli.snapshot import run_restore
 
     return _run(lambda: run_restore(config, sys.stdout))
 
 
 def bench(flags: Flags) -> int:
     """``swa-es bench``."""
-    from swa_es.bench_cmd import run_bench
+    from swa_es.cli.bench import run_bench
 
     name = str(flags.get("name") or "all")
     extra = flags.get("args") or []
