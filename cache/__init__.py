@@ -9,12 +9,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from cache.errors import CacheError, LockError, SanityError
+
 if TYPE_CHECKING:
     from cache.allocator import SWAKVAllocator
-    from cache.tree.lock import LockError
     from cache.tree.radix_cache import SWARadixCache
     from cache.tree.results import EvictResult, LockHandle, MatchResult
-    from cache.tree.sanity import SanityError
 
 __all__ = [
     "SWAKVAllocator",
@@ -22,6 +22,7 @@ __all__ = [
     "EvictResult",
     "MatchResult",
     "LockHandle",
+    "CacheError",
     "LockError",
     "SanityError",
 ]
@@ -32,8 +33,6 @@ _LAZY = {
     "EvictResult": "cache.tree.results",
     "MatchResult": "cache.tree.results",
     "LockHandle": "cache.tree.results",
-    "LockError": "cache.tree.lock",
-    "SanityError": "cache.tree.sanity",
 }
 
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
+from cache.errors import LockError
 from cache.tree.node import TreeNode
 from cache.tree.results import LockHandle
 from cache.tree.state import TreeState
 
-
-class LockError(ValueError):
-    """A lock or unlock request that does not fit the tree (stale handle, tombstone in window)."""
+__all__ = ["LockError", "dec_lock_ref", "inc_lock_ref"]
 
 
 def _swa_region(state: TreeState, node: TreeNode) -> int:

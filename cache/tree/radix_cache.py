@@ -29,6 +29,7 @@ from collections.abc import Sequence
 import torch
 
 from cache.allocator import SWAKVAllocator
+from cache.errors import SanityError
 from cache.events import Event, format_digest
 from cache.tree.evict import evict
 from cache.tree.insert import insert
@@ -37,7 +38,7 @@ from cache.tree.lock import dec_lock_ref, inc_lock_ref
 from cache.tree.match import match_prefix
 from cache.tree.node import TreeNode
 from cache.tree.results import EvictResult, LockHandle, MatchResult
-from cache.tree.sanity import SanityError, sanity_check
+from cache.tree.sanity import sanity_check
 from cache.tree.sink import EventSink, NullSink, RecordingSink
 from cache.tree.state import TreeState
 from cache.tree.walk import digest_from_scratch, snapshot_events

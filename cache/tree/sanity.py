@@ -6,14 +6,13 @@ from collections.abc import Iterator
 
 import torch
 
+from cache.errors import SanityError
 from cache.tree.node import TreeNode
 from cache.tree.sink import first_parent_hash
 from cache.tree.state import TreeState
 from cache.tree.walk import walk_blocks
 
-
-class SanityError(AssertionError):
-    """An invariant of the tree or its pools does not hold."""
+__all__ = ["SanityError", "sanity_check"]
 
 
 def _require(condition: bool, message: str) -> None:
