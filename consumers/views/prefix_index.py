@@ -2,9 +2,8 @@
 
 ``match`` hashes the request's pages once per page size (the same chained hashes the primaries
 put in their events) and walks each source's replica. Per source it reports the longest held
-prefix and the longest one usable under the SWA rule (DESIGN §3): a match may end at a page
-boundary only if the path has no tombstone, or at least ``sliding_window_size`` tokens follow
-the last tombstone on it. That is the length the source's own ``cache.match_prefix`` returns.
+prefix and the longest one usable under the SWA rule (``cache.events.swa_rule``, the rule the
+tree's own ``match_prefix`` applies), so the usable length is what that source would return.
 
 Unknown is never a guess: a diverged source (or one whose meta is missing) is reported with
 ``PrefixMatch.unknown()`` (both lengths None). Sources holding none of the prefix are absent.
@@ -12,10 +11,11 @@ Unknown is never a guess: a diverged source (or one whose meta is missing) is re
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from cache.events import EventBatch, block_hashes_of, chain_page_digests, namespace_prior
+from cache.events.swa_rule import usable_prefix
 from consumers.errors import ViewStateError
 from consumers.views.replica import ReplicaSet, ReplicaTree
 
@@ -38,25 +38,23 @@ class PrefixMatch:
         return self.full_tokens is not None
 
 
+def _pages_held(
+    tree: ReplicaTree, hashes: Sequence[int], page_size: int
+) -> Iterator[tuple[int, bool]]:
+    """(page size, resident) for each page of the chain ``hashes`` that ``tree`` holds."""
+    for block_hash in hashes:
+        resident = tree.residency(block_hash)
+        if resident is None:
+            return
+        yield page_size, resident
+
+
 def match_pages(
     tree: ReplicaTree, hashes: Sequence[int], sliding_window_size: int
 ) -> tuple[int, int]:
     """(held pages, SWA-usable pages) of the chain ``hashes`` in ``tree``."""
     page_size = tree.meta.page_size if tree.meta is not None else 1
-    since_tombstone: int | None = None  # None: no tombstone on the path so far
-    held = usable = 0
-    for block_hash in hashes:
-        resident = tree.residency(block_hash)
-        if resident is None:
-            break
-        held += 1
-        if not resident:
-            since_tombstone = 0
-        elif since_tombstone is not None:
-            since_tombstone += page_size
-        if since_tombstone is None or since_tombstone >= sliding_window_size:
-            usable = held
-    return held, usable
+    return usable_prefix(_pages_held(tree, hashes, page_size), sliding_window_size)
 
 
 class PrefixIndex:
