@@ -58,17 +58,16 @@ def match_pages(
 
 
 class PrefixIndex:
-    """The ``prefix_index`` view.
+    """The ``prefix_index`` view: answers from the follower's ``ReplicaSet``.
 
-    ``PrefixIndex()`` keeps its own replicas; ``PrefixIndex(replicas)`` reads a ``ReplicaSet``
-    that is itself one of the follower's views (no second copy; this view then has no state of
-    its own and its snapshot is empty).
+    It keeps no state of its own: ``replicas`` must be one of the same follower's views (the
+    follower checks), which applies every batch and every divergence; this view's snapshot is
+    empty.
     """
 
-    def __init__(self, replicas: ReplicaSet | None = None, *, name: str = "prefix_index") -> None:
+    def __init__(self, replicas: ReplicaSet, *, name: str = "prefix_index") -> None:
         self._name = name
-        self._shared = replicas
-        self._replicas = replicas if replicas is not None else ReplicaSet(name=name)
+        self._replicas = replicas
 
     @property
     def name(self) -> str:
@@ -76,38 +75,24 @@ class PrefixIndex:
         return self._name
 
     @property
-    def shared_replicas(self) -> ReplicaSet | None:
-        """The ``ReplicaSet`` this index reads, when it does not keep its own."""
-        return self._shared
-
-    @property
     def replicas(self) -> ReplicaSet:
         """The replicas this index answers from."""
         return self._replicas
 
     def apply(self, batch: EventBatch) -> None:
-        """Apply one batch (nothing to do when the replicas are shared)."""
-        if self._shared is None:
-            self._replicas.apply(batch)
+        """Nothing to do: the ``ReplicaSet`` applies the batch."""
 
     def mark_diverged(self, source: str, reason: str) -> None:
-        """Answer unknown for ``source`` until it resyncs."""
-        self._replicas.mark_diverged(source, reason)
-
-    def source_digest(self, source: str) -> str | None:
-        """The digest of ``source`` as held here (None when shared: the ReplicaSet checks)."""
-        return None if self._shared is not None else self._replicas.source_digest(source)
+        """Nothing to do: the ``ReplicaSet`` records the divergence and this index reads it."""
 
     def snapshot(self) -> bytes:
-        """Own replicas as bytes, or nothing when shared."""
-        return b"" if self._shared is not None else self._replicas.snapshot()
+        """Nothing: the state is the ``ReplicaSet``'s."""
+        return b""
 
     def load(self, data: bytes) -> None:
-        """Replace the state with what ``snapshot`` wrote."""
-        if self._shared is None:
-            self._replicas.load(data)
-        elif data:
-            raise ViewStateError(self._name, "a shared prefix index has no state of its own")
+        """Accept the empty state ``snapshot`` wrote."""
+        if data:
+            raise ViewStateError(self._name, "a prefix index has no state of its own")
 
     def match(
         self, token_ids: Sequence[int], extra_key: str | None = None

@@ -1,8 +1,8 @@
 """The ``stats`` view: per source block and tombstone counts, and churn counters.
 
 Churn counts blocks (one per block hash) by what happened to them; ``cleared`` counts
-``AllBlocksCleared`` events. Block and tombstone counts come from replicas: shared with a
-``ReplicaSet`` view (``Stats(replicas)``) or kept by this view itself (``Stats()``).
+``AllBlocksCleared`` events. Block and tombstone counts and divergence are read from the
+follower's ``ReplicaSet``, given to ``Stats(replicas)``; this view keeps only the churn.
 """
 
 from __future__ import annotations
@@ -75,12 +75,15 @@ class SourceStats:
 
 
 class Stats:
-    """Per-source counts, kept from batches."""
+    """Per-source counts: churn kept from batches, blocks and tombstones read from ``replicas``.
 
-    def __init__(self, replicas: ReplicaSet | None = None, *, name: str = "stats") -> None:
+    ``replicas`` must be one of the same follower's views (the follower checks); it applies
+    every batch and every divergence.
+    """
+
+    def __init__(self, replicas: ReplicaSet, *, name: str = "stats") -> None:
         self._name = name
-        self._shared = replicas
-        self._replicas = replicas if replicas is not None else ReplicaSet(name=name)
+        self._replicas = replicas
         self._churn: dict[str, Churn] = {}
 
     @property
@@ -89,19 +92,16 @@ class Stats:
         return self._name
 
     @property
-    def shared_replicas(self) -> ReplicaSet | None:
-        """The ``ReplicaSet`` these counts read, when this view keeps none of its own."""
-        return self._shared
+    def replicas(self) -> ReplicaSet:
+        """The replicas the block and tombstone counts are read from."""
+        return self._replicas
 
     def apply(self, batch: EventBatch) -> None:
-        """Count one batch (and apply it to own replicas, when not shared)."""
+        """Count one batch."""
         self._churn.setdefault(batch.source, Churn()).count(batch)
-        if self._shared is None:
-            self._replicas.apply(batch)
 
     def mark_diverged(self, source: str, reason: str) -> None:
-        """Record that ``source`` is diverged."""
-        self._replicas.mark_diverged(source, reason)
+        """Nothing to do: the ``ReplicaSet`` records the divergence and ``get`` reads it."""
 
     def sources(self) -> list[str]:
         """Every source counted, sorted."""
@@ -122,14 +122,12 @@ class Stats:
         return {source: self.get(source).as_dict() for source in self.sources()}
 
     def snapshot(self) -> bytes:
-        """Churn counters (JSON line) followed by own replicas when not shared."""
-        churn = orjson.dumps({s: asdict(c) for s, c in self._churn.items()})
-        replicas = b"" if self._shared is not None else self._replicas.snapshot()
-        return churn + b"\n" + replicas
+        """The churn counters as one JSON line (the replicas are the ``ReplicaSet``'s)."""
+        return orjson.dumps({s: asdict(c) for s, c in self._churn.items()}) + b"\n"
 
     def load(self, data: bytes) -> None:
         """Replace the counts with what ``snapshot`` wrote."""
-        head, newline, replicas = data.partition(b"\n")
+        head, newline, rest = data.partition(b"\n")
         if not newline:
             raise ViewStateError(self._name, "missing the churn line")
         try:
@@ -145,8 +143,6 @@ class Stats:
             if not all(type(v) is int and v >= 0 for v in counts.values()):
                 raise ViewStateError(self._name, f"churn of {source!r} has a bad count")
             churn[source] = Churn(**counts)
-        if self._shared is None:
-            self._replicas.load(replicas)
-        elif replicas:
-            raise ViewStateError(self._name, "shared stats carry no replicas of their own")
+        if rest:
+            raise ViewStateError(self._name, "stats carry no replicas of their own")
         self._churn = churn
