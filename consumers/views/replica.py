@@ -26,7 +26,7 @@ from cache.events import (
     block_term,
 )
 from consumers.errors import ViewConsistencyError, ViewStateError
-from consumers.views.replica_codec import TreeState, decode_tree_states, encode_tree_states
+from consumers.views.replica_codec import ReplicaState, decode_replica_states, encode_replica_states
 
 _RESIDENT: Final = 1
 _HAS_PARENT: Final = 2
@@ -311,7 +311,7 @@ class ReplicaTree:
 
     # --- snapshot parts (see replica_codec) -----------------------------------------------
 
-    def export_state(self) -> TreeState:
+    def export_state(self) -> ReplicaState:
         """(header, arrays) that ``import_state`` turns back into this tree."""
         header = {
             "source": self.source,
@@ -327,10 +327,10 @@ class ReplicaTree:
         keys = array("q", self._slot_of.keys())
         slots = array("q", self._slot_of.values())
         arrays = [keys, slots, self._parents, self._flags, self._children, self._tokens]
-        return TreeState(header, [*arrays, self._free])
+        return ReplicaState(header, [*arrays, self._free])
 
     @classmethod
-    def import_state(cls, state: TreeState) -> ReplicaTree:
+    def import_state(cls, state: ReplicaState) -> ReplicaTree:
         """The tree ``export_state`` described (arrays already length-checked)."""
         header = state.header
         keys, slots, parents, flags, children, tokens, free = state.arrays
@@ -405,11 +405,11 @@ class ReplicaSet:
 
     def snapshot(self) -> bytes:
         """Every replica, in the binary form of ``consumers.views.replica_codec``."""
-        return encode_tree_states([tree.export_state() for tree in self._trees.values()])
+        return encode_replica_states([tree.export_state() for tree in self._trees.values()])
 
     def load(self, data: bytes) -> None:
         """Replace every replica with the ones ``snapshot`` wrote."""
-        states = decode_tree_states(self._name, data)
+        states = decode_replica_states(self._name, data)
         try:
             trees = [ReplicaTree.import_state(state) for state in states]
         except ViewConsistencyError as exc:

@@ -38,7 +38,7 @@ _HEADER_FIELDS: Final[dict[str, type | tuple[type, ...]]] = {
 
 
 @dataclass(frozen=True, slots=True)
-class TreeState:
+class ReplicaState:
     """One tree's header and its arrays, as ``ReplicaTree.export_state`` gives them."""
 
     header: Mapping[str, Any]
@@ -53,7 +53,7 @@ def _little_endian(values: array[Any]) -> bytes:
     return swapped.tobytes()  # pragma: no cover
 
 
-def encode_tree_states(states: Sequence[TreeState]) -> bytes:
+def encode_replica_states(states: Sequence[ReplicaState]) -> bytes:
     """The bytes of every tree state."""
     parts = [_PREAMBLE.pack(MAGIC, VERSION, len(states))]
     for state in states:
@@ -100,7 +100,7 @@ def _read_header(reader: _Reader) -> dict[str, Any]:
     return header
 
 
-def _read_tree(reader: _Reader) -> TreeState:
+def _read_tree(reader: _Reader) -> ReplicaState:
     header = _read_header(reader)
     arrays: list[array[Any]] = []
     for code, count in zip(ARRAY_CODES, _lengths(header), strict=True):
@@ -112,11 +112,11 @@ def _read_tree(reader: _Reader) -> TreeState:
     slots = arrays[1]
     if slots and (min(slots) < 0 or max(slots) >= header["slots"]):
         raise ViewStateError(reader.view, f"slot index out of range in {header['source']!r}")
-    return TreeState(header, arrays)
+    return ReplicaState(header, arrays)
 
 
-def decode_tree_states(view: str, data: bytes) -> list[TreeState]:
-    """Parse what ``encode_tree_states`` wrote; ``ViewStateError`` naming ``view`` otherwise."""
+def decode_replica_states(view: str, data: bytes) -> list[ReplicaState]:
+    """Parse what ``encode_replica_states`` wrote; ``ViewStateError`` naming ``view`` otherwise."""
     reader = _Reader(view, data)
     magic, version, count = _PREAMBLE.unpack(reader.take(_PREAMBLE.size, "preamble"))
     if magic != MAGIC:
