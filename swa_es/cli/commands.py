@@ -14,11 +14,10 @@ import anyio
 from rich.console import Console
 
 from swa_es.cli import config as cfg
+from swa_es.cli.main import EXIT_FAILED, EXIT_OK
 
 Flags = dict[str, object]
 
-EXIT_OK: Final = 0
-EXIT_FAILED: Final = 1
 _POSITIONAL: Final = frozenset({"log"})
 
 

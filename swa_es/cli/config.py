@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 from platformdirs import user_cache_dir
 
 from log.position import Position
+from swa_es.engine.engine import CacheConfig
 
 T = TypeVar("T")
 
@@ -184,17 +185,6 @@ def _int(text: str, where: str) -> int:
 
 
 # --- the configs -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class CacheConfig:
-    """One primary's cache: pool sizes in slots, window and page in tokens, torch device."""
-
-    full_size: int
-    swa_size: int
-    window_tokens: int
-    page_size: int
-    device: str
 
 
 @dataclass(frozen=True, slots=True)

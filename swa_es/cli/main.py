@@ -247,9 +247,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _report(prog: str, exc: BaseException) -> int:
     """One line for ``exc`` and the exit status it maps to."""
     from log import ConfigError, LogError
+    from swa_es.engine.engine import DeviceUnavailableError
 
     if isinstance(exc, KeyboardInterrupt):
         return _fail(prog, "interrupted", EXIT_INTERRUPTED)
+    if isinstance(exc, DeviceUnavailableError):
+        exc = SettingError("--device", str(exc))  # the engine knows no flags; the CLI names it
     if isinstance(exc, SettingError | ConfigError):
         return _fail(prog, str(exc), EXIT_USAGE)
     if isinstance(exc, LogError):

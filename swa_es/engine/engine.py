@@ -7,15 +7,30 @@ deterministic chat workload; a real engine integration implements the same two m
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from swa_es.cli.config import CacheConfig, SettingError
 from swa_es.publish.batching import PublishedCache
 
 if TYPE_CHECKING:
     from cache import SWARadixCache
     from swa_es.engine.worker import CacheWorker
     from swa_es.engine.workload import ChatWorkload
+
+
+@dataclass(frozen=True, slots=True)
+class CacheConfig:
+    """One primary's cache: pool sizes in slots, window and page in tokens, torch device."""
+
+    full_size: int
+    swa_size: int
+    window_tokens: int
+    page_size: int
+    device: str
+
+
+class DeviceUnavailableError(ValueError):
+    """The cache's torch device does not exist on this machine (e.g. cuda without a GPU)."""
 
 
 class ServedCache(PublishedCache, Protocol):
@@ -66,14 +81,14 @@ class SyntheticEngine:
 def build_cache(config: CacheConfig) -> SWARadixCache:
     """A fresh SWA radix cache with events on, sized by ``config``.
 
-    Raises ``SettingError`` for a CUDA device on a machine without one.
+    Raises ``DeviceUnavailableError`` for a CUDA device on a machine without one.
     """
     import torch
 
     from cache import SWAKVAllocator, SWARadixCache
 
     if config.device.startswith("cuda") and not torch.cuda.is_available():
-        raise SettingError("--device", f"{config.device} requested but CUDA is not available")
+        raise DeviceUnavailableError(f"{config.device} requested but CUDA is not available")
 
     allocator = SWAKVAllocator(
         full_size=config.full_size,
