@@ -4,3 +4,7 @@
 deterministic chat requests; ``worker.CacheWorker`` serves one request on the cache; ``primary``
 runs an engine's steps and publishes its cache. Nothing here knows the command line.
 """
+
+from swa_es.engine.engine import CacheConfig, DeviceUnavailableError, Engine, ServedCache
+
+__all__ = ["Engine", "ServedCache", "CacheConfig", "DeviceUnavailableError"]
