@@ -16,6 +16,7 @@ from cache.events.digest import StateDigest, block_term, format_digest
 from cache.events.hashing import (
     ROOT_PRIOR,
     block_hashes_of,
+    chain_block_hashes,
     chain_page_digests,
     digest_to_block_hash,
     namespace_prior,
@@ -55,6 +56,7 @@ __all__ = [
     "format_digest",
     "ROOT_PRIOR",
     "block_hashes_of",
+    "chain_block_hashes",
     "chain_page_digests",
     "digest_to_block_hash",
     "namespace_prior",
