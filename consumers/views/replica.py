@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from cache.events import Event, EventBatch
+from cache.events import DIGEST_ALGORITHM, Event, EventBatch
 from cache.events.replica_store import (
     ReplicaConsistencyError,
     ReplicaSnapshotError,
@@ -45,6 +45,12 @@ class SourceMeta:
     sliding_window_size: int
     raw: Mapping[str, Any]
     swa_events: bool = True
+    digest_alg: str | None = None
+
+    @property
+    def digest_verifiable(self) -> bool:
+        """Whether this build computes the source's digest the way its primary does."""
+        return self.digest_alg == DIGEST_ALGORITHM
 
     @classmethod
     def parse(cls, source: str, meta: Mapping[str, Any]) -> SourceMeta:
@@ -63,7 +69,12 @@ class SourceMeta:
             raise ViewConsistencyError(
                 source, f"meta.swa_events must be a bool, got {swa_events!r}"
             )
-        return cls(values[0], values[1], dict(meta), swa_events)
+        digest_alg = meta.get("digest_alg")
+        if digest_alg is not None and type(digest_alg) is not str:
+            raise ViewConsistencyError(
+                source, f"meta.digest_alg must be a string, got {digest_alg!r}"
+            )
+        return cls(values[0], values[1], dict(meta), swa_events, digest_alg)
 
 
 def _consistency(exc: ReplicaConsistencyError) -> ViewConsistencyError:
@@ -249,8 +260,13 @@ class ReplicaSet:
         self._store.mark_diverged(source, reason)
 
     def source_digest(self, source: str) -> str | None:
-        """The digest of ``source``'s replica as held (None when never seen)."""
-        return self._store.digest_value(source) if source in self else None
+        """The digest of ``source``'s replica as held; None when the source was never seen or
+        its digests cannot be verified (its meta names another algorithm, or none: records
+        from before ``mix64-v1``)."""
+        meta = self._metas.get(source)
+        if meta is None or not meta.digest_verifiable:
+            return None
+        return self._store.digest_value(source)
 
     def snapshot(self) -> bytes:
         """Every replica, as the native store's checksummed bytes."""

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from cache.events import AllBlocksCleared, BlockStored, Event, EventBatch
+from cache.events import DIGEST_ALGORITHM, AllBlocksCleared, BlockStored, Event, EventBatch
 
 DEFAULT_DIGEST_EVERY_BATCHES = 16
 DEFAULT_MAX_EVENTS_PER_BATCH = 20_000
@@ -57,6 +57,7 @@ def cache_meta(cache: PublishedCache, *, digest_every_batches: int) -> dict[str,
     """The ``meta`` a consumer needs to interpret this cache's batches."""
     return {
         "page_size": int(cache.page_size),
+        "digest_alg": DIGEST_ALGORITHM,
         "sliding_window_size": int(cache.sliding_window_size),
         "device": str(cache.device),
         "digest_every_batches": digest_every_batches,
