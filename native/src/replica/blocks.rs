@@ -2,7 +2,7 @@
 //!
 //! Per block: its hash (8 bytes), its parent's slot (4), its child count with the tombstone flag
 //! in the top bit (4), its page's token ids (4 per token) and one index entry (8 / load, 10 to
-//! 20 bytes): 26 to 36 bytes at page size 1. A parent is named by slot, not hash: a block with
+//! 15 bytes): 30 to 35 bytes at page size 1. A parent is named by slot, not hash: a block with
 //! children cannot be removed, so a child's parent slot stays valid for the child's whole life.
 //! Freed slots are reused.
 //!

@@ -6,8 +6,9 @@
 //! The stored top bits let a probe skip a non-matching entry without touching the block table
 //! (a miss, the common case when a block is stored, reads one or two cache lines of the index
 //! only), and they give each entry's home bucket, so deletion shifts entries back without
-//! tombstones and without reading the table. The capacity is a power of two and the load stays
-//! at most 4/5: 8 / load bytes per block, 10 to 20.
+//! tombstones and without reading the table. The capacity grows by 3/2 or 4/3 in turn (powers of two
+//! and 1.5 times them; a bucket is `top * capacity >> 32`) and the load stays at most 4/5: 8 / load
+//! bytes per block, 10 to 15.
 //!
 //! The layout is plain data, so a snapshot copies `entries` as they are.
 
@@ -25,7 +26,6 @@ pub fn mixed_top(block_hash: i64) -> u32 {
 /// take a closure that reads a slot's hash.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SlotIndex {
-    bits: u32,
     len: usize,
     entries: Vec<u64>,
 }
@@ -40,7 +40,6 @@ impl SlotIndex {
     /// An empty index.
     pub fn new() -> Self {
         Self {
-            bits: MIN_BITS,
             len: 0,
             entries: vec![0; 1 << MIN_BITS],
         }
@@ -49,18 +48,14 @@ impl SlotIndex {
     /// An index of the given raw parts (from a snapshot); None when they do not fit together.
     pub fn from_parts(entries: Vec<u64>) -> Option<Self> {
         let capacity = entries.len();
-        if !capacity.is_power_of_two() || !((1 << MIN_BITS)..=(1 << 32)).contains(&capacity) {
+        if !((1 << MIN_BITS)..=(1 << 32)).contains(&capacity) {
             return None;
         }
         let len = entries.iter().filter(|&&e| e != 0).count();
         if len * 5 > capacity * 4 {
             return None;
         }
-        Some(Self {
-            bits: capacity.trailing_zeros(),
-            len,
-            entries,
-        })
+        Some(Self { len, entries })
     }
 
     /// The raw entries (for snapshots).
@@ -84,13 +79,17 @@ impl SlotIndex {
     }
 
     #[inline]
-    fn mask(&self) -> usize {
-        self.entries.len() - 1
+    fn home(&self, top: u32) -> usize {
+        ((u64::from(top) * self.entries.len() as u64) >> 32) as usize
     }
 
     #[inline]
-    fn home(&self, top: u32) -> usize {
-        (top >> (32 - self.bits)) as usize
+    fn next(&self, at: usize) -> usize {
+        if at + 1 == self.entries.len() {
+            0
+        } else {
+            at + 1
+        }
     }
 
     /// The slot of `block_hash`, reading slots' hashes through `hash_of`.
@@ -103,7 +102,6 @@ impl SlotIndex {
     #[inline]
     fn find(&self, block_hash: i64, hash_of: &impl Fn(u32) -> i64) -> Option<(usize, u32)> {
         let top = mixed_top(block_hash);
-        let mask = self.mask();
         let mut at = self.home(top);
         loop {
             let entry = self.entries[at];
@@ -116,7 +114,7 @@ impl SlotIndex {
                     return Some((at, slot));
                 }
             }
-            at = (at + 1) & mask;
+            at = self.next(at);
         }
     }
 
@@ -137,17 +135,23 @@ impl SlotIndex {
     }
 
     fn place(&mut self, top: u32, slot: u32) {
-        let mask = self.mask();
         let mut at = self.home(top);
         while self.entries[at] != 0 {
-            at = (at + 1) & mask;
+            at = self.next(at);
         }
         self.entries[at] = (u64::from(top) << 32) | u64::from(slot + 1);
     }
 
     fn grow(&mut self) {
-        let old = std::mem::replace(&mut self.entries, vec![0; 1 << (self.bits + 1)]);
-        self.bits += 1;
+        let capacity = self.entries.len();
+        // 2^k -> 1.5 * 2^k -> 2^(k+1): steps of 3/2 and 4/3, so the load after a growth is
+        // never below 0.53.
+        let grown = if capacity.is_power_of_two() {
+            capacity + capacity / 2
+        } else {
+            capacity / 3 * 4
+        };
+        let old = std::mem::replace(&mut self.entries, vec![0; grown]);
         // Entries keep their top bits, so a rebuild reads nothing but the old entries.
         for entry in old.into_iter().filter(|&e| e != 0) {
             self.place((entry >> 32) as u32, (entry as u32).wrapping_sub(1));
@@ -157,18 +161,21 @@ impl SlotIndex {
     /// Drop `block_hash`; returns its slot, or None when it was not indexed.
     pub fn remove(&mut self, block_hash: i64, hash_of: impl Fn(u32) -> i64) -> Option<u32> {
         let (mut hole, slot) = self.find(block_hash, &hash_of)?;
-        let mask = self.mask();
+        let capacity = self.entries.len();
         // Backward-shift deletion: move later entries of the run into the hole when the hole
         // lies between their home and where they sit, so every probe still finds them.
         let mut at = hole;
         loop {
-            at = (at + 1) & mask;
+            at = self.next(at);
             let entry = self.entries[at];
             if entry == 0 {
                 break;
             }
             let home = self.home((entry >> 32) as u32);
-            if (at.wrapping_sub(home) & mask) >= (at.wrapping_sub(hole) & mask) {
+            // cyclic distances: from the entry's home, and from the hole, to where it sits
+            let from_home = (at + capacity - home) % capacity;
+            let from_hole = (at + capacity - hole) % capacity;
+            if from_home >= from_hole {
                 self.entries[hole] = entry;
                 hole = at;
             }
@@ -259,7 +266,6 @@ mod tests {
 
     #[test]
     fn from_parts_refuses_bad_capacities_and_overfull_tables() {
-        assert!(SlotIndex::from_parts(vec![0; 24]).is_none());
         assert!(SlotIndex::from_parts(vec![0; 8]).is_none());
         assert!(SlotIndex::from_parts(vec![1; 16]).is_none());
         let index = SlotIndex::from_parts(vec![0; 32]).unwrap();
