@@ -132,6 +132,11 @@ def _info(path: Path, raw: Mapping[str, Any], size: int) -> SnapshotInfo:
         position = Position.from_json(orjson.dumps(raw["position"]))
     except (ValueError, TypeError) as exc:
         raise SnapshotError(str(path), f"bad position: {exc}") from None
+    named = _NAME.match(path.name)
+    if named is not None and int(named.group(1)) != raw["generation"]:
+        raise SnapshotError(
+            str(path), f"manifest generation {raw['generation']} does not match the file name"
+        )
     return SnapshotInfo(path, int(raw["generation"]), position, float(raw["created_at"]), size)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import struct
 import tempfile
+import unittest.mock
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,14 @@ import orjson
 
 from tests.fuzz.corpus import CORPUS_ROOT
 from tests.fuzz.segments import DamagedLog, apply_damage, write_pristine
-from tests.fuzz.snapshots import base_case, decode_snapshot, encode_snapshot
+from tests.fuzz.snapshots import (
+    PLANTED_GENERATION,
+    base_case,
+    decode_snapshot,
+    encode_snapshot,
+    set_replica_u32,
+    with_inner_checksum,
+)
 
 
 def _records(count: int) -> list[tuple[str, bytes]]:
@@ -195,19 +203,11 @@ def _decode_cases(out: Path) -> None:
         )
 
 
-def _replica_view_with(view: bytes, **header_changes: Any) -> bytes:
-    """The replicas view with its first tree header changed (lengths re-computed)."""
-    _magic, _version, _count = struct.unpack_from("<4sHI", view, 0)
-    (length,) = struct.unpack_from("<I", view, 10)
-    header = orjson.loads(view[14 : 14 + length])
-    header.update(header_changes)
-    encoded = orjson.dumps(header)
-    return view[:10] + struct.pack("<I", len(encoded)) + encoded + view[14 + length :]
-
-
 def _snapshot_cases(out: Path) -> None:
-    good = base_case().newest_snapshot
-    manifest, views = decode_snapshot(good)
+    real_manifest, views = decode_snapshot(base_case().newest_snapshot)
+    # Planted as generation PLANTED_GENERATION: each case fails only for the reason it names.
+    manifest = {**real_manifest, "generation": PLANTED_GENERATION}
+    good = encode_snapshot(manifest, views)
     names = [name for name, _ in manifest["views"]]
     replicas = names.index("replicas")
 
@@ -243,16 +243,31 @@ def _snapshot_cases(out: Path) -> None:
         "view-size-negative": with_manifest(views=[[n, -1] for n in names]),
         "view-name-twice": with_manifest(views=[[names[0], 0], [names[0], 0]]),
         "generation-string": with_manifest(generation="7"),
+        "generation-not-the-file-name": with_manifest(generation=3),
         "position-garbage": with_manifest(position={"zero": "x"}),
         "cursors-negative-seq": with_manifest(
             cursors={s: {**c, "seq": -5} for s, c in manifest["cursors"].items()}
         ),
-        "replica-huge-slot-count": with_view(
-            replicas, _replica_view_with(views[replicas], slots=2**40, live=2**40)
+        "replica-slot-count-huge": with_view(
+            replicas, set_replica_u32(views[replicas], "slots", 2**32 - 1)
         ),
-        "replica-trailing-bytes": with_view(replicas, views[replicas] + b"\x00" * 9),
-        "replica-tree-count-huge": with_view(
-            replicas, views[replicas][:6] + struct.pack("<I", 2**32 - 1) + views[replicas][10:]
+        "replica-free-count-huge": with_view(
+            replicas, set_replica_u32(views[replicas], "free", 2**32 - 1)
+        ),
+        "replica-index-capacity-huge": with_view(
+            replicas, set_replica_u32(views[replicas], "capacity", 2**32 - 1)
+        ),
+        "replica-block-size-huge": with_view(
+            replicas, set_replica_u32(views[replicas], "block_size", 2**32 - 1)
+        ),
+        "replica-count-huge": with_view(
+            replicas, set_replica_u32(views[replicas], "count", 2**32 - 1)
+        ),
+        "replica-trailing-bytes": with_view(
+            replicas, with_inner_checksum(views[replicas][:-4] + b"\x00" * 9)
+        ),
+        "replica-inner-checksum-wrong": with_view(
+            replicas, views[replicas][:-1] + bytes([views[replicas][-1] ^ 0x01])
         ),
     }
     for name, data in cases.items():
@@ -312,7 +327,12 @@ WRITERS: dict[str, Callable[[Path], None]] = {
 
 
 def main() -> None:
-    """Rewrite every generated corpus file."""
+    """Rewrite every generated corpus file (with a frozen clock, so a rerun changes nothing)."""
+    with unittest.mock.patch("time.time", return_value=1_700_000_000.0):
+        _write_all()
+
+
+def _write_all() -> None:
     for kind, write in WRITERS.items():
         out = CORPUS_ROOT / kind
         out.mkdir(parents=True, exist_ok=True)

@@ -116,6 +116,45 @@ def decode_snapshot(data: bytes) -> tuple[dict[str, Any], list[bytes]]:
     return manifest, views
 
 
+REPLICA_HEADER_FIELDS = ("block_size", "slots", "free", "capacity")
+
+
+def replica_field_offsets(view: bytes) -> dict[str, int]:
+    """Byte offsets of the replica count and of the first replica's u32 header fields in the
+    replicas view (layout: ``native/src/replica/snapshot.rs``)."""
+    offsets = {"count": 12}
+    at = 16
+    (name_length,) = struct.unpack_from("<I", view, at)
+    at += 4 + name_length
+    if view[at]:
+        at += 1 + 4 + 4 + 1
+        (json_length,) = struct.unpack_from("<I", view, at)
+        at += 4 + json_length
+    else:
+        at += 1
+    if view[at]:
+        (reason_length,) = struct.unpack_from("<I", view, at + 1)
+        at += 1 + 4 + reason_length
+    else:
+        at += 1
+    for name in REPLICA_HEADER_FIELDS:
+        offsets[name] = at
+        at += 4
+    return offsets
+
+
+def with_inner_checksum(view_body: bytes) -> bytes:
+    """A replicas view body (without its trailing CRC) with a valid CRC appended."""
+    return view_body + struct.pack("<I", crc32c.crc32c(view_body))
+
+
+def set_replica_u32(view: bytes, field_name: str, value: int) -> bytes:
+    """The replicas view with one u32 field replaced and its checksum made valid again."""
+    at = replica_field_offsets(view)[field_name]
+    body = view[:-4]
+    return with_inner_checksum(body[:at] + struct.pack("<I", value) + body[at + 4 :])
+
+
 @dataclass
 class Restored:
     """What a restore from the planted store gave."""

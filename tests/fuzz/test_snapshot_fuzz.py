@@ -10,6 +10,7 @@ in ``tests/data/fuzz/snapshots`` is replayed on every run; each of its files mus
 from __future__ import annotations
 
 import contextlib
+import resource
 import tempfile
 import tracemalloc
 from pathlib import Path
@@ -25,11 +26,14 @@ from consumers.snapshot_store import read_info, read_snapshot
 from tests.fuzz.corpus import corpus_files
 from tests.fuzz.snapshots import (
     PLANTED_GENERATION,
+    REPLICA_HEADER_FIELDS,
     base_case,
     decode_snapshot,
     encode_snapshot,
     planted_name,
     restore_from,
+    set_replica_u32,
+    with_inner_checksum,
 )
 
 JSON_VALUES = st.recursive(
@@ -97,13 +101,16 @@ def _plant_and_restore(planted: bytes, *, original: bytes | None) -> None:
         if original is not None:
             assert readable == (planted == original), "a changed snapshot file was accepted"
         size = len(planted) + sum(len(d) for d in case.log_files.values())
+        max_rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         tracemalloc.start()
         try:
             restored = anyio.run(restore_from, log_dir, snap_dir)
             peak = tracemalloc.get_traced_memory()[1]
         finally:
             tracemalloc.stop()
-    assert peak < 16 * size + 16 * 1024 * 1024, f"restore allocated {peak} bytes"
+        max_rss_growth = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - max_rss_before
+    assert peak < 16 * size + 16 * 1024 * 1024, f"restore allocated {peak} bytes (Python)"
+    assert max_rss_growth < 256 * 1024 * 1024, f"restore grew the peak RSS by {max_rss_growth}"
     if restored.generation == PLANTED_GENERATION:
         assert readable
         if original is None:
@@ -117,7 +124,8 @@ def _plant_and_restore(planted: bytes, *, original: bytes | None) -> None:
 def test_damaged_snapshot_bytes_are_skipped(steps: list[tuple[Any, ...]]) -> None:
     """Random damage to the newest snapshot: refused by its checksum (or harmless), and the
     restore falls back to an older snapshot with the right digests."""
-    original = base_case().newest_snapshot
+    manifest, views = decode_snapshot(base_case().newest_snapshot)
+    original = encode_snapshot({**manifest, "generation": PLANTED_GENERATION}, views)
     _plant_and_restore(_damage(original, steps), original=original)
 
 
@@ -125,8 +133,20 @@ def test_damaged_snapshot_bytes_are_skipped(steps: list[tuple[Any, ...]]) -> Non
 def crafted_manifests(draw: st.DrawFn) -> tuple[Any, list[bytes]]:
     """A real manifest with one field replaced, or a view's bytes damaged, checksums valid."""
     manifest, views = decode_snapshot(base_case().newest_snapshot)
+    manifest["generation"] = PLANTED_GENERATION  # as its file name says, or it is refused early
     target = draw(
-        st.sampled_from(["manifest", "field", "views", "view_sizes", "view_bytes", "cursors"])
+        st.sampled_from(
+            [
+                "manifest",
+                "field",
+                "views",
+                "view_sizes",
+                "view_bytes",
+                "cursors",
+                "replica_field",
+                "replica_bytes",
+            ]
+        )
     )
     if target == "manifest":
         return draw(JSON_VALUES), views
@@ -142,6 +162,21 @@ def crafted_manifests(draw: st.DrawFn) -> tuple[Any, list[bytes]]:
         source = draw(st.sampled_from(sorted(manifest["cursors"])))
         field = draw(st.sampled_from(["epoch", "seq", "diverged", "retired"]))
         manifest["cursors"][source][field] = draw(JSON_VALUES)
+    elif target in ("replica_field", "replica_bytes"):
+        # behind the replicas view's own checksum too, so the native parser sees the damage
+        index = [name for name, _ in manifest["views"]].index("replicas")
+        view = views[index]
+        if target == "replica_field":
+            field = draw(st.sampled_from(["count", *REPLICA_HEADER_FIELDS]))
+            value = draw(st.sampled_from([0, 1, 2, 255, 2**16, 2**31 - 1, 2**32 - 1]))
+            views[index] = set_replica_u32(view, field, value)
+        else:
+            body = bytearray(view[:-4])
+            pos = draw(st.integers(12, len(body) - 1))
+            patch = draw(st.binary(min_size=1, max_size=8))
+            body[pos : pos + len(patch)] = patch[: len(body) - pos]
+            views[index] = with_inner_checksum(bytes(body))
+        manifest["views"][index][1] = len(views[index])
     else:
         index = draw(st.integers(0, len(views) - 1))
         view = views[index]
