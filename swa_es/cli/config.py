@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 from platformdirs import user_cache_dir
 
+from cache.events import DEFAULT_MAX_RECORD_BYTES
 from log.position import Position
 from swa_es.engine.engine import CacheConfig
 
@@ -228,6 +229,7 @@ class FollowConfig:
     snapshot_every_batches: int
     snapshot_every_s: float
     keep_snapshots: int
+    max_record_bytes: int
     metrics_host: str
     metrics_port: int | None
     status_file: Path | None
@@ -333,6 +335,7 @@ def follow_config(src: Sources) -> FollowConfig:
         snapshot_every_batches=src.get("snapshot-every-batches", positive_int, 1000),
         snapshot_every_s=src.get("snapshot-every", positive_float, 30.0),
         keep_snapshots=src.get("keep-snapshots", positive_int, 3),
+        max_record_bytes=src.get("max-record-bytes", positive_int, DEFAULT_MAX_RECORD_BYTES),
         metrics_host=src.get("metrics-host", text_value, "127.0.0.1"),
         metrics_port=src.optional("metrics-port", port),
         status_file=src.optional("status-file", path),

@@ -21,6 +21,7 @@ from rich.console import Console
 
 from consumers import Follower, SnapshotStore
 from log import EventLog
+from log.directories import create_data_directory
 from swa_es.cli.config import DemoConfig
 from swa_es.cli.live_view import Frame, WorkerRow, show_live
 from swa_es.engine.engine import SyntheticEngine, synthetic_engine
@@ -122,7 +123,7 @@ class Demo:
         )
         for directory in stale:
             await anyio.to_thread.run_sync(shutil.rmtree, directory, True)
-        await anyio.to_thread.run_sync(self.snapshot_dir.mkdir, 0o755, True, True)
+        await anyio.to_thread.run_sync(create_data_directory, self.snapshot_dir)
 
     def _frame(self) -> Frame:
         assert self.follower is not None

@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 
 from consumers import Follower, SnapshotStore
+from log.directories import create_data_directory
 from swa_es.cli.config import FollowConfig
 from swa_es.service.http import start_metrics_server
 from swa_es.service.log_access import open_reader
@@ -96,7 +97,7 @@ async def run_follow(config: FollowConfig) -> int:
     views = StandardViews.create()
     store = None
     if config.snapshot_dir is not None:
-        await anyio.Path(config.snapshot_dir).mkdir(parents=True, exist_ok=True)
+        await anyio.to_thread.run_sync(create_data_directory, config.snapshot_dir)
         store = SnapshotStore(config.snapshot_dir, keep=config.keep_snapshots)
     async with AsyncExitStack() as stack:
         log = await open_reader(config.log_url, config.open_timeout_s, create=True)
@@ -107,6 +108,7 @@ async def run_follow(config: FollowConfig) -> int:
             snapshots=store,
             snapshot_every_batches=config.snapshot_every_batches,
             snapshot_every_s=config.snapshot_every_s,
+            max_record_bytes=config.max_record_bytes,
         )
         service = FollowerService(config, follower, views)
         service.metrics_port = await start_metrics_server(

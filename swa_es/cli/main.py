@@ -114,6 +114,12 @@ def _add_follow(sub: Any) -> None:
     _option(p, "snapshot-every-batches", "snapshot every N batches (default 1000)", metavar="N")
     _option(p, "snapshot-every", "snapshot every S seconds (default 30)", metavar="S")
     _option(p, "keep-snapshots", "snapshots kept (default 3)", metavar="K")
+    _option(
+        p,
+        "max-record-bytes",
+        "largest record decoded; bigger ones are skipped (16 MiB)",
+        metavar="B",
+    )
     _option(p, "duration", "seconds to follow, then exit (default: forever)", metavar="S")
     _metrics_options(p)
     _timeout_option(p)

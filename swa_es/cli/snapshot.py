@@ -13,6 +13,7 @@ import anyio
 import orjson
 
 from consumers import Follower, SnapshotInfo, SnapshotStore
+from log.directories import create_data_directory
 from swa_es.cli.config import SnapshotConfig
 from swa_es.service.log_access import open_reader
 from swa_es.service.views import StandardViews
@@ -40,7 +41,7 @@ def _summary(
 
 async def run_snapshot(config: SnapshotConfig, out: TextIO) -> int:
     """Catch up (from the newest snapshot, if any) and write a new snapshot."""
-    await anyio.Path(config.snapshot_dir).mkdir(parents=True, exist_ok=True)
+    await anyio.to_thread.run_sync(create_data_directory, config.snapshot_dir)
     views = StandardViews.create()
     log = await open_reader(config.log_url, config.open_timeout_s)
     async with log:

@@ -8,6 +8,7 @@ from urllib.parse import unquote, urlsplit
 import anyio
 
 from log import EventLog, LogUnavailableError, open_log
+from log.directories import create_data_directory
 
 
 async def open_log_within(url: str, timeout_s: float, **options: Any) -> EventLog:
@@ -30,7 +31,7 @@ async def open_reader(url: str, timeout_s: float, *, create: bool = False) -> Ev
     if parts.scheme != "file":
         return await open_log_within(url, timeout_s)
     if create:
-        await anyio.Path(unquote(parts.path)).mkdir(parents=True, exist_ok=True)
+        await anyio.to_thread.run_sync(create_data_directory, unquote(parts.path))
     return await open_log_within(url, timeout_s, readonly=True)
 
 
