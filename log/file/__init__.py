@@ -12,7 +12,9 @@ Each record is a frame ``u32 length | u32 crc32c(body) | body`` with
 ``log.file.framing``). Appends are acknowledged once durable under the ``fsync`` policy
 (``always``: fdatasync per append call; ``batch``: group commit shared by concurrent appends;
 ``never``: handed to the OS). On open the writer truncates a torn tail (``recovered_tail``);
-damage elsewhere raises ``CorruptRecordError`` in readers after the records before it.
+damage elsewhere raises ``CorruptRecordError`` in readers after the records before it. A write
+that fails part-way (a full disk) is cut back to its last complete record and raises
+``LogDiskFullError`` (or a retriable ``LogWriteError``); the same log appends again afterwards.
 """
 
 from log.file.config import FileLogConfig, FsyncPolicy

@@ -169,13 +169,19 @@ class FileLog(ClosesOnExit):
     # ---- appending
 
     async def append(self, key: str, payload: bytes) -> Position:
-        """Append one record; return its position once durable under the fsync policy."""
+        """Append one record; return its position once durable under the fsync policy.
+
+        A full disk raises ``LogDiskFullError`` (retriable; nothing of the record stays) and the
+        log takes appends again once space returns."""
         committer = self._writable()
         first = await committer.append([_encode_record(key, payload, self.config.max_record_bytes)])
         return Position(((0, first),))
 
     async def append_batch(self, records: Sequence[tuple[str, bytes]]) -> list[Position]:
-        """Append records in order, in one commit; return each one's position once durable."""
+        """Append records in order, in one commit; return each one's position once durable.
+
+        On a full disk ``LogDiskFullError.records_written`` says how many of them (a prefix)
+        reached the log before the write failed."""
         committer = self._writable()
         limit = self.config.max_record_bytes
         encoded = [_encode_record(key, payload, limit) for key, payload in records]

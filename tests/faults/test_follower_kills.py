@@ -8,7 +8,7 @@ serves more while the follower applies them live, and the follower is SIGKILLed 
 moment (mid-apply or mid-snapshot); in about one round in five it is killed while still
 restoring instead. A last follower must converge and stop cleanly.
 
-CI runs 10 rounds; ``SWA_ES_FAULT_ROUNDS=100`` runs the full 100.
+CI runs 8 rounds; ``SWA_ES_FAULT_ROUNDS=100`` runs the full 100.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from tests.compose.services import STARTUP_TIMEOUT_S, Service, follow_service
 from tests.faults.cache_driver import CacheDriver, CacheShape
 from tests.faults.knobs import fault_rounds, seed
 
-CI_ROUNDS = 10
+CI_ROUNDS = 8
 ROUNDS = fault_rounds(CI_ROUNDS)
 SOURCE = "worker-0"
 

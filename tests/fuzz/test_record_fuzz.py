@@ -74,7 +74,7 @@ async def _write(directory: Path, records: list[tuple[str, bytes]]) -> None:
         await log.append_batch(records)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32), junk=st.lists(JUNK, min_size=1, max_size=6), data=st.data())
 def test_bad_payloads_between_good_batches_are_counted_and_skipped(
     seed: int, junk: list[bytes], data: st.DataObject
@@ -118,7 +118,7 @@ def _inspect(directory: Path, out: io.StringIO, err: io.StringIO) -> int:
         return main(["inspect", str(directory)])
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32), junk=JUNK, data=st.data())
 def test_a_bad_payload_in_place_of_a_batch_diverges_its_source(
     seed: int, junk: bytes, data: st.DataObject

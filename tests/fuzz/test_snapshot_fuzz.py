@@ -54,7 +54,7 @@ DAMAGE = st.one_of(
     st.tuples(st.just("append"), st.binary(min_size=1, max_size=32)),
 )
 SETTINGS = settings(
-    max_examples=60,
+    max_examples=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
