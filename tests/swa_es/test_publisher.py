@@ -108,7 +108,7 @@ async def test_random_workload_replays_to_the_primary_state() -> None:
                 await pub.flush()
     state = (await replay(log))["w0"]
     assert state.digest.hexdigest() == cache.state_digest()
-    assert {h: (b.parent, b.swa_resident) for h, b in cache.blocks.items()} == state.blocks
+    assert cache.model.residency() == state.blocks
     assert state.digests_checked > 10
 
 
