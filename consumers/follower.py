@@ -167,6 +167,8 @@ class Follower:
         held = [view.source_digest(batch.source) for view in self._digest_views]
         known = [digest for digest in held if digest is not None]
         if not known:
+            if held:  # no view can verify it (unknown digest algorithm): never a divergence
+                self.metrics.digests_unverifiable += 1
             return
         self.metrics.digests_checked += 1
         if any(digest != expected for digest in known):

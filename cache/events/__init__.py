@@ -12,6 +12,7 @@ from cache.events.codec import (
     encode_batch,
     event_to_dict,
 )
+from cache.events.digest import ALGORITHM as DIGEST_ALGORITHM
 from cache.events.digest import StateDigest, block_term, format_digest
 from cache.events.hashing import (
     ROOT_PRIOR,
@@ -51,6 +52,7 @@ __all__ = [
     "decode_event",
     "encode_batch",
     "event_to_dict",
+    "DIGEST_ALGORITHM",
     "StateDigest",
     "block_term",
     "format_digest",

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from cache.events import AllBlocksCleared, BlockStored, Event, EventBatch
+from cache.events import DIGEST_ALGORITHM, AllBlocksCleared, BlockStored, Event, EventBatch
 from swa_es.publish.config import (
     BATCH_OVERHEAD_BYTES,
     DEFAULT_DIGEST_EVERY_BATCHES,
@@ -59,6 +59,7 @@ def cache_meta(cache: PublishedCache, *, digest_every_batches: int) -> dict[str,
     """The ``meta`` a consumer needs to interpret this cache's batches."""
     return {
         "page_size": int(cache.page_size),
+        "digest_alg": DIGEST_ALGORITHM,
         "sliding_window_size": int(cache.sliding_window_size),
         "device": str(cache.device),
         "digest_every_batches": digest_every_batches,

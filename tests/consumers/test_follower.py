@@ -157,6 +157,28 @@ async def test_a_digest_mismatch_diverges_the_source(event_log: EventLog) -> Non
     assert replicas["w"].state_digest() == model.digest.hexdigest()
 
 
+@pytest.mark.parametrize("digest_alg", [None, "blake2b-v0"])
+async def test_digests_of_an_unknown_algorithm_are_unverifiable_not_divergence(
+    event_log: EventLog, digest_alg: str | None
+) -> None:
+    """A meta naming another digest algorithm (or none, as before mix64-v1) makes the source's
+    in-band digests unverifiable: counted, never a divergence."""
+    model = PrimaryModel("w")
+    first = model.start_epoch("e")
+    meta = {k: v for k, v in (first.meta or {}).items() if k != "digest_alg"}
+    if digest_alg is not None:
+        meta["digest_alg"] = digest_alg
+    first = EventBatch(first.source, first.epoch, 0, first.ts, first.events, None, meta)
+    lying = model.batch(model.store([2]), with_digest=True)
+    lying = EventBatch(lying.source, lying.epoch, lying.seq, lying.ts, lying.events, "0" * 16)
+    await _append(event_log, first, lying)
+    follower, replicas, _ = await _follow(event_log)
+    assert follower.metrics.digests_unverifiable == 1
+    assert follower.metrics.digests_checked == follower.metrics.digest_mismatches == 0
+    assert follower.diverged() == {}
+    assert replicas["w"].state_digest() == model.digest.hexdigest()
+
+
 async def test_undecodable_records_are_counted_logged_and_skipped(
     event_log: EventLog, caplog: pytest.LogCaptureFixture
 ) -> None:

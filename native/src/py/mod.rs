@@ -6,10 +6,12 @@
 use pyo3::prelude::*;
 
 mod hashing;
+mod replica;
 
 #[pymodule]
 #[pyo3(name = "_native")]
 fn native_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
     hashing::register(module)?;
+    replica::register(module)?;
     Ok(())
 }
