@@ -27,7 +27,7 @@ import pytest
 
 from consumers import Follower, PrefixIndex, ReplicaSet, SnapshotStore
 from log.file import FileLog
-from swa_es import Backpressure, Publisher
+from swa_es import Backpressure, Publisher, PublisherConfig
 from tests.faults.cache_driver import CacheDriver, CacheShape
 from tests.faults.knobs import model_sequences, seed
 
@@ -108,7 +108,8 @@ async def _sequence(pipeline: Pipeline, index: int, run_seed: int) -> None:
     }
     names, weights = list(OPERATIONS), list(OPERATIONS.values())
     ops = rng.choices(names, weights, k=rng.randint(5, 40))
-    async with Publisher(driver.cache, pipeline.log, source, **options) as pub:  # type: ignore[arg-type]
+    config = PublisherConfig(**options)  # type: ignore[arg-type]
+    async with Publisher(driver.cache, pipeline.log, source, config=config) as pub:
         stepped = driver.cache.state_digest()  # the epoch opening publishes the tree as it is
         for op in ops:
             pipeline.operations += 1

@@ -26,8 +26,9 @@ from log.file import FileLog
 from log.kafka import parse_options
 from log.kafka.producer import producer_kwargs
 from log.kafka.reader import consumer_kwargs
-from swa_es.cli import config as cfg
-from swa_es.cli.config import Sources
+from swa_es.cli import settings
+from swa_es.cli.follow import FollowConfig
+from swa_es.cli.serve import ServeConfig
 from swa_es.service.log_access import open_reader
 from tests.compose.services import STARTUP_TIMEOUT_S, Service
 from tests.consumers.primary_model import PrimaryModel
@@ -87,9 +88,13 @@ def test_decode_limits_are_configurable(tmp_path: Path) -> None:
             return follower
 
     assert anyio.run(replay).metrics.undecodable == 1
-    flags = cfg.follow_config(Sources(flags={"log": "x", "max_record_bytes": "4096"}, env={}))
-    env = cfg.follow_config(Sources(flags={"log": "x"}, env={"SWA_ES_MAX_RECORD_BYTES": "512"}))
-    default = cfg.follow_config(Sources(flags={"log": "x"}, env={}))
+
+    def follow_config(flags: dict[str, object], env: dict[str, str]) -> FollowConfig:
+        return settings.build_config("follow", FollowConfig, {"log": "x", **flags}, env)
+
+    flags = follow_config({"max_record_bytes": "4096"}, {})
+    env = follow_config({}, {"SWA_ES_MAX_RECORD_BYTES": "512"})
+    default = follow_config({}, {})
     assert (flags.max_record_bytes, env.max_record_bytes) == (4096, 512)
     assert default.max_record_bytes == 16 * 1024 * 1024
 
@@ -138,8 +143,9 @@ def test_servers_bind_loopback_unless_told_otherwise(tmp_path: Path) -> None:
         assert _listening_addresses(int(status["metrics_port"])) == {"0100007F"}  # 127.0.0.1
     finally:
         service.close()
-    for make in (cfg.follow_config, cfg.serve_config):
-        assert make(Sources(flags={"log": "x"}, env={})).metrics_host == "127.0.0.1"
+    for command, config_type in (("follow", FollowConfig), ("serve", ServeConfig)):
+        config = settings.build_config(command, config_type, {"log": "x"}, {})  # type: ignore[type-var]
+        assert config.metrics_host == "127.0.0.1"
     compose = yaml.safe_load((REPO / "compose.yaml").read_text())
     assert compose["x-swa-es-env"]["SWA_ES_METRICS_HOST"] == "0.0.0.0"
 
