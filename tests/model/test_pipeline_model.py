@@ -153,7 +153,7 @@ async def _run(directory: Path, count: int, run_seed: int) -> Pipeline:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(120 + model_sequences(CI_SEQUENCES) // 4)
+@pytest.mark.timeout(900 + model_sequences(CI_SEQUENCES) // 4)
 def test_random_sequences_keep_every_replica_equal_to_its_primary(tmp_path: Path) -> None:
     """1,000 seeded sequences in CI (10,000 with SWA_ES_MODEL_SEQUENCES=10000): after every
     flush the replica equals the cache, snapshots restore to the same digests, and a full replay
