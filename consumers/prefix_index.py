@@ -7,7 +7,8 @@ boundary only if the path has no tombstone, or at least ``sliding_window_size`` 
 the last tombstone on it. That is the length the source's own ``cache.match_prefix`` returns.
 
 Unknown is never a guess: a diverged source (or one whose meta is missing) is reported with
-``PrefixMatch.unknown()`` (both lengths None). Sources holding none of the prefix are absent.
+``PrefixMatch.unknown()`` (both lengths None); a source whose stream carries no tombstones
+(meta ``"swa_events": false``) reports its held length with ``swa_tokens`` None. Sources holding none of the prefix are absent.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from consumers.replica import ReplicaSet, ReplicaTree
 
 @dataclass(frozen=True, slots=True)
 class PrefixMatch:
-    """Matched lengths in tokens; both None when the source's state is unknown (diverged)."""
+    """Matched lengths in tokens; both None when the source's state is unknown (diverged),
+    ``swa_tokens`` alone None when the source does not report tombstones."""
 
     full_tokens: int | None
     swa_tokens: int | None
@@ -135,5 +137,6 @@ class PrefixIndex:
                 hashes = chains[page_size] = block_hashes_of(digests)
             held, usable = match_pages(tree, hashes, tree.meta.sliding_window_size)
             if held:
-                result[source] = PrefixMatch(held * page_size, usable * page_size)
+                swa_tokens = usable * page_size if tree.meta.swa_events else None
+                result[source] = PrefixMatch(held * page_size, swa_tokens)
         return result

@@ -47,11 +47,13 @@ class ReplicaBlock:
 @dataclass(frozen=True, slots=True)
 class SourceMeta:
     """What a consumer needs to interpret a source: from the ``meta`` of its epoch's first
-    batch."""
+    batch. ``swa_events`` is False for a stream that carries no tombstone events (an engine's
+    stream bridged from ZMQ): its SWA-usable lengths are unknown."""
 
     page_size: int
     sliding_window_size: int
     raw: Mapping[str, Any]
+    swa_events: bool = True
 
     @classmethod
     def parse(cls, source: str, meta: Mapping[str, Any]) -> SourceMeta:
@@ -64,7 +66,12 @@ class SourceMeta:
                     source, f"meta.{key} must be a positive int, got {value!r}"
                 )
             values.append(value)
-        return cls(page_size=values[0], sliding_window_size=values[1], raw=dict(meta))
+        swa_events = meta.get("swa_events", True)
+        if type(swa_events) is not bool:
+            raise ViewConsistencyError(
+                source, f"meta.swa_events must be a bool, got {swa_events!r}"
+            )
+        return cls(values[0], values[1], dict(meta), swa_events)
 
 
 class ReplicaTree:

@@ -1,0 +1,340 @@
+"""``Bridge``: subscribe to an engine's KV-event publisher and append its batches to our log.
+
+Each engine batch becomes one of our batches (``source``, ``epoch``, ``seq``) through a
+``Publisher`` driven by a ``MirrorCache``. The engine's seq decides the rest (see
+``sequencer``):
+
+- on connect, and on every seq gap, the bridge asks the replay socket for what it missed;
+- a gap the replay cannot fill (or a batch that cannot be decoded or translated) is passed on:
+  the epoch skips a seq, followers mark the source diverged, and the bridge waits for an
+  ``AllBlocksCleared`` or an engine restart to open a trusted epoch again;
+- history before the first seq it can get (a bridge started after the replay buffer rolled
+  over) opens an *unknown* epoch, which followers distrust the same way;
+- a seq going backwards is an engine restart: a new epoch, rebuilt from the new run's seq 0.
+
+It must run on the asyncio backend (pyzmq's asyncio sockets).
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import AsyncExitStack
+from types import TracebackType
+from typing import Self
+
+import anyio
+import zmq
+import zmq.asyncio
+
+from log import EventLog
+from swa_es.bridge.formats import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    EngineCleared,
+    WireFormat,
+    decode_batch,
+)
+from swa_es.bridge.metrics import BridgeMetrics
+from swa_es.bridge.mirror import MirrorCache, MirrorError
+from swa_es.bridge.sequencer import StreamTracker, Verdict
+from swa_es.bridge.wire import END_SEQ, Frame, FrameError, encode_seq, parse_live, parse_replay
+from swa_es.overflow import Backpressure, OverflowPolicy
+from swa_es.publisher import Publisher
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_REPLAY_TIMEOUT_S = 5.0
+_SUB_HWM = 1_000_000
+
+
+class Bridge:
+    """Bridges one engine stream into ``log`` as ``source`` (an async context manager).
+
+    ``page_size`` is used in the epoch meta until the engine's first stored block tells it.
+    ``run()`` reads until cancelled; leaving the context flushes every batch appended so far.
+    """
+
+    def __init__(
+        self,
+        log: EventLog,
+        *,
+        endpoint: str,
+        source: str,
+        replay_endpoint: str | None = None,
+        wire_format: WireFormat | str = WireFormat.AUTO,
+        page_size: int | None = None,
+        replay_timeout_s: float = DEFAULT_REPLAY_TIMEOUT_S,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        max_queue_batches: int = 1024,
+    ) -> None:
+        if type(source) is not str or not source:
+            raise ValueError(f"source: expected a non-empty str, got {source!r}")
+        _check_endpoint("zmq", endpoint)
+        if replay_endpoint is not None:
+            _check_endpoint("replay", replay_endpoint)
+        if page_size is not None and (type(page_size) is not int or page_size < 1):
+            raise ValueError(f"page_size: expected a positive int, got {page_size!r}")
+        self.log = log
+        self.endpoint = endpoint
+        self.replay_endpoint = replay_endpoint
+        self.source = source
+        self.wire_format = WireFormat.parse(wire_format)
+        self.page_size = page_size
+        self.replay_timeout_s = replay_timeout_s
+        self.max_payload_bytes = max_payload_bytes
+        self.max_queue_batches = max_queue_batches
+        self.metrics = BridgeMetrics()
+        self.mirror = MirrorCache()
+        self.tracker = StreamTracker()
+        self._context = zmq.asyncio.Context()
+        self._sub: zmq.asyncio.Socket | None = None
+        self._dealer: zmq.asyncio.Socket | None = None
+        self._publisher: Publisher | None = None
+        self._publisher_stack: AsyncExitStack | None = None
+        self._lost: str | None = None
+
+    # --- state ------------------------------------------------------------------------------
+
+    @property
+    def publisher(self) -> Publisher | None:
+        """The publisher of the current epoch (None before the first one)."""
+        return self._publisher
+
+    @property
+    def lost(self) -> str | None:
+        """Why the source's state is unknown now (None: followers can trust it)."""
+        return self._lost
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        sub = self._context.socket(zmq.SUB)
+        sub.setsockopt(zmq.RCVHWM, _SUB_HWM)
+        sub.setsockopt(zmq.LINGER, 0)
+        sub.subscribe(b"")
+        sub.connect(self.endpoint)
+        self._sub = sub
+        if self.replay_endpoint is not None:
+            self._dealer = self._new_dealer()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            with anyio.CancelScope(shield=True):
+                await self._close_publisher(clean=exc_type is None)
+        finally:
+            for socket in (self._sub, self._dealer):
+                if socket is not None:
+                    socket.close(linger=0)
+            self._context.term()
+
+    def _new_dealer(self) -> zmq.asyncio.Socket:
+        assert self.replay_endpoint is not None
+        dealer = self._context.socket(zmq.DEALER)
+        dealer.setsockopt(zmq.LINGER, 0)
+        dealer.setsockopt(zmq.RCVHWM, 0)
+        dealer.connect(self.replay_endpoint)
+        return dealer
+
+    async def run(self) -> None:
+        """Replay what the engine still has, then apply live messages until cancelled."""
+        assert self._sub is not None, "use the bridge inside `async with`"
+        await self._catch_up(0, until=None)
+        while True:
+            parts = await self._sub.recv_multipart()
+            self.metrics.received += 1
+            try:
+                frame = parse_live(parts)
+            except FrameError as exc:
+                self.metrics.undecodable += 1
+                logger.warning("bridge %r: unreadable live message: %s", self.source, exc)
+                continue
+            await self._on_live(frame)
+
+    # --- sequencing ---------------------------------------------------------------------------
+
+    async def _on_live(self, frame: Frame) -> None:
+        verdict = self.tracker.classify(frame.seq, frame.payload)
+        if verdict is Verdict.DUPLICATE:
+            self.metrics.duplicates += 1
+            return
+        if verdict is Verdict.RESTART:
+            logger.warning(
+                "bridge %r: engine seq went back to %d (expected %s): the engine restarted",
+                self.source,
+                frame.seq,
+                self.tracker.expected,
+            )
+            self.metrics.restarts += 1
+            await self._close_publisher(clean=True)
+            self.mirror.reset()
+            self.tracker.reset()
+            self._lost = None
+            verdict = Verdict.FIRST
+        if verdict is Verdict.FIRST and frame.seq > 0:
+            await self._catch_up(0, until=frame.seq)
+        elif verdict is Verdict.GAP:
+            self.metrics.gaps += 1
+            await self._catch_up(self._expected(), until=frame.seq)
+        await self._handle(frame)
+
+    def _expected(self) -> int:
+        return 0 if self.tracker.expected is None else self.tracker.expected
+
+    async def _catch_up(self, start: int, *, until: int | None) -> None:
+        """Apply replayed batches from ``start`` (below ``until``); what stays missing is a gap
+        passed on."""
+        if self._dealer is not None:
+            await self._replay(start, until)
+        if until is not None and self._expected() < until:
+            missing = f"{self._expected()}..{until - 1}"
+            await self._give_up(f"engine batches {missing} are not replayable")
+            self.tracker.expected = until
+
+    async def _replay(self, start: int, until: int | None) -> None:
+        assert self._dealer is not None
+        self.metrics.replay_requests += 1
+        with anyio.move_on_after(self.replay_timeout_s) as scope:
+            await self._dealer.send_multipart([b"", encode_seq(start)])
+            while True:
+                parts = await self._dealer.recv_multipart()
+                try:
+                    frame = parse_replay(parts)
+                except FrameError as exc:
+                    self.metrics.undecodable += 1
+                    logger.warning("bridge %r: unreadable replay message: %s", self.source, exc)
+                    continue
+                if frame.seq == END_SEQ:
+                    return
+                self.metrics.replayed += 1
+                if (until is not None and frame.seq >= until) or frame.seq < self._expected():
+                    continue
+                if frame.seq > self._expected():
+                    self.metrics.gaps += 1
+                    await self._give_up(
+                        f"engine batches {self._expected()}..{frame.seq - 1} are not replayable"
+                    )
+                    self.tracker.expected = frame.seq
+                await self._handle(frame)
+        if scope.cancelled_caught:
+            # A late answer must not be read as the next one: start a fresh socket.
+            self.metrics.replay_timeouts += 1
+            logger.warning(
+                "bridge %r: replay from %d timed out after %.1f s",
+                self.source,
+                start,
+                self.replay_timeout_s,
+            )
+            self._dealer.close(linger=0)
+            self._dealer = self._new_dealer()
+
+    # --- one engine batch ---------------------------------------------------------------------
+
+    async def _handle(self, frame: Frame) -> None:
+        self.tracker.accept(frame.seq, frame.payload)
+        try:
+            batch = decode_batch(
+                frame.payload, self.wire_format, max_payload_bytes=self.max_payload_bytes
+            )
+        except FrameError as exc:
+            self.metrics.undecodable += 1
+            logger.warning(
+                "bridge %r: undecodable engine batch at seq %d: %s", self.source, frame.seq, exc
+            )
+            await self._give_up(f"engine batch {frame.seq} could not be decoded: {exc}")
+            return
+        if batch.unknown_types:
+            self.metrics.unknown_events += len(batch.unknown_types)
+            logger.info(
+                "bridge %r: skipped event type(s) %s at seq %d",
+                self.source,
+                sorted(set(batch.unknown_types)),
+                frame.seq,
+            )
+        events = batch.events
+        if self._lost is not None:
+            clears = [i for i, event in enumerate(events) if isinstance(event, EngineCleared)]
+            if not clears:
+                return
+            await self._close_publisher(clean=True)
+            self.mirror.reset()
+            self._lost = None
+            self.metrics.unknown = 0
+            logger.info("bridge %r: the engine cleared its cache; trusted again", self.source)
+            events = events[clears[-1] :]
+        try:
+            for event in events:
+                self.mirror.apply(event)
+        except MirrorError as exc:
+            await self._give_up(f"engine batch {frame.seq}: {exc}")
+            return
+        self.metrics.batches_applied += 1
+        await self._step()
+
+    async def _give_up(self, reason: str) -> None:
+        """The state can no longer be followed exactly: tell followers, wait for a clear."""
+        if self._lost is not None:
+            return
+        logger.warning("bridge %r: source state unknown: %s", self.source, reason)
+        self._lost = reason
+        self.metrics.unfilled_gaps += 1
+        self.metrics.unknown = 1
+        self.mirror.reset()
+        if self._publisher is not None:
+            self._publisher.publish_gap()
+        else:
+            await self._open_publisher(trusted=False)
+
+    # --- epochs -------------------------------------------------------------------------------
+
+    async def _step(self) -> None:
+        if self._publisher is None:
+            if not self.mirror.page_size and self.page_size is None:
+                return  # nothing stored yet: the epoch opens once the block size is known
+            await self._open_publisher(trusted=True)
+            return  # the epoch's opening is the mirror's snapshot: it holds this batch
+        while True:
+            try:
+                self._publisher.step()
+                return
+            except Backpressure:
+                await self._publisher.wait_ready()
+
+    async def _open_publisher(self, *, trusted: bool) -> None:
+        stack = AsyncExitStack()
+        publisher = Publisher(
+            self.mirror,
+            self.log,
+            self.source,
+            meta=self.mirror.meta(self.page_size),
+            trusted_start=trusted,
+            overflow=OverflowPolicy.BLOCK,
+            max_queue_batches=self.max_queue_batches,
+        )
+        await stack.enter_async_context(publisher)
+        self._publisher, self._publisher_stack = publisher, stack
+        self.metrics.epochs += 1
+        logger.info(
+            "bridge %r: epoch %s opened (%s)",
+            self.source,
+            publisher.epoch,
+            "trusted" if trusted else "unknown",
+        )
+
+    async def _close_publisher(self, *, clean: bool) -> None:
+        stack, self._publisher, self._publisher_stack = self._publisher_stack, None, None
+        if stack is None:
+            return
+        if clean:
+            await stack.aclose()
+        else:
+            await stack.__aexit__(RuntimeError, RuntimeError("bridge failed"), None)
+
+
+def _check_endpoint(name: str, endpoint: str) -> None:
+    if not isinstance(endpoint, str) or not endpoint.startswith(("tcp://", "ipc://")):
+        raise ValueError(f"{name}: expected a tcp:// or ipc:// endpoint, got {endpoint!r}")
