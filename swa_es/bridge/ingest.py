@@ -18,13 +18,13 @@ It must run on the asyncio backend (pyzmq's asyncio sockets).
 from __future__ import annotations
 
 import logging
-from contextlib import AsyncExitStack
 from types import TracebackType
 from typing import Self
 
 import anyio
 import zmq
 import zmq.asyncio
+from anyio.abc import TaskGroup, TaskStatus
 
 from log import EventLog
 from swa_es.bridge.formats import (
@@ -89,7 +89,9 @@ class Bridge:
         self._sub: zmq.asyncio.Socket | None = None
         self._dealer: zmq.asyncio.Socket | None = None
         self._publisher: Publisher | None = None
-        self._publisher_stack: AsyncExitStack | None = None
+        self._hosts: TaskGroup | None = None
+        self._close_requested: anyio.Event | None = None
+        self._publisher_closed: anyio.Event | None = None
         self._lost: str | None = None
 
     # --- state ------------------------------------------------------------------------------
@@ -123,14 +125,10 @@ class Bridge:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        try:
-            with anyio.CancelScope(shield=True):
-                await self._close_publisher(clean=exc_type is None)
-        finally:
-            for socket in (self._sub, self._dealer):
-                if socket is not None:
-                    socket.close(linger=0)
-            self._context.term()
+        for socket in (self._sub, self._dealer):
+            if socket is not None:
+                socket.close(linger=0)
+        self._context.term()
 
     def _new_dealer(self) -> zmq.asyncio.Socket:
         assert self.replay_endpoint is not None
@@ -141,8 +139,24 @@ class Bridge:
         return dealer
 
     async def run(self) -> None:
-        """Replay what the engine still has, then apply live messages until cancelled."""
+        """Replay what the engine still has, then apply live messages until cancelled.
+
+        However it ends, what was appended is flushed first (cancellation included: SIGTERM
+        ends a bridge cleanly).
+        """
         assert self._sub is not None, "use the bridge inside `async with`"
+        async with anyio.create_task_group() as hosts:
+            self._hosts = hosts
+            try:
+                await self._read()
+            finally:
+                # The host task flushes and closes the publisher; the group waits for it.
+                if self._close_requested is not None:
+                    self._close_requested.set()
+                self._publisher = None
+
+    async def _read(self) -> None:
+        assert self._sub is not None
         await self._catch_up(0, until=None)
         while True:
             parts = await self._sub.recv_multipart()
@@ -170,7 +184,7 @@ class Bridge:
                 self.tracker.expected,
             )
             self.metrics.restarts += 1
-            await self._close_publisher(clean=True)
+            await self._close_publisher()
             self.mirror.reset()
             self.tracker.reset()
             self._lost = None
@@ -260,7 +274,7 @@ class Bridge:
             clears = [i for i, event in enumerate(events) if isinstance(event, EngineCleared)]
             if not clears:
                 return
-            await self._close_publisher(clean=True)
+            await self._close_publisher()
             self.mirror.reset()
             self._lost = None
             self.metrics.unknown = 0
@@ -305,7 +319,22 @@ class Bridge:
                 await self._publisher.wait_ready()
 
     async def _open_publisher(self, *, trusted: bool) -> None:
-        stack = AsyncExitStack()
+        assert self._hosts is not None
+        self._close_requested, self._publisher_closed = anyio.Event(), anyio.Event()
+        await self._hosts.start(
+            self._host_publisher, trusted, self._close_requested, self._publisher_closed
+        )
+
+    async def _host_publisher(
+        self,
+        trusted: bool,
+        close_requested: anyio.Event,
+        closed: anyio.Event,
+        *,
+        task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Own one epoch's ``Publisher`` until asked to close; shielded, so a cancelled bridge
+        still flushes what it appended."""
         publisher = Publisher(
             self.mirror,
             self.log,
@@ -315,24 +344,30 @@ class Bridge:
             overflow=OverflowPolicy.BLOCK,
             max_queue_batches=self.max_queue_batches,
         )
-        await stack.enter_async_context(publisher)
-        self._publisher, self._publisher_stack = publisher, stack
-        self.metrics.epochs += 1
-        logger.info(
-            "bridge %r: epoch %s opened (%s)",
-            self.source,
-            publisher.epoch,
-            "trusted" if trusted else "unknown",
-        )
+        try:
+            with anyio.CancelScope(shield=True):
+                async with publisher:
+                    self._publisher = publisher
+                    self.metrics.epochs += 1
+                    logger.info(
+                        "bridge %r: epoch %s opened (%s)",
+                        self.source,
+                        publisher.epoch,
+                        "trusted" if trusted else "unknown",
+                    )
+                    task_status.started()
+                    await close_requested.wait()
+        finally:
+            closed.set()
 
-    async def _close_publisher(self, *, clean: bool) -> None:
-        stack, self._publisher, self._publisher_stack = self._publisher_stack, None, None
-        if stack is None:
+    async def _close_publisher(self) -> None:
+        """Flush and close the current epoch's publisher (none: nothing to do)."""
+        if self._publisher is None:
             return
-        if clean:
-            await stack.aclose()
-        else:
-            await stack.__aexit__(RuntimeError, RuntimeError("bridge failed"), None)
+        assert self._close_requested is not None and self._publisher_closed is not None
+        self._publisher = None
+        self._close_requested.set()
+        await self._publisher_closed.wait()
 
 
 def _check_endpoint(name: str, endpoint: str) -> None:
