@@ -43,6 +43,7 @@ from swa_es.publisher import Publisher
 logger = logging.getLogger(__name__)
 
 DEFAULT_REPLAY_TIMEOUT_S = 5.0
+DEFAULT_IDLE_PROBE_S = 2.0
 _SUB_HWM = 1_000_000
 
 
@@ -50,6 +51,9 @@ class Bridge:
     """Bridges one engine stream into ``log`` as ``source`` (an async context manager).
 
     ``page_size`` is used in the epoch meta until the engine's first stored block tells it.
+    After ``idle_probe_s`` without a live message the bridge asks the replay socket for
+    anything newer (and re-checks the last batch it applied), so messages lost to a slow join
+    or an engine restart are not left unnoticed while the engine is quiet.
     ``run()`` reads until cancelled; leaving the context flushes every batch appended so far.
     """
 
@@ -63,6 +67,7 @@ class Bridge:
         wire_format: WireFormat | str = WireFormat.AUTO,
         page_size: int | None = None,
         replay_timeout_s: float = DEFAULT_REPLAY_TIMEOUT_S,
+        idle_probe_s: float = DEFAULT_IDLE_PROBE_S,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         max_queue_batches: int = 1024,
     ) -> None:
@@ -80,6 +85,7 @@ class Bridge:
         self.wire_format = WireFormat.parse(wire_format)
         self.page_size = page_size
         self.replay_timeout_s = replay_timeout_s
+        self.idle_probe_s = idle_probe_s
         self.max_payload_bytes = max_payload_bytes
         self.max_queue_batches = max_queue_batches
         self.metrics = BridgeMetrics()
@@ -159,7 +165,15 @@ class Bridge:
         assert self._sub is not None
         await self._catch_up(0, until=None)
         while True:
-            parts = await self._sub.recv_multipart()
+            parts: list[bytes] | None = None
+            with anyio.move_on_after(self.idle_probe_s):
+                parts = await self._sub.recv_multipart()
+            if parts is None:
+                # Quiet: ask the replay socket whether something was published that never
+                # reached us (a slow join after an engine restart), and check the last batch.
+                if self._dealer is not None:
+                    await self._catch_up(self._expected(), until=None)
+                continue
             self.metrics.received += 1
             try:
                 frame = parse_live(parts)
@@ -177,17 +191,7 @@ class Bridge:
             self.metrics.duplicates += 1
             return
         if verdict is Verdict.RESTART:
-            logger.warning(
-                "bridge %r: engine seq went back to %d (expected %s): the engine restarted",
-                self.source,
-                frame.seq,
-                self.tracker.expected,
-            )
-            self.metrics.restarts += 1
-            await self._close_publisher()
-            self.mirror.reset()
-            self.tracker.reset()
-            self._lost = None
+            await self._restart(frame.seq)
             verdict = Verdict.FIRST
         if verdict is Verdict.FIRST and frame.seq > 0:
             await self._catch_up(0, until=frame.seq)
@@ -201,17 +205,61 @@ class Bridge:
 
     async def _catch_up(self, start: int, *, until: int | None) -> None:
         """Apply replayed batches from ``start`` (below ``until``); what stays missing is a gap
-        passed on."""
-        if self._dealer is not None:
-            await self._replay(start, until)
+        passed on.
+
+        A gap fill asks from the last batch already applied too: if the engine's batch at that
+        seq is not the one applied, the engine restarted (its new run got past our seq before
+        we heard from it), and the run is rebuilt from its seq 0 instead.
+        """
+        overlap = start > 0
+        frames = await self._replay(start - 1 if overlap else start)
+        first = frames[0] if frames else None
+        restarted = (
+            overlap
+            and first is not None
+            and first.seq == start - 1
+            and not self.tracker.matches(first.seq, first.payload)
+        )
+        if restarted and first is not None:
+            await self._restart(first.seq)
+            frames = await self._replay(0)
+        for frame in frames:
+            if (until is not None and frame.seq >= until) or frame.seq < self._expected():
+                continue
+            if frame.seq > self._expected():
+                self.metrics.gaps += 1
+                await self._give_up(
+                    f"engine batches {self._expected()}..{frame.seq - 1} are not replayable"
+                )
+                self.tracker.expected = frame.seq
+            await self._handle(frame)
         if until is not None and self._expected() < until:
             missing = f"{self._expected()}..{until - 1}"
             await self._give_up(f"engine batches {missing} are not replayable")
             self.tracker.expected = until
 
-    async def _replay(self, start: int, until: int | None) -> None:
-        assert self._dealer is not None
+    async def _restart(self, seq: int) -> None:
+        logger.warning(
+            "bridge %r: engine seq %d is not the batch applied (expected next %s): "
+            "the engine restarted",
+            self.source,
+            seq,
+            self.tracker.expected,
+        )
+        self.metrics.restarts += 1
+        await self._close_publisher()
+        self.mirror.reset()
+        self.tracker.reset()
+        self._lost = None
+        self.metrics.unknown = 0
+
+    async def _replay(self, start: int) -> list[Frame]:
+        """Every batch the replay socket has from ``start`` (none without a replay socket or
+        when it does not answer in time)."""
+        if self._dealer is None:
+            return []
         self.metrics.replay_requests += 1
+        frames: list[Frame] = []
         with anyio.move_on_after(self.replay_timeout_s) as scope:
             await self._dealer.send_multipart([b"", encode_seq(start)])
             while True:
@@ -223,17 +271,9 @@ class Bridge:
                     logger.warning("bridge %r: unreadable replay message: %s", self.source, exc)
                     continue
                 if frame.seq == END_SEQ:
-                    return
+                    return frames
                 self.metrics.replayed += 1
-                if (until is not None and frame.seq >= until) or frame.seq < self._expected():
-                    continue
-                if frame.seq > self._expected():
-                    self.metrics.gaps += 1
-                    await self._give_up(
-                        f"engine batches {self._expected()}..{frame.seq - 1} are not replayable"
-                    )
-                    self.tracker.expected = frame.seq
-                await self._handle(frame)
+                frames.append(frame)
         if scope.cancelled_caught:
             # A late answer must not be read as the next one: start a fresh socket.
             self.metrics.replay_timeouts += 1
@@ -245,6 +285,7 @@ class Bridge:
             )
             self._dealer.close(linger=0)
             self._dealer = self._new_dealer()
+        return frames
 
     # --- one engine batch ---------------------------------------------------------------------
 

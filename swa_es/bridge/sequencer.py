@@ -53,6 +53,10 @@ class StreamTracker:
             return Verdict.DUPLICATE
         return Verdict.RESTART
 
+    def matches(self, seq: int, payload: bytes) -> bool:
+        """Whether ``payload`` is the batch handled at ``seq`` (False when not remembered)."""
+        return self._checksums.get(seq) == zlib.crc32(payload)
+
     def accept(self, seq: int, payload: bytes) -> None:
         """Record that ``seq`` was handled; the next expected seq follows it."""
         self.expected = seq + 1
