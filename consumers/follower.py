@@ -3,7 +3,9 @@
 It decodes every record strictly, admits batches through per-source cursors
 (``consumers.cursor``), applies admitted batches to every view, checks in-band digests and
 marks a source diverged whenever its stream cannot be trusted (gap, bad epoch start, digest
-mismatch, an event naming an unknown block). Nothing it reads can crash it: undecodable
+mismatch, an event naming an unknown block). A digest is only checked when the epoch's meta
+names the algorithm the replicas compute (``cache.events.DIGEST_ALGORITHM``); otherwise it is
+counted as unverifiable, never as a divergence. Nothing it reads can crash it: undecodable
 records are counted, logged with their position and skipped.
 
 Snapshots hold the views, the cursors and the log position together, so a restarted follower
@@ -19,7 +21,13 @@ from collections.abc import Callable, Sequence
 import anyio
 from anyio.abc import TaskStatus
 
-from cache.events import DEFAULT_MAX_RECORD_BYTES, DecodeError, EventBatch, decode_batch
+from cache.events import (
+    DEFAULT_MAX_RECORD_BYTES,
+    DIGEST_ALGORITHM,
+    DecodeError,
+    EventBatch,
+    decode_batch,
+)
 from consumers.cursor import Cursors, Verdict
 from consumers.errors import ConsumerError, ViewConsistencyError, ViewStateError
 from consumers.metrics import FollowerMetrics
@@ -163,6 +171,12 @@ class Follower:
             self._on_applied(batch)
 
     def _check_digest(self, batch: EventBatch, expected: str) -> None:
+        cursor = self.cursors.get(batch.source)
+        if cursor is None or cursor.digest_alg != DIGEST_ALGORITHM:
+            # The epoch's meta names another digest algorithm (or none: records written before
+            # algorithms were named): the digest cannot be checked, which is no divergence.
+            self.metrics.digests_unverifiable += 1
+            return
         held = [view.source_digest(batch.source) for view in self._digest_views]
         known = [digest for digest in held if digest is not None]
         if not known:

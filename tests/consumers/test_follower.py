@@ -8,7 +8,7 @@ import anyio
 import orjson
 import pytest
 
-from cache.events import BlockStored, EventBatch, encode_batch
+from cache.events import DIGEST_ALGORITHM, BatchMeta, BlockStored, EventBatch, encode_batch
 from consumers import (
     Follower,
     PrefixIndex,
@@ -16,6 +16,7 @@ from consumers import (
     ReplicaSet,
     Stats,
 )
+from consumers.cursor import Cursors
 from log import EventLog
 from tests.consumers.primary_model import PrimaryModel, record
 
@@ -156,6 +157,29 @@ async def test_a_digest_mismatch_diverges_the_source(event_log: EventLog) -> Non
     assert replicas["w"].state_digest() == model.digest.hexdigest()
 
 
+@pytest.mark.parametrize("digest_alg", ["blake2b-v0", None])
+async def test_a_digest_of_an_unknown_algorithm_is_unverifiable_not_divergent(
+    event_log: EventLog, digest_alg: str | None
+) -> None:
+    """An epoch whose meta names another digest algorithm (or none, as records written before
+    the algorithm was named) has its digests counted as unverifiable; the source stays healthy."""
+    model = PrimaryModel("w")
+    start = model.start_epoch("e")
+    meta = BatchMeta(model.page_size, model.sliding_window_size, digest_alg=digest_alg)
+    start = EventBatch(start.source, start.epoch, 0, start.ts, start.events, None, meta)
+    foreign = model.batch(model.store([2]), with_digest=True)
+    foreign = EventBatch("w", "e", foreign.seq, foreign.ts, foreign.events, "0" * 16)
+    await _append(event_log, start, foreign)
+    follower, replicas, _ = await _follow(event_log)
+    assert follower.metrics.digests_unverifiable == 1
+    assert follower.metrics.digests_checked == follower.metrics.digest_mismatches == 0
+    assert follower.diverged() == {}
+    assert replicas["w"].state_digest() == model.digest.hexdigest()
+    await _good_stream(event_log, model, epoch="e2")
+    await follower.catch_up()
+    assert follower.metrics.digests_checked == 1 and follower.diverged() == {}
+
+
 async def test_undecodable_records_are_counted_logged_and_skipped(
     event_log: EventLog, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -233,3 +257,20 @@ def test_views_must_be_uniquely_named_and_shared_replicas_present() -> None:
         Follower(log, [replicas, ReplicaSet()])  # type: ignore[arg-type]  # never read
     with pytest.raises(ValueError, match="not one of"):
         Follower(log, [PrefixIndex(replicas)])  # type: ignore[arg-type]  # never read
+
+
+def test_cursors_keep_the_digest_algorithm_across_a_snapshot() -> None:
+    """The epoch's digest algorithm survives to_obj/from_obj; an older snapshot without it
+    loads with none (its digests unverifiable until the source's next epoch)."""
+    model = PrimaryModel("w")
+    cursors = Cursors()
+    cursors.admit(model.start_epoch("e"))
+    saved = cursors.to_obj()
+    assert Cursors.from_obj(saved).to_obj() == saved
+    assert saved["w"]["digest_alg"] == DIGEST_ALGORITHM
+    del saved["w"]["digest_alg"]
+    restored = Cursors.from_obj(saved).get("w")
+    assert restored is not None and restored.digest_alg is None
+    saved["w"]["digest_alg"] = 5
+    with pytest.raises(ValueError, match="digest_alg"):
+        Cursors.from_obj(saved)
