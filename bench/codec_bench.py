@@ -1,7 +1,7 @@
 """Benchmark of the batch codec, side by side with its baselines in one run, as ratios.
 
 The batches are real: a ``SWARadixCache`` at page size 1 (CPU) serves the seeded multi-turn
-chat workload (``swa_es.workload``), evicting when its pools are short, and each group of
+chat workload (``swa_es.engine.workload``), evicting when its pools are short, and each group of
 ``--requests-per-batch`` requests' events becomes one batch (one event per page for stores,
 SWA evictions and removals mixed in, as a worker's publisher would write them).
 
@@ -47,8 +47,8 @@ from cache.events import (
     encode_batch,
 )
 from cache.events.reference import codec as reference
-from swa_es.serving import CacheWorker
-from swa_es.workload import ChatWorkload
+from swa_es.engine.worker import CacheWorker
+from swa_es.engine.workload import ChatWorkload
 
 WIRE_TARGET_BYTES = 32
 DECODE_TARGET_RATIO = 1.0

@@ -41,13 +41,12 @@ class Admission:
 
 @dataclass(slots=True)
 class SourceCursor:
-    """Where one source stands; ``digest_alg`` is what its epoch's meta named (None: none)."""
+    """Where one source stands."""
 
     epoch: str
     seq: int
     diverged: str | None = None
     retired: set[str] = field(default_factory=set)
-    digest_alg: str | None = None
 
 
 def _starts_epoch(batch: EventBatch) -> bool:
@@ -93,8 +92,7 @@ class Cursors:
 
     def _new_epoch(self, batch: EventBatch, cursor: SourceCursor | None) -> Admission:
         retired = set() if cursor is None else cursor.retired | {cursor.epoch}
-        digest_alg = None if batch.meta is None else batch.meta.digest_alg
-        fresh = SourceCursor(batch.epoch, batch.seq, retired=retired, digest_alg=digest_alg)
+        fresh = SourceCursor(batch.epoch, batch.seq, retired=retired)
         self._by_source[batch.source] = fresh
         if _starts_epoch(batch):
             return Admission(Verdict.APPLY)
@@ -117,7 +115,6 @@ class Cursors:
                 "seq": c.seq,
                 "diverged": c.diverged,
                 "retired": sorted(c.retired),
-                "digest_alg": c.digest_alg,
             }
             for source, c in self._by_source.items()
         }
@@ -129,13 +126,8 @@ class Cursors:
             raise ValueError("cursors must be an object")
         cursors = cls()
         for source, item in raw.items():
-            # digest_alg is absent from snapshots written before it was recorded
-            keys = {"epoch", "seq", "diverged", "retired"}
-            if type(item) is not dict or item.keys() - {"digest_alg"} != keys:
+            if type(item) is not dict or item.keys() != {"epoch", "seq", "diverged", "retired"}:
                 raise ValueError(f"cursor of {source!r} has the wrong fields")
-            digest_alg = item.get("digest_alg")
-            if digest_alg is not None and type(digest_alg) is not str:
-                raise ValueError(f"cursor of {source!r}: bad digest_alg")
             epoch, seq, diverged, retired = (
                 item["epoch"],
                 item["seq"],
@@ -148,7 +140,5 @@ class Cursors:
                 raise ValueError(f"cursor of {source!r}: bad diverged reason")
             if type(retired) is not list or not all(type(e) is str for e in retired):
                 raise ValueError(f"cursor of {source!r}: bad retired epochs")
-            cursors._by_source[source] = SourceCursor(
-                epoch, seq, diverged, set(retired), digest_alg
-            )
+            cursors._by_source[source] = SourceCursor(epoch, seq, diverged, set(retired))
         return cursors

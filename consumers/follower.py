@@ -3,9 +3,7 @@
 It decodes every record strictly, admits batches through per-source cursors
 (``consumers.cursor``), applies admitted batches to every view, checks in-band digests and
 marks a source diverged whenever its stream cannot be trusted (gap, bad epoch start, digest
-mismatch, an event naming an unknown block). A digest is only checked when the epoch's meta
-names the algorithm the replicas compute (``cache.events.DIGEST_ALGORITHM``); otherwise it is
-counted as unverifiable, never as a divergence. Nothing it reads can crash it: undecodable
+mismatch, an event naming an unknown block). Nothing it reads can crash it: undecodable
 records are counted, logged with their position and skipped.
 
 Snapshots hold the views, the cursors and the log position together, so a restarted follower
@@ -21,19 +19,14 @@ from collections.abc import Callable, Sequence
 import anyio
 from anyio.abc import TaskStatus
 
-from cache.events import (
-    DEFAULT_MAX_RECORD_BYTES,
-    DIGEST_ALGORITHM,
-    DecodeError,
-    EventBatch,
-    decode_batch,
-)
+from cache.events import DEFAULT_MAX_RECORD_BYTES, DecodeError, EventBatch, decode_batch
 from consumers.cursor import Cursors, Verdict
 from consumers.errors import ConsumerError, ViewConsistencyError, ViewStateError
 from consumers.metrics import FollowerMetrics
 from consumers.progress import ReplayProgress
 from consumers.snapshot_store import Snapshot, SnapshotInfo, SnapshotStore
-from consumers.view import DigestView, View
+from consumers.views.replica import ReplicaSet
+from consumers.views.view import DigestView, View
 from log import EventLog, LogUnavailableError, Position, Record, StartAt
 
 logger = logging.getLogger(__name__)
@@ -46,8 +39,8 @@ def _check_views(views: Sequence[View]) -> None:
     if len(set(names)) != len(names):
         raise ValueError(f"view names must be unique, got {names}")
     for view in views:
-        shared = getattr(view, "shared_replicas", None)
-        if shared is not None and not any(shared is other for other in views):
+        shared = getattr(view, "replicas", None)
+        if isinstance(shared, ReplicaSet) and not any(shared is other for other in views):
             raise ValueError(
                 f"view {view.name!r} reads a ReplicaSet that is not one of the follower's views"
             )
@@ -171,15 +164,11 @@ class Follower:
             self._on_applied(batch)
 
     def _check_digest(self, batch: EventBatch, expected: str) -> None:
-        cursor = self.cursors.get(batch.source)
-        if cursor is None or cursor.digest_alg != DIGEST_ALGORITHM:
-            # The epoch's meta names another digest algorithm (or none: records written before
-            # algorithms were named): the digest cannot be checked, which is no divergence.
-            self.metrics.digests_unverifiable += 1
-            return
         held = [view.source_digest(batch.source) for view in self._digest_views]
         known = [digest for digest in held if digest is not None]
         if not known:
+            if held:  # no view can verify it (unknown digest algorithm): never a divergence
+                self.metrics.digests_unverifiable += 1
             return
         self.metrics.digests_checked += 1
         if any(digest != expected for digest in known):

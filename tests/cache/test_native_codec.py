@@ -406,3 +406,11 @@ def test_something_that_is_not_an_event_is_refused(thing: object) -> None:
     batch = EventBatch("w", "e", 0, 0.0, (AllBlocksCleared(), thing))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"^events\[1\]: not an event"):
         native.encode_batch(batch)
+
+
+def test_a_meta_that_is_not_a_batch_meta_is_a_type_error() -> None:
+    """A plain dict as meta is refused loudly by both encoders."""
+    batch = EventBatch("w", "e", 0, 0.0, (), meta={"page_size": 1})  # type: ignore[arg-type]
+    for module in (native, reference):
+        with pytest.raises(TypeError, match="BatchMeta"):
+            module.encode_batch(batch)

@@ -8,7 +8,7 @@ import anyio
 import orjson
 import pytest
 
-from cache.events import DIGEST_ALGORITHM, BatchMeta, BlockStored, EventBatch, encode_batch
+from cache.events import BatchMeta, BlockStored, EventBatch, encode_batch
 from consumers import (
     Follower,
     PrefixIndex,
@@ -16,7 +16,6 @@ from consumers import (
     ReplicaSet,
     Stats,
 )
-from consumers.cursor import Cursors
 from log import EventLog
 from tests.consumers.primary_model import PrimaryModel, record
 
@@ -257,20 +256,3 @@ def test_views_must_be_uniquely_named_and_shared_replicas_present() -> None:
         Follower(log, [replicas, ReplicaSet()])  # type: ignore[arg-type]  # never read
     with pytest.raises(ValueError, match="not one of"):
         Follower(log, [PrefixIndex(replicas)])  # type: ignore[arg-type]  # never read
-
-
-def test_cursors_keep_the_digest_algorithm_across_a_snapshot() -> None:
-    """The epoch's digest algorithm survives to_obj/from_obj; an older snapshot without it
-    loads with none (its digests unverifiable until the source's next epoch)."""
-    model = PrimaryModel("w")
-    cursors = Cursors()
-    cursors.admit(model.start_epoch("e"))
-    saved = cursors.to_obj()
-    assert Cursors.from_obj(saved).to_obj() == saved
-    assert saved["w"]["digest_alg"] == DIGEST_ALGORITHM
-    del saved["w"]["digest_alg"]
-    restored = Cursors.from_obj(saved).get("w")
-    assert restored is not None and restored.digest_alg is None
-    saved["w"]["digest_alg"] = 5
-    with pytest.raises(ValueError, match="digest_alg"):
-        Cursors.from_obj(saved)
