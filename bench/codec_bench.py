@@ -17,7 +17,8 @@ SWA evictions and removals mixed in, as a worker's publisher would write them).
   2, where no two stores of a batch chain; and whole records' bytes per event (removals and SWA
   evictions list every page's hash, about 20 bytes each, in both versions).
 
-Each timing is the best of ``--repeat`` rounds; the rounds interleave the contenders::
+Each timing is the best of ``--repeat`` rounds; the rounds interleave the contenders, and the
+fixture's objects are frozen out of the garbage collector's sight before timing::
 
     .venv/bin/python bench/codec_bench.py [--requests 600] [--requests-per-batch 4]
         [--repeat 5] [--json OUT]
@@ -135,6 +136,10 @@ def run(requests: int, per_batch: int, rounds: int) -> dict[str, Any]:
     v1_ours = [encode_batch(EventBatch(**{**_fields(b), "v": 1})) for b in batches]
     v1_plain = [plain_v1(b) for b in batches]
     assert [decode_batch(p) for p in v2] == batches
+    # The batches built above are a million tracked objects: freeze them out of the collector's
+    # sight, so no contender pays for full collections walking the fixture.
+    gc.collect()
+    gc.freeze()
     decode_times = best_of(
         rounds,
         {
