@@ -60,7 +60,7 @@ from cache.events import (
 from cache.events.reference.replica import ReferenceReplicaSet
 from consumers import Follower, PrefixIndex, ReplicaSet, SnapshotStore
 from log import EventLog, open_log
-from swa_es import Backpressure, Publisher
+from swa_es import Backpressure, Publisher, PublisherConfig
 
 TARGETS = {
     "replay_vs_v1_json": 1.0,
@@ -248,7 +248,7 @@ async def bench_replay(work: Path, total_events: int) -> dict[str, Any]:
     async with await open_log((work / "replay-log").as_uri(), fsync="never") as log:
         await _append_all(log, batches)
         replicas = ReplicaSet()
-        follower = Follower(log, [replicas], progress=False)
+        follower = Follower(log, [replicas])
         started = time.perf_counter()
         await follower.catch_up()
         follow_s = time.perf_counter() - started
@@ -302,7 +302,6 @@ async def _timed_restore(log: EventLog, store: SnapshotStore | None) -> tuple[fl
         snapshots=store,
         snapshot_every_batches=1 << 40,
         snapshot_every_s=1e9,
-        progress=False,
     )
     started = time.perf_counter()
     await follower.restore()
@@ -320,7 +319,7 @@ async def bench_restore(work: Path, blocks: int, tail_batches: int) -> dict[str,
     async with await open_log((work / "restore-log").as_uri(), fsync="never") as log:
         await _append_all(log, history)
         store = SnapshotStore(work / "restore-snap")
-        writer = Follower(log, [ReplicaSet()], snapshots=store, progress=False)
+        writer = Follower(log, [ReplicaSet()], snapshots=store)
         await writer.catch_up()
         snapshot_started = time.perf_counter()
         info = await writer.snapshot()
@@ -492,10 +491,12 @@ async def bench_lag(url: str, rate: float, seconds: float) -> dict[str, Any]:
             caught_up.set()
 
     async with await open_log(url) as log:
-        follower = Follower(log, [ReplicaSet()], progress=False, on_applied=record_lag)
+        follower = Follower(log, [ReplicaSet()], on_applied=record_lag)
         async with anyio.create_task_group() as tasks:
             await tasks.start(follower.run)
-            async with Publisher(cache, log, src.source, overflow="block") as publisher:
+            async with Publisher(
+                cache, log, src.source, config=PublisherConfig(overflow="block")
+            ) as publisher:
                 backpressure = await _produce(cache, publisher, ticks)
                 last_seq = _last_published_seq(follower, src.source, publisher)
                 with anyio.fail_after(30):

@@ -16,6 +16,7 @@ from consumers import (
     ReplicaSet,
     Stats,
 )
+from consumers.progress import ADVANCE_EVERY_RECORDS
 from log import EventLog
 from tests.consumers.primary_model import PrimaryModel, record
 
@@ -256,3 +257,40 @@ def test_views_must_be_uniquely_named_and_shared_replicas_present() -> None:
         Follower(log, [replicas, ReplicaSet()])  # type: ignore[arg-type]  # never read
     with pytest.raises(ValueError, match="not one of"):
         Follower(log, [PrefixIndex(replicas)])  # type: ignore[arg-type]  # never read
+
+
+class RecordedProgress:
+    """A ``ReplayProgress`` that keeps every call."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[object, ...]] = []
+
+    def started(self, description: str, total_records: int) -> None:
+        """Keep the call."""
+        self.calls.append(("started", description, total_records))
+
+    def advanced(self, done_records: int) -> None:
+        """Keep the call."""
+        self.calls.append(("advanced", done_records))
+
+    def finished(self, done_records: int) -> None:
+        """Keep the call."""
+        self.calls.append(("finished", done_records))
+
+
+async def test_a_replay_reports_its_progress_to_the_callback(event_log: EventLog) -> None:
+    """restore() tells its progress the total, every ADVANCE_EVERY_RECORDS records, and the end."""
+    model = PrimaryModel("w0")
+    await _append(event_log, model.start_epoch("e1"))
+    records = 2 * ADVANCE_EVERY_RECORDS + 5
+    for step in range(records - 1):
+        await _append(event_log, model.batch(model.store([step, step + 1])))
+    progress = RecordedProgress()
+    follower = Follower(event_log, [ReplicaSet()], progress=progress)
+    await follower.restore()
+    assert progress.calls == [
+        ("started", "restore", records),
+        ("advanced", ADVANCE_EVERY_RECORDS),
+        ("advanced", 2 * ADVANCE_EVERY_RECORDS),
+        ("finished", records),
+    ]
