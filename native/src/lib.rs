@@ -6,9 +6,11 @@
 //! that the Python package `cache.events` wraps in a typed face. Each piece has a pure-Python
 //! twin in `cache/events/reference/`, the readable reference that differential tests hold equal.
 
+pub mod codec;
 pub mod digest;
 pub mod events;
 pub mod hashing;
+pub mod replica;
 
 #[cfg(feature = "python")]
 mod py;

@@ -37,8 +37,9 @@ from swa_es.bridge.metrics import BridgeMetrics
 from swa_es.bridge.mirror import MirrorCache, MirrorError
 from swa_es.bridge.sequencer import StreamTracker, Verdict
 from swa_es.bridge.wire import END_SEQ, Frame, FrameError, encode_seq, parse_live, parse_replay
-from swa_es.overflow import Backpressure, OverflowPolicy
-from swa_es.publisher import Publisher
+from swa_es.publish.config import PublisherConfig
+from swa_es.publish.overflow import Backpressure, OverflowPolicy
+from swa_es.publish.publisher import Publisher
 
 logger = logging.getLogger(__name__)
 
@@ -382,8 +383,9 @@ class Bridge:
             self.source,
             meta=self.mirror.meta(self.page_size),
             trusted_start=trusted,
-            overflow=OverflowPolicy.BLOCK,
-            max_queue_batches=self.max_queue_batches,
+            config=PublisherConfig(
+                overflow=OverflowPolicy.BLOCK, max_queue_batches=self.max_queue_batches
+            ),
         )
         try:
             with anyio.CancelScope(shield=True):

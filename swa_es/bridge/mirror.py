@@ -23,7 +23,9 @@ from typing import Any, Final
 import msgpack
 
 from cache.events import (
+    DIGEST_ALGORITHM,
     AllBlocksCleared,
+    BatchMeta,
     BlockRemoved,
     BlockStored,
     Event,
@@ -130,21 +132,27 @@ class MirrorCache:
         block = self._blocks.get(engine_hash)
         return None if block is None else block.our_hash
 
-    def meta(self, page_size: int | None = None) -> dict[str, Any]:
+    def meta(self, page_size: int | None = None) -> BatchMeta:
         """The epoch meta of a bridged source (``page_size`` when none was learned yet).
 
         ``swa_events: false`` makes consumers report SWA-usable lengths as unknown; the window
         is the one vLLM reported, else the page size as a placeholder that such consumers never
-        use (``sliding_window_known`` says which).
+        use (``sliding_window_known`` says which). An unknown epoch opened before any block was
+        seen carries page size 1 (``page_size_known`` false); followers never apply it.
         """
-        size = self._page_size or page_size or 0
-        return {
-            "page_size": size,
-            "sliding_window_size": self._window or size,
-            "sliding_window_known": self._window is not None,
-            "swa_events": False,
-            "producer": "swa-es bridge",
-        }
+        size = self._page_size or page_size
+        return BatchMeta(
+            page_size=size or 1,
+            sliding_window_size=self._window or size or 1,
+            digest_alg=DIGEST_ALGORITHM,
+            swa_events=False,
+            device=self.device,
+            producer="swa-es bridge",
+            extra={
+                "sliding_window_known": self._window is not None,
+                "page_size_known": size is not None,
+            },
+        )
 
     # --- applying engine events -------------------------------------------------------------
 

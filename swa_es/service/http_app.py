@@ -46,7 +46,7 @@ class RoutingBackend(Protocol):
         ...
 
 
-class BadRequest(Exception):
+class BadRequestError(Exception):
     """A request body the API cannot serve; the message goes back with status 400."""
 
 
@@ -58,40 +58,40 @@ async def _read_body(request: Request, limit_bytes: int) -> bytes:
     """The body, refusing more than ``limit_bytes`` (declared or streamed) with 413."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit_bytes:
-        raise _TooLarge(int(declared))
+        raise _TooLargeError(int(declared))
     body = bytearray()
     async for chunk in request.stream():
         body.extend(chunk)
         if len(body) > limit_bytes:
-            raise _TooLarge(len(body))
+            raise _TooLargeError(len(body))
     return bytes(body)
 
 
-class _TooLarge(Exception):
+class _TooLargeError(Exception):
     def __init__(self, size: int) -> None:
         self.size = size
 
 
 def parse_match_request(body: bytes) -> tuple[list[int], str | None]:
-    """``{"token_ids": [int...], "extra_key": str|null}``; ``BadRequest`` naming the problem."""
+    """``{"token_ids": [int...], "extra_key": str|null}``; ``BadRequestError`` naming the problem."""
     try:
         raw = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"body is not JSON: {exc}") from None
+        raise BadRequestError(f"body is not JSON: {exc}") from None
     if type(raw) is not dict:
-        raise BadRequest("body must be a JSON object")
+        raise BadRequestError("body must be a JSON object")
     unknown = sorted(set(raw) - {"token_ids", "extra_key"})
     if unknown:
-        raise BadRequest(f"unknown field {unknown[0]!r} (expected token_ids, extra_key)")
+        raise BadRequestError(f"unknown field {unknown[0]!r} (expected token_ids, extra_key)")
     token_ids = raw.get("token_ids")
     if type(token_ids) is not list:
-        raise BadRequest("token_ids must be a list of ints")
+        raise BadRequestError("token_ids must be a list of ints")
     for index, token in enumerate(token_ids):
         if type(token) is not int or not 0 <= token <= MAX_TOKEN_ID:
-            raise BadRequest(f"token_ids[{index}] must be an int in [0, 2**32), got {token!r}")
+            raise BadRequestError(f"token_ids[{index}] must be an int in [0, 2**32), got {token!r}")
     extra_key = raw.get("extra_key")
     if extra_key is not None and type(extra_key) is not str:
-        raise BadRequest("extra_key must be a string or null")
+        raise BadRequestError("extra_key must be a string or null")
     return token_ids, extra_key
 
 
@@ -123,11 +123,11 @@ def build_app(parts: AppParts) -> Starlette:
         assert parts.routing is not None
         try:
             body = await _read_body(request, parts.max_request_bytes)
-        except _TooLarge as exc:
+        except _TooLargeError as exc:
             return _error(413, f"body of {exc.size} bytes exceeds {parts.max_request_bytes}")
         try:
             token_ids, extra_key = parse_match_request(body)
-        except BadRequest as exc:
+        except BadRequestError as exc:
             return _error(400, str(exc))
         busy = unavailable()
         if busy is not None:
@@ -211,6 +211,7 @@ class HttpServer:
             access_log=False,
             http="h11",
             ws="none",
+            timeout_graceful_shutdown=2,
         )
         server = _QuietServer(config)
         self._server = server
@@ -219,7 +220,7 @@ class HttpServer:
         self._group = group
         group.start_soon(server.serve, [sock])
         with anyio.fail_after(10):
-            while not server.started:
+            while not server.started:  # noqa: ASYNC110 -- uvicorn exposes a flag, not an event
                 await anyio.sleep(0.01)
         logger.info("http on http://%s:%d", self._host, self._port)
         return self
@@ -232,10 +233,5 @@ class HttpServer:
     ) -> None:
         assert self._group is not None and self._server is not None
         self._server.should_exit = True
-        try:
-            with anyio.move_on_after(5):
-                await self._group.__aexit__(None, None, None)
-                return
-            self._group.cancel_scope.cancel()
-        finally:
-            self._group = None
+        group, self._group = self._group, None
+        await group.__aexit__(None, None, None)
