@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import socket
 from collections.abc import Callable, Mapping
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final, Protocol, Self
@@ -19,7 +20,7 @@ from typing import Any, Final, Protocol, Self
 import anyio
 import orjson
 import uvicorn
-from anyio.abc import TaskGroup
+from anyio.abc import TaskGroup, TaskStatus
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -73,7 +74,7 @@ class _TooLargeError(Exception):
 
 
 def parse_match_request(body: bytes) -> tuple[list[int], str | None]:
-    """``{"token_ids": [int...], "extra_key": str|null}``; ``BadRequestError`` naming the problem."""
+    """Parse ``{"token_ids": [int...], "extra_key": str|null}`` (``BadRequestError`` if bad)."""
     try:
         raw = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -235,3 +236,26 @@ class HttpServer:
         self._server.should_exit = True
         group, self._group = self._group, None
         await group.__aexit__(None, None, None)
+
+
+async def start_http_server(
+    stack: AsyncExitStack, parts: AppParts, *, host: str, port: int | None
+) -> int | None:
+    """Serve ``parts`` until ``stack`` closes; the bound port (None: ``port`` None, off)."""
+    if port is None:
+        return None
+    server = await stack.enter_async_context(HttpServer(build_app(parts), host=host, port=port))
+    return server.port
+
+
+async def run_http_server(
+    parts: AppParts,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``parts`` until cancelled, reporting the bound port through ``task_status``."""
+    async with HttpServer(build_app(parts), host=host, port=port) as server:
+        task_status.started(server.port)
+        await anyio.sleep_forever()
