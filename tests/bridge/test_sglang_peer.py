@@ -85,7 +85,7 @@ async def running_bridge(log: EventLog, tmp_path: Path) -> AsyncIterator[Bridge]
 
 async def replica_of(log: EventLog) -> tuple[ReplicaSet, Follower]:
     replicas = ReplicaSet()
-    follower = Follower(log, [replicas, PrefixIndex(replicas)], progress=False)
+    follower = Follower(log, [replicas, PrefixIndex(replicas)])
     await follower.catch_up()
     return replicas, follower
 
@@ -148,24 +148,26 @@ async def test_engine_started_first_replay_fills_the_gap(tmp_path: Path) -> None
 async def test_engine_restart_starts_a_new_epoch(tmp_path: Path) -> None:
     """A restarted engine's seq goes back: a new epoch holding only the new run's blocks."""
     first = SglangEngine(*engine_endpoints(tmp_path))
-    async with await open_log(f"file://{tmp_path}/log") as log:
-        async with running_bridge(log, tmp_path) as bridge:
-            published = await serve(first, 30)
-            await wait_until(lambda: bridge.tracker.expected == published, bridge=bridge)
-            first.close()
-            await anyio.sleep(1.0)  # a restart takes a while; the old socket file goes away
-            second = await anyio.to_thread.run_sync(SglangEngine, *engine_endpoints(tmp_path))
-            try:
-                published = await serve(second, 10, seed=7)
-                await wait_until(
-                    lambda: bridge.metrics.restarts == 1 and bridge.tracker.expected == published,
-                    bridge=bridge,
-                )
-                replicas, _ = await replica_of(log)
-                assert_same_blocks(replicas, second)
-                assert bridge.metrics.epochs == 2
-            finally:
-                second.close()
+    async with (
+        await open_log(f"file://{tmp_path}/log") as log,
+        running_bridge(log, tmp_path) as bridge,
+    ):
+        published = await serve(first, 30)
+        await wait_until(lambda: bridge.tracker.expected == published, bridge=bridge)
+        first.close()
+        await anyio.sleep(1.0)  # a restart takes a while; the old socket file goes away
+        second = await anyio.to_thread.run_sync(SglangEngine, *engine_endpoints(tmp_path))
+        try:
+            published = await serve(second, 10, seed=7)
+            await wait_until(
+                lambda: bridge.metrics.restarts == 1 and bridge.tracker.expected == published,
+                bridge=bridge,
+            )
+            replicas, _ = await replica_of(log)
+            assert_same_blocks(replicas, second)
+            assert bridge.metrics.epochs == 2
+        finally:
+            second.close()
 
 
 async def test_bridge_restarted_rebuilds_from_the_engine_replay(tmp_path: Path) -> None:

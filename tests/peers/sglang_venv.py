@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -85,10 +86,8 @@ class SglangEngine:
     def close(self) -> None:
         """Shut the publisher down and wait for the process."""
         if self.process.poll() is None:
-            try:
+            with contextlib.suppress(RuntimeError, BrokenPipeError):
                 self.command(cmd="exit")
-            except (RuntimeError, BrokenPipeError):
-                pass
         self.process.wait(timeout=30)
 
     def kill(self) -> None:
