@@ -28,7 +28,7 @@ from sglang.srt.managers.scheduler_components.kv_events_publisher import (
 from sglang.srt.mem_cache.utils import compute_node_hash_values, hash_str_to_int64
 
 from bench.sglang_adapter import RunConfig, SglangWorker, build_cache
-from swa_es.workload import ChatWorkload
+from swa_es.engine.workload import ChatWorkload
 
 
 def tree_blocks(cache: Any, page_size: int) -> list[int]:
