@@ -96,14 +96,15 @@ def rss_bytes(pid: int) -> int:
 
 @contextmanager
 def follower_http(workdir: Path, log_dir: Path) -> Iterator[tuple[Service, int]]:
-    """A ``swa-es follow`` on ``log_dir`` serving HTTP; (service, port) once it is restored."""
-    service = follow_service(workdir, log_dir.as_uri(), "http").start()
+    """A ``swa-es follow`` on ``log_dir`` serving its routing API (which also serves /metrics
+    and /healthz); (service, port) once it is restored."""
+    service = follow_service(workdir, log_dir.as_uri(), "http", "--http-port", "0").start()
     try:
         status = service.wait_for(
             "a restored follower with an HTTP port",
-            lambda s: bool(s.get("metrics_port")) and bool(s.get("restored")),
+            lambda s: bool(s.get("http_port")) and bool(s.get("restored")),
             STARTUP_TIMEOUT_S,
         )
-        yield service, int(status["metrics_port"])
+        yield service, int(status["http_port"])
     finally:
         service.close()

@@ -288,7 +288,6 @@ def _manifest_length(good: bytes, length: int) -> bytes:
 HTTP_CASES: dict[str, bytes] = {
     "garbage": b"\x00\x01\x02 hello\r\n\r\n",
     "request-line-without-version": b"GET /healthz\r\n\r\n",
-    "http-2-version": b"GET /healthz HTTP/2.0\r\nHost: x\r\n\r\n",
     "version-garbage": b"GET /healthz HTTX/1.1\r\nHost: x\r\n\r\n",
     "header-without-colon": b"GET /healthz HTTP/1.1\r\nHost x\r\n\r\n",
     "header-name-with-space": b"GET /healthz HTTP/1.1\r\nBad Name: x\r\n\r\n",
