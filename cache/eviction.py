@@ -35,9 +35,10 @@ def _evict_swa(state: TreeState, wanted: int) -> tuple[int, int]:
         if node._children:
             swa += state.tombstone(node)
         else:
-            freed_full, freed_swa, _ = state.delete_leaf(node)
-            full += freed_full
-            swa += freed_swa
+            # As sglang 0.5.16 counts it: the leaf's own tokens, not those of the tombstoned
+            # ancestors deleted with it (the pools get all of them back).
+            full += len(node._token_ids)
+            swa += state.delete_leaf(node)[1]
         node = after
     return full, swa
 
