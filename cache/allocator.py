@@ -170,8 +170,13 @@ class SWAKVAllocator:
         if page == 1:
             return indices
         if whole_pages:
+            if indices.numel() % page:
+                raise ValueError(
+                    f"{indices.numel()} slots is not a whole number of pages of {page}"
+                )
             return indices[::page]
-        return torch.unique(torch.div(indices, page, rounding_mode="floor")) * page
+        pages: torch.Tensor = torch.unique(torch.div(indices, page, rounding_mode="floor"))
+        return pages * page
 
     def _release_swa(self, first: torch.Tensor, slots: torch.Tensor, *, checked: bool) -> None:
         """Free the SWA pages mapped to full pages ``first``; clear the mapping of ``slots``.

@@ -47,7 +47,9 @@ def explain(
         *(json.dumps(step_to_json(s)) for s in steps[:index]),
     ]
     if index < len(ours) and index < len(theirs):
-        lines.append("fields that differ: " + ", ".join(_differing_fields(ours[index], theirs[index])))
+        lines.append(
+            "fields that differ: " + ", ".join(_differing_fields(ours[index], theirs[index]))
+        )
     for name, outcomes in (("ours", ours), ("sglang", theirs)):
         lines.append(f"{name}: {json.dumps(outcomes[index]) if index < len(outcomes) else '-'}")
     for label, prefix in (("before", steps[: max(0, index - 1)]), ("after", steps[:index])):
@@ -60,7 +62,7 @@ def explain(
     return "\n".join(lines)
 
 
-class Divergence(AssertionError):
+class DivergenceError(AssertionError):
     """The two caches differ; the report (which reruns the sequence) is built when first read.
 
     Hypothesis raises this for every candidate it tries while shrinking, and only the last one
@@ -86,9 +88,9 @@ class Divergence(AssertionError):
 
 
 def check_sequence(driver: SglangDriver, config: CacheConfig, steps: Sequence[Step]) -> None:
-    """Run ``steps`` on both caches; raise ``Divergence`` at the first difference."""
+    """Run ``steps`` on both caches; raise ``DivergenceError`` at the first difference."""
     theirs = driver.run(config, steps).outcomes
     ours, _ = run_ours(config, steps)
     index = first_difference(ours, theirs)
     if index is not None:
-        raise Divergence(driver, config, steps, index, (ours, theirs))
+        raise DivergenceError(driver, config, steps, index, (ours, theirs))

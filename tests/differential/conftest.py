@@ -49,7 +49,9 @@ def diff_tally(pytestconfig: pytest.Config) -> Tally:
     return pytestconfig.stash.setdefault(_TALLY, Tally())
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
     """Print how many sequences and steps matched sglang, per page size."""
     tally = config.stash.get(_TALLY, None)
     if tally is None or not tally.sequences:

@@ -14,7 +14,7 @@ from tests.differential.program import Matched
 from tests.differential.steps import CacheConfig
 
 
-def _boundaries(node: TreeNode) -> list[int]:
+def path_boundaries(node: TreeNode) -> list[int]:
     """Where each node on the path root → ``node`` ends, in tokens from the root."""
     lengths: list[int] = []
     while node.parent is not None:
@@ -50,7 +50,7 @@ class OursCache:
         """``match_prefix``."""
         result = self._cache.match_prefix(list(tokens))
         node = result.last_node
-        return Matched(int(result.indices.numel()), result.indices, node, _boundaries(node))
+        return Matched(int(result.indices.numel()), result.indices, node, path_boundaries(node))
 
     def lock(self, node: object) -> object:
         """``inc_lock_ref``."""

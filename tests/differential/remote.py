@@ -43,7 +43,7 @@ class SglangDriver:
         for flag in ("SGLANG_OPT_SWA_RADIX_CACHE_COMPACT", "SGLANG_OPT_SWA_SPLIT_LEAF_ON_INSERT"):
             env.pop(flag, None)  # compare against sglang's defaults
         # stderr goes to a file: a chatty child must never block on a full pipe.
-        self._stderr = tempfile.TemporaryFile(mode="w+")
+        self._stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115  # closed by close()
         self._process = subprocess.Popen(
             [str(python), "-m", "tests.differential.sglang_driver"],
             cwd=ROOT,
@@ -118,8 +118,9 @@ class SglangDriver:
 
 def sglang_unavailable_reason(python: Path = SGLANG_PYTHON) -> str | None:
     """Why the driver cannot run here (None when the venv imports sglang's cache)."""
+    shown = python.relative_to(ROOT) if python.is_relative_to(ROOT) else python
     if not python.exists():
-        return f"no sglang venv at {python.relative_to(ROOT)}; run `{SETUP_HINT}`"
+        return f"no sglang venv at {shown}; run `{SETUP_HINT}`"
     probe = subprocess.run(
         [str(python), "-W", "ignore", "-c", "import tests.differential.sglang_driver"],
         cwd=ROOT,
@@ -129,5 +130,5 @@ def sglang_unavailable_reason(python: Path = SGLANG_PYTHON) -> str | None:
     )
     if probe.returncode != 0:
         tail = probe.stderr.strip().splitlines()[-1:] or ["(no output)"]
-        return f"{python.relative_to(ROOT)} cannot import sglang's SWARadixCache: {tail[0]}"
+        return f"{shown} cannot import sglang's SWARadixCache: {tail[0]}"
     return None

@@ -224,8 +224,11 @@ class SglangCache:
             tomb = " tombstone" if node.swa_tombstone else ""
             lines.append(f"node {name(node)}{tomb} locks={node.full_lock_ref}/{node.swa_lock_ref}")
             stack.extend(node.children.values())
-        return [*sorted(lines), "full LRU: " + lru(cache.full_lru_list),
-                "swa LRU:  " + lru(cache.swa_lru_list)]
+        return [
+            *sorted(lines),
+            "full LRU: " + lru(cache.full_lru_list),
+            "swa LRU:  " + lru(cache.swa_lru_list),
+        ]
 
 
 def run_request(request: dict[str, Any]) -> dict[str, Any]:

@@ -47,7 +47,9 @@ def configs(draw: st.DrawFn, page_size: int) -> CacheConfig:
     longest = max_request_pages(page_size)
     full_pages = draw(st.integers(longest, 3 * longest))
     # SWA is usually the scarcer pool (as in serving), so tombstones come and go all the time.
-    swa_pages = draw(st.integers(longest, max(longest, full_pages // 2)) | st.integers(longest, full_pages))
+    swa_pages = draw(
+        st.integers(longest, max(longest, full_pages // 2)) | st.integers(longest, full_pages)
+    )
     return CacheConfig(page_size, window, full_pages * page_size, swa_pages * page_size)
 
 

@@ -54,7 +54,7 @@ def _run_batch(
 def test_same_outcomes_as_sglang(
     page_size: int, sglang_driver: SglangDriver, diff_tally: Tally
 ) -> None:
-    """Every step's returns, pools, sizes and events equal sglang's for STEPS_PER_PAGE_SIZE steps."""
+    """Each step's returns, pools, sizes and events equal sglang's (STEPS_PER_PAGE_SIZE steps)."""
     batch = 0
     while diff_tally.steps.get(page_size, 0) < STEPS_PER_PAGE_SIZE:
         left = STEPS_PER_PAGE_SIZE - diff_tally.steps.get(page_size, 0)
