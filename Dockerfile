@@ -3,6 +3,19 @@
 #
 #   docker build -t swa-es:local .
 #   docker run --rm swa-es:local demo --duration 5
+# The native core (native/, Rust) is compiled by maturin in a Rust image into an abi3 wheel.
+FROM rust:1-slim-bookworm AS native
+RUN apt-get update && apt-get install -y --no-install-recommends python3 python3-pip python3-venv \
+    && rm -rf /var/lib/apt/lists/* && python3 -m venv /build && /build/bin/pip install "maturin>=1.9,<2"
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY native ./native
+COPY swa_es ./swa_es
+COPY cache ./cache
+COPY log ./log
+COPY consumers ./consumers
+RUN /build/bin/maturin build --release --out /wheels
+
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -16,18 +29,10 @@ RUN pip install --index-url https://download.pytorch.org/whl/cpu "torch>=2.4"
 WORKDIR /app
 # Dependencies first (a layer that survives source edits), then the source.
 COPY pyproject.toml README.md ./
-RUN mkdir -p swa_es cache log consumers \
-    && touch swa_es/__init__.py cache/__init__.py log/__init__.py consumers/__init__.py \
-    && pip install ".[dev]" \
-    && pip uninstall -y swa-es \
-    && rm -rf swa_es cache log consumers
-COPY swa_es ./swa_es
-COPY cache ./cache
-COPY log ./log
-COPY consumers ./consumers
+COPY --from=native /wheels /wheels
+RUN pip install "$(ls /wheels/swa_es-*.whl)[dev]"
 COPY tests ./tests
 COPY bench ./bench
-RUN pip install --no-deps -e .
 
 # Followers keep snapshots and status files here; mount a volume on it.
 RUN useradd --create-home --uid 10001 swa && mkdir -p /data && chown swa /data

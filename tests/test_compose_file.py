@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from swa_es.cli import build_parser
-from swa_es.config import env_name
+from swa_es.cli.settings import env_name
 
 ROOT = Path(__file__).resolve().parents[1]
 SWA_SERVICES = {
@@ -107,10 +107,12 @@ def test_named_volumes_are_declared(compose: dict[str, Any]) -> None:
 
 
 def test_dockerfile_installs_the_project_and_runs_swa_es() -> None:
-    """The image installs the project with its dev extra and its entry point is swa-es."""
+    """The image builds the native core into a wheel, installs it with its dev extra, and its
+    entry point is swa-es."""
     text = (ROOT / "Dockerfile").read_text()
     assert text.startswith("#") and "FROM python:3.11" in text
-    assert 'pip install ".[dev]"' in text
+    assert "COPY native ./native" in text and "maturin build --release" in text
+    assert 'pip install "$(ls /wheels/swa_es-*.whl)[dev]"' in text
     assert 'ENTRYPOINT ["swa-es"]' in text
     for folder in ("swa_es", "cache", "log", "consumers", "tests"):
         assert f"COPY {folder} ./{folder}" in text

@@ -12,10 +12,12 @@ from cache.events.codec import (
     encode_batch,
     event_to_dict,
 )
+from cache.events.digest import ALGORITHM as DIGEST_ALGORITHM
 from cache.events.digest import StateDigest, block_term, format_digest
 from cache.events.hashing import (
     ROOT_PRIOR,
     block_hashes_of,
+    chain_block_hashes,
     chain_page_digests,
     digest_to_block_hash,
     namespace_prior,
@@ -50,11 +52,13 @@ __all__ = [
     "decode_event",
     "encode_batch",
     "event_to_dict",
+    "DIGEST_ALGORITHM",
     "StateDigest",
     "block_term",
     "format_digest",
     "ROOT_PRIOR",
     "block_hashes_of",
+    "chain_block_hashes",
     "chain_page_digests",
     "digest_to_block_hash",
     "namespace_prior",

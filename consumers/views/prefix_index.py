@@ -1,0 +1,87 @@
+"""The cross-worker prefix index: for a request, how much of it each source has cached.
+
+``match`` runs in the native core, in one walk of the request for all sources: it hashes the
+request's pages once per page size (the same chained hashes the primaries put in their events),
+lazily, and looks each page up in every source that still holds the chain so far. Per source it
+reports the longest held prefix and the longest one usable under the SWA rule (the rule of
+``cache.events.swa_rule``, the tree's own; the core's twin is held equal to it by a differential
+test), so the usable length is what that source's own ``match_prefix`` would return.
+
+Unknown is never a guess: a diverged source (or one whose meta is missing) is reported with
+``PrefixMatch.unknown()`` (both lengths None); a source whose stream carries no tombstone events
+(meta ``"swa_events": false``) reports its held length with ``swa_tokens`` None. Sources holding
+none of the prefix are absent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cache.events import EventBatch
+from consumers.errors import ViewStateError
+from consumers.views.replica import ReplicaSet
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixMatch:
+    """Matched lengths in tokens; both None when the source's state is unknown (diverged);
+    ``swa_tokens`` alone None when the source does not report tombstones."""
+
+    full_tokens: int | None
+    swa_tokens: int | None
+
+    @classmethod
+    def unknown(cls) -> PrefixMatch:
+        """The answer for a source whose state is unknown."""
+        return cls(None, None)
+
+    @property
+    def known(self) -> bool:
+        """False for a diverged source."""
+        return self.full_tokens is not None
+
+
+class PrefixIndex:
+    """The ``prefix_index`` view: answers from the follower's ``ReplicaSet``.
+
+    It keeps no state of its own: ``replicas`` must be one of the same follower's views (the
+    follower checks), which applies every batch and every divergence; this view's snapshot is
+    empty.
+    """
+
+    def __init__(self, replicas: ReplicaSet, *, name: str = "prefix_index") -> None:
+        self._name = name
+        self._replicas = replicas
+
+    @property
+    def name(self) -> str:
+        """This view's name in snapshots."""
+        return self._name
+
+    @property
+    def replicas(self) -> ReplicaSet:
+        """The replicas this index answers from."""
+        return self._replicas
+
+    def apply(self, batch: EventBatch) -> None:
+        """Nothing to do: the ``ReplicaSet`` applies the batch."""
+
+    def mark_diverged(self, source: str, reason: str) -> None:
+        """Nothing to do: the ``ReplicaSet`` records the divergence and this index reads it."""
+
+    def snapshot(self) -> bytes:
+        """Nothing: the state is the ``ReplicaSet``'s."""
+        return b""
+
+    def load(self, data: bytes) -> None:
+        """Accept the empty state ``snapshot`` wrote."""
+        if data:
+            raise ViewStateError(self._name, "a prefix index has no state of its own")
+
+    def match(
+        self, token_ids: Sequence[int], extra_key: str | None = None
+    ) -> dict[str, PrefixMatch]:
+        """Per source, the held and the SWA-usable prefix lengths of ``token_ids``."""
+        rows = self._replicas.store.match_prefix(token_ids, extra_key)
+        return {source: PrefixMatch(held, usable) for source, held, usable in rows}

@@ -1,0 +1,292 @@
+"""Replica trees: per source, the blocks its primary holds, rebuilt from events.
+
+The blocks live in the native core (``cache.events.replica_store.ReplicaStore``): per source,
+compact arrays indexed by slot (hash, parent slot, child count and tombstone flag, token ids) and
+an open-addressing index from block hash to slot, about 30 bytes per page-1 block. Batches are
+applied there without a Python object per event, and a snapshot is one checksummed bulk copy of
+the arrays. ``ReplicaSet`` and ``ReplicaTree`` are the Python face; the pure-Python twin that
+tests hold them equal to is ``cache.events.reference.replica``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from cache.events import DIGEST_ALGORITHM, Event, EventBatch
+from cache.events.replica_store import (
+    ReplicaConsistencyError,
+    ReplicaSnapshotError,
+    ReplicaStore,
+)
+from consumers.errors import ViewConsistencyError, ViewStateError
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaBlock:
+    """One block of a replica, as a plain value."""
+
+    block_hash: int
+    parent_block_hash: int | None
+    token_ids: tuple[int, ...]
+    swa_resident: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SourceMeta:
+    """What a consumer needs to interpret a source: from the ``meta`` of its epoch's first
+    batch. ``swa_events`` is False for a stream that carries no tombstone events (an engine's
+    stream bridged from ZMQ): its SWA-usable lengths are unknown."""
+
+    page_size: int
+    sliding_window_size: int
+    raw: Mapping[str, Any]
+    swa_events: bool = True
+    digest_alg: str | None = None
+
+    @property
+    def digest_verifiable(self) -> bool:
+        """Whether this build computes the source's digest the way its primary does."""
+        return self.digest_alg == DIGEST_ALGORITHM
+
+    @classmethod
+    def parse(cls, source: str, meta: Mapping[str, Any]) -> SourceMeta:
+        """Validate ``meta``; a missing or non-positive size, or a non-bool ``swa_events``,
+        raises ``ViewConsistencyError``."""
+        values: list[int] = []
+        for key in ("page_size", "sliding_window_size"):
+            value = meta.get(key)
+            if type(value) is not int or value <= 0 or value >= 1 << 32:
+                raise ViewConsistencyError(
+                    source, f"meta.{key} must be a positive int, got {value!r}"
+                )
+            values.append(value)
+        swa_events = meta.get("swa_events", True)
+        if type(swa_events) is not bool:
+            raise ViewConsistencyError(
+                source, f"meta.swa_events must be a bool, got {swa_events!r}"
+            )
+        digest_alg = meta.get("digest_alg")
+        if digest_alg is not None and type(digest_alg) is not str:
+            raise ViewConsistencyError(
+                source, f"meta.digest_alg must be a string, got {digest_alg!r}"
+            )
+        return cls(values[0], values[1], dict(meta), swa_events, digest_alg)
+
+
+def _consistency(exc: ReplicaConsistencyError) -> ViewConsistencyError:
+    return ViewConsistencyError(exc.source, exc.reason)
+
+
+class ReplicaTree:
+    """The blocks of one source: hash -> (parent, token ids, SWA residency).
+
+    A handle on one source of a ``ReplicaSet`` (``ReplicaTree(source)`` alone makes a set of
+    its own).
+    """
+
+    __slots__ = ("_owner", "source")
+
+    def __init__(self, source: str, *, owner: ReplicaSet | None = None) -> None:
+        self.source = source
+        self._owner = owner if owner is not None else ReplicaSet()
+        self._owner.store.add_source(source)
+
+    @property
+    def _store(self) -> ReplicaStore:
+        return self._owner.store
+
+    # --- reading --------------------------------------------------------------------------
+
+    @property
+    def meta(self) -> SourceMeta | None:
+        """The source's meta, from its epoch's first batch (None until one arrives)."""
+        return self._owner.meta_of(self.source)
+
+    def __len__(self) -> int:
+        return self._store.block_count(self.source)
+
+    def __contains__(self, block_hash: object) -> bool:
+        if type(block_hash) is not int or not -(1 << 63) <= block_hash < 1 << 63:
+            return False
+        return self._store.residency(self.source, block_hash) is not None
+
+    @property
+    def diverged(self) -> str | None:
+        """Why this replica is diverged, or None when it is in sync."""
+        return self._store.diverged(self.source)
+
+    @property
+    def tombstone_count(self) -> int:
+        """Blocks whose SWA KV is freed (full KV kept)."""
+        return self._store.tombstone_count(self.source)
+
+    @property
+    def block_size(self) -> int | None:
+        """Tokens per block (None until the first block arrives)."""
+        return self._store.block_size(self.source)
+
+    def residency(self, block_hash: int) -> bool | None:
+        """True: held and SWA-resident; False: held as a tombstone; None: not held."""
+        return self._store.residency(self.source, block_hash)
+
+    def block(self, block_hash: int) -> ReplicaBlock:
+        """The block with ``block_hash``; ``KeyError`` when not held."""
+        found = self._store.block(self.source, block_hash)
+        if found is None:
+            raise KeyError(block_hash)
+        parent, token_ids, resident = found
+        return ReplicaBlock(block_hash, parent, token_ids, resident)
+
+    def blocks(self) -> Iterator[ReplicaBlock]:
+        """Every block held, in no particular order."""
+        for block_hash, parent, token_ids, resident in self._store.blocks(self.source):
+            yield ReplicaBlock(block_hash, parent, token_ids, resident)
+
+    def digest_value(self) -> str:
+        """The digest of the blocks held, even while diverged (for checks, not for answers)."""
+        return self._store.digest_value(self.source)
+
+    def state_digest(self) -> str | None:
+        """The state digest, equal to the primary's ``state_digest()`` when in sync; None while
+        the source is diverged (its state is unknown, so there is nothing to compare)."""
+        return self._store.state_digest(self.source)
+
+    # --- changing -------------------------------------------------------------------------
+
+    def mark_diverged(self, reason: str) -> None:
+        """Answer "unknown" until the next ``AllBlocksCleared`` (the first reason is kept)."""
+        self._store.mark_diverged(self.source, reason)
+
+    def set_meta(self, meta: Mapping[str, Any]) -> None:
+        """Record the source's meta (page size, window) from an epoch's first batch."""
+        self._owner.set_meta(self.source, meta)
+
+    def apply_event(self, event: Event) -> None:
+        """Apply one event; ``ViewConsistencyError`` (and no change) when it does not fit."""
+        try:
+            self._store.apply_events(self.source, (event,))
+        except ReplicaConsistencyError as exc:
+            raise _consistency(exc) from None
+
+    def clear(self) -> None:
+        """Drop every block; this also ends a divergence (the source starts over)."""
+        self._store.clear(self.source)
+
+
+class ReplicaSet:
+    """The ``replicas`` view: source -> ``ReplicaTree``, all held in one native store."""
+
+    def __init__(self, name: str = "replicas") -> None:
+        self._name = name
+        self._store = ReplicaStore()
+        self._metas: dict[str, SourceMeta] = {}
+        self._trees: dict[str, ReplicaTree] = {}
+
+    @property
+    def name(self) -> str:
+        """This view's name in snapshots."""
+        return self._name
+
+    @property
+    def store(self) -> ReplicaStore:
+        """The native store (for views that read it, like ``PrefixIndex``)."""
+        return self._store
+
+    def meta_of(self, source: str) -> SourceMeta | None:
+        """The meta of ``source`` (None until its epoch's first batch)."""
+        return self._metas.get(source)
+
+    def __getitem__(self, source: str) -> ReplicaTree:
+        tree = self._trees.get(source)
+        if tree is None:
+            if not self._store.has_source(source):
+                raise KeyError(source)
+            tree = self._trees[source] = ReplicaTree(source, owner=self)
+        return tree
+
+    def __contains__(self, source: object) -> bool:
+        return type(source) is str and self._store.has_source(source)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._store.sources())
+
+    def __len__(self) -> int:
+        return len(self._store.sources())
+
+    def get(self, source: str) -> ReplicaTree | None:
+        """The replica of ``source``, or None when the source was never seen."""
+        if source not in self:
+            return None
+        return self[source]
+
+    def sources(self) -> list[str]:
+        """Every source seen, sorted."""
+        return sorted(self._store.sources())
+
+    def tree(self, source: str) -> ReplicaTree:
+        """The replica of ``source``, created empty when new."""
+        self._store.add_source(source)
+        return self[source]
+
+    def set_meta(self, source: str, meta: Mapping[str, Any]) -> None:
+        """Validate and record ``source``'s meta; ``ViewConsistencyError`` when it is bad."""
+        self._store.add_source(source)
+        parsed = SourceMeta.parse(source, meta)
+        self._store.set_meta(
+            source,
+            parsed.page_size,
+            parsed.sliding_window_size,
+            parsed.swa_events,
+            orjson.dumps(parsed.raw).decode(),
+        )
+        self._metas[source] = parsed
+
+    def apply(self, batch: EventBatch) -> None:
+        """Apply one in-order batch to its source's replica (meta first, then its events)."""
+        source = batch.source
+        if batch.meta is not None:
+            self.set_meta(source, batch.meta)
+        try:
+            self._store.apply_events(source, batch.events)
+        except ReplicaConsistencyError as exc:
+            raise _consistency(exc) from None
+
+    def mark_diverged(self, source: str, reason: str) -> None:
+        """Mark ``source``'s replica diverged until it is cleared by a resync."""
+        self._store.mark_diverged(source, reason)
+
+    def source_digest(self, source: str) -> str | None:
+        """The digest of ``source``'s replica as held; None when the source was never seen or
+        its digests cannot be verified (its meta names another algorithm, or none: records
+        from before ``mix64-v1``)."""
+        meta = self._metas.get(source)
+        if meta is None or not meta.digest_verifiable:
+            return None
+        return self._store.digest_value(source)
+
+    def snapshot(self) -> bytes:
+        """Every replica, as the native store's checksummed bytes."""
+        return self._store.snapshot()
+
+    def load(self, data: bytes) -> None:
+        """Replace every replica with the ones ``snapshot`` wrote; ``ViewStateError`` (and no
+        change) when ``data`` is not such a snapshot."""
+        store = ReplicaStore()
+        try:
+            store.load(data)
+        except ReplicaSnapshotError as exc:
+            raise ViewStateError(self._name, exc.reason) from None
+        metas: dict[str, SourceMeta] = {}
+        for source in store.sources():
+            meta_json = store.meta_json(source)
+            if meta_json is None:
+                continue
+            try:
+                metas[source] = SourceMeta.parse(source, orjson.loads(meta_json))
+            except (orjson.JSONDecodeError, ViewConsistencyError, AttributeError) as exc:
+                raise ViewStateError(self._name, f"meta of {source!r}: {exc}") from None
+        self._store, self._metas, self._trees = store, metas, {}

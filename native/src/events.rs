@@ -1,0 +1,66 @@
+//! The event model of the native core: what a batch holds once decoded, and what the encoder
+//! writes. It mirrors `cache.events.types` (DESIGN §4).
+//!
+//! A `Stored` may hold several pages (the v2 wire's chain compaction, or vLLM's multi-block
+//! form): `hashes[i]` is page i, its parent is `hashes[i - 1]` (the first page's is `parent`),
+//! and its tokens are `tokens[i * block_size..(i + 1) * block_size]`.
+
+/// One or more chained pages entered the tree.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stored {
+    pub hashes: Vec<i64>,
+    pub parent: Option<i64>,
+    pub tokens: Vec<u32>,
+    pub block_size: u32,
+    pub lora_id: Option<i64>,
+    pub medium: Option<String>,
+}
+
+/// One state change of a source's tree.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    Stored(Stored),
+    /// The pages of one node left the tree.
+    Removed {
+        hashes: Vec<i64>,
+        medium: Option<String>,
+    },
+    /// The pages of one node were tombstoned (SWA KV freed, full KV kept).
+    SwaEvicted {
+        hashes: Vec<i64>,
+    },
+    /// The pages of one tombstoned node got SWA KV again.
+    SwaRestored {
+        hashes: Vec<i64>,
+    },
+    /// Every block of the source was dropped.
+    Cleared,
+}
+
+/// The envelope of one batch (one log record).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Header {
+    /// The wire version the batch was read from or will be written as (1 or 2).
+    pub version: u8,
+    pub source: String,
+    pub epoch: String,
+    pub seq: u64,
+    pub ts: f64,
+    pub digest: Option<String>,
+    /// The `meta` object as its JSON text (present on the first batch of an epoch).
+    pub meta_json: Option<String>,
+}
+
+/// One decoded batch.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Batch {
+    pub header: Header,
+    pub events: Vec<Event>,
+}
+
+impl Batch {
+    /// Whether this batch can open an epoch: seq 0 and `AllBlocksCleared` first.
+    pub fn starts_epoch(&self) -> bool {
+        self.header.seq == 0 && matches!(self.events.first(), Some(Event::Cleared))
+    }
+}

@@ -1,0 +1,17 @@
+//! The PyO3 layer: the private extension module `cache.events._native`.
+//!
+//! Functions here only convert arguments and results and translate errors; the work is in the
+//! pure-Rust modules. The typed Python face is `cache.events`.
+
+use pyo3::prelude::*;
+
+mod hashing;
+mod replica;
+
+#[pymodule]
+#[pyo3(name = "_native")]
+fn native_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    hashing::register(module)?;
+    replica::register(module)?;
+    Ok(())
+}

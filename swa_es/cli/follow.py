@@ -1,0 +1,161 @@
+"""``swa-es follow``: a long-running follower with snapshots, ``/metrics`` and ``/healthz``.
+
+It restores the newest valid snapshot (or replays from the beginning), then applies live
+records until ``--duration`` or SIGTERM/SIGINT; on the way out it writes a last snapshot and
+its final status (per-source replica digests, counters).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from consumers import Follower, SnapshotStore
+from swa_es.cli import settings
+from swa_es.cli.exit_codes import EXIT_OK
+from swa_es.cli.progress import terminal_progress
+from swa_es.service.http import start_metrics_server
+from swa_es.service.log_access import open_reader
+from swa_es.service.prometheus import render
+from swa_es.service.service_metrics import follower_families
+from swa_es.service.signals import cancel_on_signal
+from swa_es.service.status_file import write_status, write_status_every
+from swa_es.service.views import StandardViews
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FollowConfig:
+    """``swa-es follow``: one long-running follower (each field is a row of
+    ``settings.SETTINGS``)."""
+
+    log_url: str
+    snapshot_dir: Path | None
+    snapshot_every_batches: int
+    snapshot_every_s: float
+    keep_snapshots: int
+    metrics_host: str
+    metrics_port: int | None
+    status_file: Path | None
+    status_every_s: float
+    duration_s: float | None
+    open_timeout_s: float
+
+
+def add_parser(subparsers: Any) -> None:
+    """Add ``follow`` to the ``swa-es`` parser."""
+    settings.add_command(
+        subparsers,
+        "follow",
+        help="long-running follower with snapshots and /metrics",
+        description="Restore the newest snapshot, replay the tail, then apply live records; "
+        "serve Prometheus /metrics and /healthz.",
+        config_type=FollowConfig,
+        run=run,
+    )
+
+
+def run(config: FollowConfig) -> int:
+    """Run ``follow`` on the asyncio backend; the exit status."""
+    return anyio.run(follow, config, backend="asyncio")
+
+
+class FollowerService:
+    """A follower and what it reports."""
+
+    def __init__(self, config: FollowConfig, follower: Follower, views: StandardViews) -> None:
+        self.config = config
+        self.follower = follower
+        self.views = views
+        self.restored = False
+        self.metrics_port: int | None = None
+
+    def status(self) -> dict[str, Any]:
+        """The status document: per-source digests and the follower's counters."""
+        replicas = {
+            source: {
+                "digest": self.views.replicas[source].state_digest(),
+                "diverged": self.views.replicas[source].diverged,
+                **self.views.stats.get(source).as_dict(),
+            }
+            for source in self.views.replicas.sources()
+        }
+        return {
+            "role": "follower",
+            "pid": os.getpid(),
+            "updated_at": time.time(),
+            "restored": self.restored,
+            "metrics_port": self.metrics_port,
+            "position": self.follower.position.offsets,
+            "metrics": self.follower.metrics.as_dict(),
+            "replicas": replicas,
+        }
+
+    def render_metrics(self) -> str:
+        """``/metrics``."""
+        return render(follower_families(self.follower.metrics, self.views))
+
+    def health(self) -> tuple[bool, str]:
+        """``/healthz``: ready once restored; diverged sources are named but not fatal."""
+        if not self.restored:
+            return False, "restoring"
+        diverged = self.follower.diverged()
+        return True, "ok" + (f"; diverged: {', '.join(sorted(diverged))}" if diverged else "")
+
+    async def follow(self) -> None:
+        """Restore, then follow until the duration or a signal; snapshot on the way out."""
+        c = self.config
+        async with anyio.create_task_group() as background:
+            following = anyio.CancelScope(
+                deadline=anyio.current_time() + (c.duration_s or math.inf)
+            )
+            background.start_soon(cancel_on_signal, following)
+            if c.status_file is not None:
+                background.start_soon(
+                    write_status_every, c.status_file, self.status, c.status_every_s
+                )
+            with following:
+                await self.follower.restore()
+                self.restored = True
+                await self.follower.run(follow=True)
+            background.cancel_scope.cancel()
+        if self.follower.store is not None and self.restored:
+            await self.follower.snapshot()
+        if c.status_file is not None:
+            await write_status(c.status_file, self.status())
+
+
+async def follow(config: FollowConfig) -> int:
+    """Restore, follow until the duration or a signal, snapshot, report; the exit status."""
+    views = StandardViews.create()
+    store = None
+    if config.snapshot_dir is not None:
+        await anyio.Path(config.snapshot_dir).mkdir(parents=True, exist_ok=True)
+        store = SnapshotStore(config.snapshot_dir, keep=config.keep_snapshots)
+    async with AsyncExitStack() as stack:
+        log = await open_reader(config.log_url, config.open_timeout_s, create=True)
+        await stack.enter_async_context(log)
+        follower = Follower(
+            log,
+            views.all,
+            snapshots=store,
+            snapshot_every_batches=config.snapshot_every_batches,
+            snapshot_every_s=config.snapshot_every_s,
+            progress=terminal_progress(),
+        )
+        service = FollowerService(config, follower, views)
+        service.metrics_port = await start_metrics_server(
+            stack,
+            service.render_metrics,
+            service.health,
+            host=config.metrics_host,
+            port=config.metrics_port,
+        )
+        await service.follow()
+    return EXIT_OK

@@ -1,0 +1,123 @@
+"""The ``swa-es`` command line: assembles one module per command and runs the one asked for.
+
+Each module of ``COMMANDS`` (``swa_es/cli/<command>.py``) has ``add_parser(subparsers)``, which
+declares the command and takes its options from the settings table (``swa_es.cli.settings``),
+and ``run(config) -> int``, which gets the command's frozen config. ``main`` parses, builds the
+config (flags, then ``SWA_ES_*`` variables, then defaults), runs, and turns any error into one
+line on stderr and an exit status (``swa_es.cli.exit_codes``). To add a command, add its module
+to ``COMMANDS``; see ``swa_es.cli.settings`` for the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Final, NoReturn
+
+from swa_es.cli import bench, demo, follow, inspect, restore, route, serve, snapshot
+from swa_es.cli.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
+from swa_es.cli.values import SettingError
+
+COMMANDS: Final[tuple[ModuleType, ...]] = (
+    demo,
+    serve,
+    follow,
+    inspect,
+    route,
+    snapshot,
+    restore,
+    bench,
+)
+"""The command modules, in the order ``--help`` lists them."""
+
+
+class UsageError(Exception):
+    """Bad command-line usage (argparse's complaints, made one line)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``swa-es`` argument parser."""
+    parser = _Parser(
+        prog="swa-es",
+        description="Event-sourced SWA radix KV cache: run the demo, a primary, a follower, or "
+        "inspect and query a log. Every option can also be set by its SWA_ES_* variable.",
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        help="more logging (-vv: debug, with tracebacks)",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for command in COMMANDS:
+        command.add_parser(sub)
+    return parser
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    """The first real error inside (nested) exception groups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _fail(prog: str, message: str, status: int) -> int:
+    sys.stderr.write(f"{prog}: error: {message}\n")
+    return status
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``swa-es``; returns the exit status."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as exc:
+        return _fail("swa-es", str(exc), EXIT_USAGE)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    logging.basicConfig(
+        level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)],
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if args.verbose == 0:
+        # aiokafka logs each failed connection attempt itself; the error line says it once.
+        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    prog = f"swa-es {args.command}"
+    try:
+        config = args.configure(vars(args))
+        status: int = args.run(config)
+        return status
+    except KeyboardInterrupt:
+        return _fail(prog, "interrupted", EXIT_INTERRUPTED)
+    except BaseException as exc:
+        if args.verbose >= 2:
+            raise
+        return _report(prog, _leaf(exc))
+
+
+def _report(prog: str, exc: BaseException) -> int:
+    """One line for ``exc`` and the exit status it maps to."""
+    from log import ConfigError, LogError
+    from swa_es.engine.engine import DeviceUnavailableError
+
+    if isinstance(exc, KeyboardInterrupt):
+        return _fail(prog, "interrupted", EXIT_INTERRUPTED)
+    if isinstance(exc, DeviceUnavailableError):
+        exc = SettingError("--device", str(exc))  # the engine knows no flags; the CLI names it
+    if isinstance(exc, SettingError | ConfigError):
+        return _fail(prog, str(exc), EXIT_USAGE)
+    if isinstance(exc, LogError):
+        return _fail(prog, str(exc), EXIT_FAILED)
+    if isinstance(exc, SystemExit):
+        return int(exc.code) if isinstance(exc.code, int) else EXIT_FAILED
+    return _fail(prog, f"{type(exc).__name__}: {exc}", EXIT_FAILED)

@@ -1,0 +1,333 @@
+"""``Publisher``: a cache's events, one batch per scheduler step, appended in order to a log.
+
+``step()`` is synchronous and never blocks the serving loop: it takes the cache's events, builds
+and encodes one batch and queues it. A background anyio task appends queued batches to the log,
+several per ``append_batch`` call, strictly in queue order. The queue is bounded; when it is full
+the overflow policy decides (see ``OverflowPolicy``), and every overflow is counted.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Self
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+
+from cache.events import Event, EventBatch, encode_batch
+from log import EventLog, LogError
+from swa_es.publish.batching import BatchBuilder, PublishedCache, cache_meta
+from swa_es.publish.config import PublisherConfig
+from swa_es.publish.errors import PublisherClosedError, PublisherFailedError
+from swa_es.publish.metrics import PublisherMetrics
+from swa_es.publish.overflow import Backpressure, OverflowPolicy
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class _Queued:
+    """One encoded batch waiting for the log; tickets grow by one per queued batch."""
+
+    ticket: int
+    payload: bytes
+    events: int
+
+
+class Publisher:
+    """Publishes ``cache``'s events to ``log`` under the key ``source`` (an async context manager).
+
+    ``config`` (a ``PublisherConfig``) bounds the queue and the batches, picks the overflow
+    policy and the digest cadence, and sets retries and the close timeout. Retried appends may
+    leave duplicates, which followers skip (they track ``(epoch, seq)``). Leaving the context
+    cleanly takes a last step and flushes within ``config.close_timeout_s`` (else
+    ``TimeoutError``); leaving it on an exception does not wait. ``step()``, ``flush()`` and
+    ``wait_ready()`` must be called from the event loop's thread, and the serving loop must
+    yield to the event loop (any ``await``) between steps, or the append task never runs and
+    the queue overflows.
+    """
+
+    def __init__(
+        self,
+        cache: PublishedCache,
+        log: EventLog,
+        source: str,
+        *,
+        config: PublisherConfig | None = None,
+    ) -> None:
+        if type(source) is not str or not source:
+            raise ValueError(f"source: expected a non-empty str, got {source!r}")
+        # Not part of PublishedCache (a cache without the switch always records events).
+        if getattr(cache, "events_enabled", True) is False:
+            raise ValueError("cache: events are disabled (enable_events=False): nothing to publish")
+        self.cache = cache
+        self.log = log
+        self.source = source
+        self.config = config = PublisherConfig() if config is None else config
+        self._builder = BatchBuilder(
+            source,
+            cache_meta(cache, digest_every_batches=config.digest_every_batches),
+            digest_every_batches=config.digest_every_batches,
+            max_events_per_batch=config.max_events_per_batch,
+            max_batch_bytes=config.max_batch_bytes,
+        )
+        self._metrics = PublisherMetrics(source, config.max_queue_batches)
+        self._pending: deque[_Queued] = deque()
+        # Events a ``Backpressure`` step took from the cache; the next step publishes them first.
+        self._carry: list[Event] = []
+        self._in_flight: Sequence[_Queued] = ()
+        self._last_ticket = 0
+        self._durable_ticket = 0
+        self._progress = anyio.Event()
+        self._work = anyio.Event()
+        self._failure: BaseException | None = None
+        self._running = False
+        self._closing = False
+        self._task_group: TaskGroup | None = None
+
+    # --- public API -----------------------------------------------------------------------
+
+    @property
+    def epoch(self) -> str:
+        """The id of the epoch being published (fresh per start and per resync)."""
+        return self._builder.epoch
+
+    @property
+    def metrics(self) -> PublisherMetrics:
+        """The live counters (one object, updated as the publisher works)."""
+        return self._metrics
+
+    @property
+    def ready(self) -> bool:
+        """Whether ``step()`` would find room in the queue now."""
+        return len(self._pending) < self.config.max_queue_batches
+
+    def step(self) -> int:
+        """Take the cache's events and queue them as one batch; never blocks.
+
+        Returns the number of batches queued (0 for a step without events, which publishes
+        nothing and never overflows). On a full queue: ``resync`` discards the queued batches
+        and queues a new epoch holding the whole tree; ``block`` keeps the events for the next
+        ``step()`` and raises ``Backpressure``. Raises ``PublisherFailedError`` once the append
+        task has died.
+        """
+        self._check_usable()
+        events = self.cache.take_events()
+        if self._carry:
+            events, self._carry = self._carry + events, []
+        if not events:
+            return 0
+        if not self.ready:
+            return self._overflow(events)
+        batches = self._builder.step_batches(events, self.cache.state_digest)
+        self._enqueue(batches)
+        return len(batches)
+
+    async def flush(self, timeout_s: float | None = None) -> None:
+        """Return once every batch queued so far is durable (or superseded by a durable resync).
+
+        Raises ``PublisherFailedError`` if the append task dies first, ``TimeoutError`` after
+        ``timeout_s``.
+        """
+        self._check_usable()
+        target = self._last_ticket
+        with anyio.fail_after(timeout_s):
+            while self._durable_ticket < target:
+                await self._wait_progress()
+
+    async def wait_ready(self, timeout_s: float | None = None) -> None:
+        """Return once the queue has room for a ``step()`` (the ``block`` policy's partner)."""
+        self._check_usable()
+        with anyio.fail_after(timeout_s):
+            while not self.ready:
+                await self._wait_progress()
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        if self._running or self._closing:
+            raise PublisherClosedError(f"publisher {self.source!r} can be started only once")
+        task_group = anyio.create_task_group()
+        await task_group.__aenter__()
+        try:
+            self._open_epoch()
+            await task_group.start(self._append_loop)
+        except BaseException:
+            task_group.cancel_scope.cancel()
+            await task_group.__aexit__(None, None, None)
+            raise
+        self._task_group = task_group
+        self._running = True
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        task_group = self._task_group
+        if task_group is None:
+            return
+        try:
+            if exc_type is None:
+                with anyio.fail_after(self.config.close_timeout_s):
+                    await self._final_step()
+                    await self.flush()
+        finally:
+            self._stop(task_group, abandon=exc_type is not None)
+            await task_group.__aexit__(None, None, None)
+            self._task_group = None
+
+    async def _final_step(self) -> None:
+        """Publish what the cache changed since the last ``step()``, waiting out backpressure."""
+        while True:
+            try:
+                self.step()
+                return
+            except Backpressure:
+                await self.wait_ready()
+
+    def _stop(self, task_group: TaskGroup, *, abandon: bool) -> None:
+        unflushed = len(self._pending) + len(self._in_flight)
+        if abandon or unflushed:
+            if unflushed:
+                logger.warning(
+                    "publisher %r stopping with %d batch(es) not durable", self.source, unflushed
+                )
+            task_group.cancel_scope.cancel()
+        self._running = False
+        self._closing = True
+        self._wake_worker()
+        self._notify()
+
+    # --- queueing (event loop thread, synchronous) ----------------------------------------
+
+    def _check_usable(self) -> None:
+        if self._failure is not None:
+            raise PublisherFailedError(self.source, self._failure) from self._failure
+        if not self._running:
+            raise PublisherClosedError(
+                f"publisher {self.source!r} is not running (use it inside `async with`)"
+            )
+
+    def _enqueue(self, batches: Sequence[EventBatch]) -> None:
+        for batch in batches:
+            self._last_ticket += 1
+            self._pending.append(_Queued(self._last_ticket, encode_batch(batch), len(batch.events)))
+        self._metrics.batches_queued += len(batches)
+        self._metrics.queue_depth = len(self._pending)
+        if batches:
+            self._wake_worker()
+
+    def _open_epoch(self) -> None:
+        # The snapshot already reflects every event still buffered in the cache: drop them.
+        self.cache.take_events()
+        snapshot = self.cache.snapshot_events()
+        self._enqueue(self._builder.open_epoch(snapshot, self.cache.state_digest()))
+        self._metrics.epoch = self._builder.epoch
+        self._metrics.epochs_started += 1
+
+    def _overflow(self, events: list[Event]) -> int:
+        metrics = self._metrics
+        metrics.overflows += 1
+        if self.config.overflow is OverflowPolicy.BLOCK:
+            metrics.backpressure += 1
+            self._carry = events
+            raise Backpressure(self.source, len(self._pending), self.config.max_queue_batches)
+        discarded = list(self._pending)
+        self._pending.clear()
+        metrics.discarded_batches += len(discarded)
+        metrics.discarded_events += sum(item.events for item in discarded)
+        metrics.resyncs += 1
+        old_epoch = self.epoch
+        before = metrics.batches_queued
+        self._open_epoch()
+        logger.warning(
+            "publisher %r: queue full, discarded %d batch(es) of epoch %s, resync as epoch %s",
+            self.source,
+            len(discarded),
+            old_epoch,
+            self.epoch,
+        )
+        self._notify()
+        return metrics.batches_queued - before
+
+    # --- the append task ------------------------------------------------------------------
+
+    def _wake_worker(self) -> None:
+        self._work.set()
+
+    def _notify(self) -> None:
+        self._progress.set()
+        self._progress = anyio.Event()
+
+    async def _wait_progress(self) -> None:
+        event = self._progress
+        await event.wait()
+        if self._failure is not None:
+            raise PublisherFailedError(self.source, self._failure) from self._failure
+        if not self._running and self._durable_ticket < self._last_ticket:
+            raise PublisherClosedError(f"publisher {self.source!r} stopped")
+
+    def _take_group(self) -> list[_Queued]:
+        group: list[_Queued] = []
+        size_bytes = 0
+        while self._pending and len(group) < self.config.max_append_batch:
+            item = self._pending[0]
+            if group and size_bytes + len(item.payload) > self.config.max_append_bytes:
+                break
+            group.append(self._pending.popleft())
+            size_bytes += len(item.payload)
+        self._metrics.queue_depth = len(self._pending)
+        return group
+
+    async def _append_loop(
+        self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        task_status.started()
+        try:
+            while True:
+                while not self._pending and not self._closing:
+                    await self._work.wait()
+                    self._work = anyio.Event()
+                if not self._pending:
+                    return
+                group = self._take_group()
+                self._in_flight = group
+                self._notify()
+                await self._append_group(group)
+                self._in_flight = ()
+                self._notify()
+        except Exception as exc:
+            logger.error("publisher %r: append task died: %r", self.source, exc)
+            self._failure = exc
+            self._metrics.failed = True
+            self._notify()
+
+    async def _append_group(self, group: Sequence[_Queued]) -> None:
+        records = [(self.source, item.payload) for item in group]
+        attempt = 0
+        while True:
+            try:
+                await self.log.append_batch(records)
+                break
+            except LogError as exc:
+                self._metrics.append_errors += 1
+                if not exc.retriable or attempt >= self.config.append_retries:
+                    raise
+                self._metrics.append_retries += 1
+                logger.warning("publisher %r: retrying append after %r", self.source, exc)
+                await anyio.sleep(self.config.retry_backoff_s * math.pow(2, attempt))
+                attempt += 1
+        metrics = self._metrics
+        metrics.appends += 1
+        metrics.batches_published += len(group)
+        metrics.events_published += sum(item.events for item in group)
+        metrics.bytes_published += sum(len(item.payload) for item in group)
+        self._durable_ticket = group[-1].ticket
