@@ -30,7 +30,7 @@ import pytest
 
 from cache import LockHandle, SWAKVAllocator, SWARadixCache
 from cache.events import BlockRemoved, BlockStored
-from cache.node import TreeNode
+from cache.tree.node import TreeNode
 from tests.cache.helpers import fill, make_cache
 
 

@@ -9,7 +9,7 @@ import torch
 
 from cache import LockHandle, SWAKVAllocator, SWARadixCache
 from cache.events import AllBlocksCleared, BlockRemoved, BlockStored
-from cache.node import TreeNode
+from cache.tree.node import TreeNode
 from tests.differential.program import Matched
 from tests.differential.steps import CacheConfig
 

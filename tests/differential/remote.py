@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import tempfile
 from collections.abc import Sequence
@@ -18,6 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SGLANG_PYTHON = ROOT / "bench" / ".venv-sglang" / "bin" / "python"
 SGLANG_VERSION = "0.5.16"
 SETUP_HINT = "bash bench/setup_sglang.sh"
+START_TIMEOUT_S = 600.0
+"""How long the driver may take to import sglang (seconds when idle, minutes on a busy machine)."""
 
 
 class DriverError(RuntimeError):
@@ -53,7 +56,7 @@ class SglangDriver:
             stderr=self._stderr,
             text=True,
         )
-        hello = self._read()
+        hello = self._read(timeout_s=START_TIMEOUT_S)
         if hello.get("sglang") != SGLANG_VERSION or any(hello.get("flags", {}).values()):
             self.close()
             raise DriverError(f"unexpected sglang driver greeting {hello!r}")
@@ -95,9 +98,13 @@ class SglangDriver:
             raise DriverError(f"the sglang driver rejected a request: {reply['error']}")
         return SglangRun(reply["outcomes"], reply.get("describe"))
 
-    def _read(self) -> dict[str, Any]:
+    def _read(self, timeout_s: float | None = None) -> dict[str, Any]:
         stdout = self._process.stdout
         assert stdout is not None
+        if timeout_s is not None and not select.select([stdout], [], [], timeout_s)[0]:
+            raise DriverError(
+                f"the sglang driver said nothing for {timeout_s:.0f} s: {self._stderr_tail()}"
+            )
         line = stdout.readline()
         if not line:
             raise DriverError(f"the sglang driver exited: {self._stderr_tail()}")

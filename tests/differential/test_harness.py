@@ -6,7 +6,7 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 
-from cache.node import TreeNode
+from cache.tree.node import TreeNode
 from tests.differential.compare import first_difference, run_ours
 from tests.differential.ours import OursCache, path_boundaries
 from tests.differential.program import StepRunner
