@@ -40,7 +40,9 @@ import anyio
 import orjson
 
 from cache.events import (
+    DIGEST_ALGORITHM,
     AllBlocksCleared,
+    BatchMeta,
     BlockRemoved,
     BlockStored,
     BlockSWAEvicted,
@@ -167,7 +169,7 @@ class SyntheticSource:
         meta = None
         if self.seq == 0:
             events = [AllBlocksCleared(), *events]
-            meta = {"page_size": self.page_size, "sliding_window_size": 4}
+            meta = BatchMeta(self.page_size, 4, digest_alg=DIGEST_ALGORITHM)
         digest = self.digest.hexdigest() if with_digest else None
         return EventBatch(
             self.source, self.epoch, self.seq, time.time(), tuple(events), digest, meta
@@ -384,7 +386,7 @@ def bench_prefix(prompt_tokens: int, sources: int, page_size: int = 16) -> dict[
     hashes = tuple(chain_block_hashes(b"", prompt, page_size))
     replicas, reference = ReplicaSet(), ReferenceReplicaSet()
     index = PrefixIndex(replicas)
-    meta = {"page_size": page_size, "sliding_window_size": 4 * page_size}
+    meta = BatchMeta(page_size, 4 * page_size)
     stored = BlockStored(hashes, None, tuple(prompt[: len(hashes) * page_size]), page_size)
     for number in range(sources):
         batch = EventBatch(f"w{number}", "e", 0, 0.0, (AllBlocksCleared(), stored), None, meta)

@@ -13,7 +13,7 @@ from typing import Any, Final
 from swa_es.cli import settings
 from swa_es.cli.values import SettingError
 
-BENCHMARKS: Final = ("cache", "log", "replica")
+BENCHMARKS: Final = ("cache", "log", "replica", "codec")
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +41,7 @@ def add_parser(subparsers: Any) -> None:
         run=run,
         configure=_configure,
     )
-    parser.add_argument("name", nargs="?", default="all", help="cache, log, replica or all")
+    parser.add_argument("name", nargs="?", default="all", help="cache, log, replica, codec or all")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the benchmark")
 
 

@@ -19,7 +19,7 @@ def test_every_benchmark_name_has_its_script() -> None:
 
 def test_unknown_benchmark_is_a_setting_error() -> None:
     """A name that is not a benchmark is refused, naming the choices."""
-    with pytest.raises(SettingError, match="cache, log, replica"):
+    with pytest.raises(SettingError, match="cache, log, replica, codec"):
         scripts_for("gpu", bench_dir())
 
 

@@ -5,6 +5,8 @@
 
 use pyo3::prelude::*;
 
+pub(crate) mod codec;
+mod digest;
 mod hashing;
 mod replica;
 
@@ -12,6 +14,8 @@ mod replica;
 #[pyo3(name = "_native")]
 fn native_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
     hashing::register(module)?;
+    digest::register(module)?;
+    codec::register(module)?;
     replica::register(module)?;
     Ok(())
 }
