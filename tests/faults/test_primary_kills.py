@@ -8,8 +8,8 @@ to that final primary, never having diverged; and the log itself, read back, mus
 epoch in order (a primary may add its own resync epochs), each a gap-free run of seqs from 0
 starting with AllBlocksCleared.
 
-CI runs 3 rounds; ``SWA_ES_FAULT_ROUNDS=100`` runs the full 100 (about 10 s per round here: each
-``swa-es serve`` imports torch).
+CI runs 3 rounds; ``SWA_ES_FAULT_ROUNDS=100`` runs the full 100 (4 to 8 s per round on a 2-core VM:
+each ``swa-es serve`` imports torch).
 """
 
 from __future__ import annotations
