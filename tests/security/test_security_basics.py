@@ -27,6 +27,7 @@ from log.kafka import parse_options
 from log.kafka.producer import producer_kwargs
 from log.kafka.reader import consumer_kwargs
 from swa_es.cli import settings
+from swa_es.cli.bridge import BridgeConfig
 from swa_es.cli.follow import FollowConfig
 from swa_es.cli.serve import ServeConfig
 from swa_es.service.log_access import open_reader
@@ -132,8 +133,8 @@ def _listening_addresses(port: int) -> set[str]:
 
 
 def test_servers_bind_loopback_unless_told_otherwise(tmp_path: Path) -> None:
-    """``swa-es follow --metrics-port 0`` with no host listens on 127.0.0.1 only; serve and
-    follow both default to it; compose opts into 0.0.0.0 explicitly."""
+    """``swa-es follow --metrics-port 0`` with no host listens on 127.0.0.1 only; serve, follow
+    and bridge default to it, and so does the routing API; compose opts into 0.0.0.0 explicitly."""
     args = ["follow", "--log", (tmp_path / "log").as_uri(), "--metrics-port", "0"]
     service = Service("follow-bind", args, tmp_path / "status.json", tmp_path).start()
     try:
@@ -143,9 +144,12 @@ def test_servers_bind_loopback_unless_told_otherwise(tmp_path: Path) -> None:
         assert _listening_addresses(int(status["metrics_port"])) == {"0100007F"}  # 127.0.0.1
     finally:
         service.close()
-    for command, config_type in (("follow", FollowConfig), ("serve", ServeConfig)):
-        config = settings.build_config(command, config_type, {"log": "x"}, {})  # type: ignore[type-var]
-        assert config.metrics_host == "127.0.0.1"
+    follow = settings.build_config("follow", FollowConfig, {"log": "x"}, {})
+    serve = settings.build_config("serve", ServeConfig, {"log": "x"}, {})
+    bridge_flags = {"log": "x", "zmq": "tcp://127.0.0.1:5557", "source": "worker-0"}
+    bridge = settings.build_config("bridge", BridgeConfig, bridge_flags, {})
+    assert follow.metrics_host == serve.metrics_host == bridge.metrics_host == "127.0.0.1"
+    assert follow.http_host == "127.0.0.1"
     compose = yaml.safe_load((REPO / "compose.yaml").read_text())
     assert compose["x-swa-es-env"]["SWA_ES_METRICS_HOST"] == "0.0.0.0"
 
