@@ -1,42 +1,32 @@
 """The order-independent state digest shared by the primary tree and its replicas.
 
 The digest of a set of blocks is the sum, mod 2**64, of one term per block; a term mixes
-``(block_hash, parent_block_hash, swa_resident)`` (``mix64-v1``: the block hash already is a
-SHA-256 prefix, so two splitmix64 rounds suffice). Adding, removing or changing one block updates
+``(block_hash, parent_block_hash, swa_resident)``. Adding, removing or changing one block updates
 the digest in O(1), and any two holders of the same blocks agree whatever order they got them in.
+
+The term is ``mix64-v1`` (``DIGEST_ALGORITHM``), computed by the native core: two rounds of the
+splitmix64 finalizer over the block hash (already a SHA-256 prefix), salted by the flags, then the
+parent's hash. Each epoch's ``meta`` names it as ``digest_alg``. ``cache.events.reference.digest``
+is the pure-Python twin.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-ALGORITHM: Final = "mix64-v1"
+from cache.events import _native
+
 _MASK: Final = (1 << 64) - 1
-_HAS_PARENT: Final = 1
-_SWA_RESIDENT: Final = 2
-# One odd constant per flag combination, so the flags change every bit of the term.
-_FLAG_SALTS: Final = (
-    0x243F6A8885A308D3,
-    0x13198A2E03707345,
-    0xA4093822299F31D1,
-    0x082EFA98EC4E6C89,
-)
 
+DIGEST_ALGORITHM: Final = _native.DIGEST_ALGORITHM
+"""The name of the digest function, written in each epoch's ``meta`` as ``digest_alg``."""
 
-def _mix64(value: int) -> int:
-    """The splitmix64 finalizer (a bijection of 64-bit ints with full avalanche)."""
-    value = ((value ^ (value >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
-    value = ((value ^ (value >> 27)) * 0x94D049BB133111EB) & _MASK
-    return value ^ (value >> 31)
+block_term: Final = _native.block_term
+"""``block_term(block_hash, parent_block_hash, swa_resident) -> int``: one block's term."""
 
-
-def block_term(block_hash: int, parent_block_hash: int | None, swa_resident: bool) -> int:
-    """The digest contribution of one block (``mix64-v1``, the native core's ``block_term``)."""
-    flags = (_SWA_RESIDENT if swa_resident else 0) | (
-        0 if parent_block_hash is None else _HAS_PARENT
-    )
-    first = _mix64((block_hash & _MASK) ^ _FLAG_SALTS[flags])
-    return _mix64(first ^ ((parent_block_hash or 0) & _MASK))
+chain_block_terms: Final = _native.chain_block_terms
+"""``chain_block_terms(block_hashes, first_parent, swa_resident) -> list[int]``: the terms of
+a chain of pages, each page's parent being the previous one (the first's is ``first_parent``)."""
 
 
 def format_digest(value: int) -> str:

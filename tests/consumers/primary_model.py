@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from cache.events import (
     DIGEST_ALGORITHM,
     AllBlocksCleared,
+    BatchMeta,
     BlockRemoved,
     BlockStored,
     BlockSWAEvicted,
@@ -101,13 +102,13 @@ class PrimaryModel:
         self.digest.clear()
         return [AllBlocksCleared()]
 
-    def meta(self) -> dict[str, int | str]:
+    def meta(self) -> BatchMeta:
         """The meta of this source's epoch."""
-        return {
-            "page_size": self.page_size,
-            "sliding_window_size": self.sliding_window_size,
-            "digest_alg": DIGEST_ALGORITHM,
-        }
+        return BatchMeta(
+            page_size=self.page_size,
+            sliding_window_size=self.sliding_window_size,
+            digest_alg=DIGEST_ALGORITHM,
+        )
 
     def start_epoch(self, epoch: str | None = None) -> EventBatch:
         """The first batch of a fresh epoch: the model empties and says AllBlocksCleared."""

@@ -8,7 +8,7 @@ import anyio
 import orjson
 import pytest
 
-from cache.events import BlockStored, EventBatch, encode_batch
+from cache.events import BatchMeta, BlockStored, EventBatch, encode_batch
 from consumers import (
     Follower,
     PrefixIndex,
@@ -164,9 +164,7 @@ async def test_digests_of_an_unknown_algorithm_are_unverifiable_not_divergence(
     in-band digests unverifiable: counted, never a divergence."""
     model = PrimaryModel("w")
     first = model.start_epoch("e")
-    meta = {k: v for k, v in (first.meta or {}).items() if k != "digest_alg"}
-    if digest_alg is not None:
-        meta["digest_alg"] = digest_alg
+    meta = BatchMeta(model.page_size, model.sliding_window_size, digest_alg=digest_alg)
     first = EventBatch(first.source, first.epoch, 0, first.ts, first.events, None, meta)
     lying = model.batch(model.store([2]), with_digest=True)
     lying = EventBatch(lying.source, lying.epoch, lying.seq, lying.ts, lying.events, "0" * 16)

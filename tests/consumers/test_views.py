@@ -7,7 +7,14 @@ from collections.abc import Callable
 
 import pytest
 
-from cache.events import BlockRemoved, BlockStored, BlockSWAEvicted, Event, EventBatch
+from cache.events import (
+    BatchMeta,
+    BlockRemoved,
+    BlockStored,
+    BlockSWAEvicted,
+    Event,
+    EventBatch,
+)
 from consumers import (
     PrefixIndex,
     PrefixMatch,
@@ -252,11 +259,10 @@ def test_stats_count_blocks_tombstones_and_churn() -> None:
             again.load(bad)
 
 
-def test_meta_with_a_bad_page_size_is_inconsistent() -> None:
-    """meta.page_size must be a positive int, else the batch does not fit."""
-    batch = EventBatch("w", "e", 0, 0.0, (), meta={"page_size": 0, "sliding_window_size": 4})
-    with pytest.raises(ViewConsistencyError, match="page_size"):
-        ReplicaSet().apply(batch)
+def test_meta_with_a_bad_page_size_never_reaches_a_view() -> None:
+    """meta.page_size must be a positive int: BatchMeta (and so the decoder) refuses it."""
+    with pytest.raises(ValueError, match="page_size"):
+        BatchMeta(page_size=0, sliding_window_size=4)
 
 
 def test_a_replica_block_costs_at_most_200_bytes() -> None:
@@ -283,10 +289,10 @@ def test_a_source_without_swa_events_reports_its_usable_length_as_unknown() -> N
     model, replicas = PrimaryModel("w", page_size=1, sliding_window_size=3), ReplicaSet()
     index = PrefixIndex(replicas)
     first = model.start_epoch("e")
-    meta = {**(first.meta or {}), "swa_events": False}
+    meta = BatchMeta(model.page_size, model.sliding_window_size, swa_events=False)
     replicas.apply(EventBatch(first.source, first.epoch, 0, first.ts, first.events, None, meta))
     replicas.apply(model.batch(model.store(list(range(5)))))
     assert index.match(list(range(8))) == {"w": PrefixMatch(5, None)}
     bad = {**meta, "swa_events": "no"}
     with pytest.raises(ViewConsistencyError, match="swa_events"):
-        replicas.apply(EventBatch("x", "e", 0, 0.0, (), meta=bad))
+        replicas.set_meta("x", bad)

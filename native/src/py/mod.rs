@@ -5,6 +5,8 @@
 
 use pyo3::prelude::*;
 
+pub(crate) mod codec;
+mod digest;
 mod hashing;
 mod replica;
 
@@ -13,5 +15,7 @@ mod replica;
 fn native_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
     hashing::register(module)?;
     replica::register(module)?;
+    digest::register(module)?;
+    codec::register(module)?;
     Ok(())
 }
