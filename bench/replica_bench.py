@@ -77,7 +77,7 @@ from cache.events import (
 from cache.events.reference.replica import ReferenceReplicaSet
 from consumers import Follower, PrefixIndex, ReplicaSet, SnapshotStore
 from log import EventLog, open_log
-from swa_es import Backpressure, Publisher
+from swa_es import Backpressure, Publisher, PublisherConfig
 
 TARGETS = {
     "replay_vs_v1_json": 1.0,
@@ -302,7 +302,7 @@ async def bench_replay(work: Path, total_events: int) -> dict[str, Any]:
 
         async def replay() -> None:
             replicas = ReplicaSet()
-            await Follower(log, [replicas], progress=False).catch_up()
+            await Follower(log, [replicas]).catch_up()
             last[:] = [replicas]
 
         async def read_only() -> None:
@@ -416,7 +416,6 @@ async def _timed_restore(
         snapshots=store,
         snapshot_every_batches=1 << 40,
         snapshot_every_s=1e9,
-        progress=False,
     )
     wall, cpu = time.perf_counter(), time.process_time()
     await follower.restore()
@@ -441,7 +440,7 @@ async def bench_restore(work: Path, blocks: int, tail_batches: int) -> dict[str,
             stores[with_index] = SnapshotStore(work / f"restore-snap-{int(with_index)}")
             replicas = ReplicaSet()
             views: list[Any] = [replicas, PrefixIndex(replicas)] if with_index else [replicas]
-            writer = Follower(log, views, snapshots=stores[with_index], progress=False)
+            writer = Follower(log, views, snapshots=stores[with_index])
             await writer.catch_up()
             result["snapshot_bytes"] = (await writer.snapshot()).size_bytes
         tail = _stream(sources, tail_batches, 2, store_pages=2)
@@ -639,10 +638,12 @@ async def bench_lag(
         reader_url = f"{url}{'&' if '?' in url else '?'}readonly=true" if readonly else None
         reader = await open_log(reader_url) if reader_url else log
         try:
-            follower = Follower(reader, [ReplicaSet()], progress=False, on_applied=record_lag)
+            follower = Follower(reader, [ReplicaSet()], on_applied=record_lag)
             async with anyio.create_task_group() as tasks:
                 await tasks.start(follower.run)
-                async with Publisher(cache, log, src.source, overflow="block") as publisher:
+                async with Publisher(
+                    cache, log, src.source, config=PublisherConfig(overflow="block")
+                ) as publisher:
                     backpressure = await _produce(cache, publisher, ticks)
                     last_seq = _last_published_seq(follower, src.source, publisher)
                     with anyio.fail_after(60):

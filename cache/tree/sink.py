@@ -16,7 +16,7 @@ from cache.events import (
     BlockSWAEvicted,
     BlockSWARestored,
     Event,
-    block_term,
+    chain_block_terms,
     chain_page_digests,
 )
 from cache.events.build import block_hashes_fast, build_stored
@@ -34,9 +34,7 @@ def first_parent_hash(node: TreeNode) -> int | None:
 
 def page_terms(node: TreeNode, swa_resident: bool) -> list[int]:
     """The digest term of each page of ``node`` in residency ``swa_resident``."""
-    hashes = node.hashes
-    parents = [first_parent_hash(node), *hashes[:-1]]
-    return [block_term(h, p, swa_resident) for h, p in zip(hashes, parents, strict=True)]
+    return chain_block_terms(node.hashes, first_parent_hash(node), swa_resident)
 
 
 class EventSink(Protocol):

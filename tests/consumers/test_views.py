@@ -7,14 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from cache.events import (
-    BatchMeta,
-    BlockRemoved,
-    BlockStored,
-    BlockSWAEvicted,
-    Event,
-    EventBatch,
-)
+from cache.events import BatchMeta, BlockRemoved, BlockStored, BlockSWAEvicted, Event, EventBatch
 from consumers import (
     PrefixIndex,
     PrefixMatch,
@@ -289,10 +282,11 @@ def test_a_source_without_swa_events_reports_its_usable_length_as_unknown() -> N
     model, replicas = PrimaryModel("w", page_size=1, sliding_window_size=3), ReplicaSet()
     index = PrefixIndex(replicas)
     first = model.start_epoch("e")
-    meta = BatchMeta(model.page_size, model.sliding_window_size, swa_events=False)
+    assert first.meta is not None
+    meta = BatchMeta.from_dict({**first.meta, "swa_events": False})
     replicas.apply(EventBatch(first.source, first.epoch, 0, first.ts, first.events, None, meta))
     replicas.apply(model.batch(model.store(list(range(5)))))
     assert index.match(list(range(8))) == {"w": PrefixMatch(5, None)}
-    bad = {**meta, "swa_events": "no"}
+    bad = {**meta, "swa_events": "no"}  # what BatchMeta refuses; the view refuses it too
     with pytest.raises(ViewConsistencyError, match="swa_events"):
-        replicas.set_meta("x", bad)
+        replicas.apply(EventBatch("x", "e", 0, 0.0, (), meta=bad))  # type: ignore[arg-type]

@@ -14,8 +14,8 @@ mod replica;
 #[pyo3(name = "_native")]
 fn native_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
     hashing::register(module)?;
-    replica::register(module)?;
     digest::register(module)?;
     codec::register(module)?;
+    replica::register(module)?;
     Ok(())
 }
