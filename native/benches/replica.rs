@@ -71,8 +71,45 @@ fn page1_events(chains: usize, pages: usize, per_event: usize) -> Vec<Event> {
     events
 }
 
+/// Page-1 stores of `per_event` chained pages each, each under a random earlier block (or the
+/// root): the branches of a radix tree grown by many requests, every lookup a cache miss.
+fn page1_branches(blocks: usize, per_event: usize) -> Vec<Event> {
+    let mut seed = 7u64;
+    let mut next = || {
+        seed += 1;
+        mix64(seed)
+    };
+    let mut held: Vec<i64> = Vec::with_capacity(blocks);
+    let mut events = Vec::new();
+    while held.len() < blocks {
+        let parent = match next() % 8 {
+            0 => None,
+            _ if held.is_empty() => None,
+            roll => Some(held[(roll.wrapping_mul(next()) % held.len() as u64) as usize]),
+        };
+        let hashes: Vec<i64> = (0..per_event).map(|_| next() as i64).collect();
+        held.extend(&hashes);
+        events.push(Event::Stored(Stored {
+            tokens: hashes.iter().map(|&h| h as u32).collect(),
+            hashes,
+            parent,
+            block_size: 1,
+            lora_id: None,
+            medium: None,
+        }));
+    }
+    events
+}
+
 fn bench_apply(blocks: usize, per_event: usize, holders: bool) -> ReplicaStore {
-    let events = page1_events(blocks / 4096, 4096, per_event);
+    bench_apply_events(
+        page1_events(blocks / 4096, 4096, per_event),
+        &format!("one chain, {per_event} per event"),
+        holders,
+    )
+}
+
+fn bench_apply_events(events: Vec<Event>, what: &str, holders: bool) -> ReplicaStore {
     let total: usize = events
         .iter()
         .map(|e| match e {
@@ -97,7 +134,7 @@ fn bench_apply(blocks: usize, per_event: usize, holders: bool) -> ReplicaStore {
         kept = store;
     }
     println!(
-        "apply {total} page-1 blocks, {per_event} per event{}: {:.1} M blocks/s wall, {:.1} \
+        "apply {total} page-1 blocks, {what}{}: {:.1} M blocks/s wall, {:.1} \
          M/s cpu, {:.1} heap B/block (+{:.1} holder index)",
         if holders { ", holder index kept" } else { "" },
         total as f64 / best / 1e6,
@@ -188,6 +225,13 @@ fn main() {
         bench_apply(1 << 20, 64, false);
         bench_apply(1 << 20, 1, true);
         bench_apply(1 << 20, 64, true);
+    }
+    if wanted("apply") || wanted("branches") {
+        for (per_event, holders) in [(1, false), (16, false), (16, true)] {
+            let events = page1_branches(1 << 20, per_event);
+            let what = format!("random branches, {per_event} per event");
+            bench_apply_events(events, &what, holders);
+        }
     }
     if wanted("snapshot") {
         bench_snapshot(&bench_apply(1 << 20, 64, false));

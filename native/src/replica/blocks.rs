@@ -13,7 +13,7 @@
 //! that differs from the meta's or the earlier one) leaves the table as it was and returns the
 //! reason, worded as the Python reference words it.
 
-use super::index::SlotIndex;
+use super::index::{mixed_top, SlotIndex};
 use super::prefetch::prefetch;
 use crate::digest::StateDigest;
 
@@ -29,7 +29,7 @@ pub const TOMBSTONE: u32 = 1 << 31;
 const MARK: u32 = 1 << 30;
 const CHILDREN: u32 = MARK - 1;
 /// How many pages of a multi-page store the duplicate check prefetches ahead.
-const PREFETCH_PAGES: usize = 8;
+const PREFETCH_PAGES: usize = 16;
 
 /// One slot of a table.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -128,12 +128,15 @@ impl BlockTable {
         self.index.prefetch(block_hash);
     }
 
-    /// Hint that the record of `block_hash` will be read soon: looks it up now (call it after
-    /// `prefetch` had time to load the bucket) and prefetches its record.
+    /// Hint that the record of `block_hash` will be read soon: finds its likely slot in the
+    /// index now (call it after `prefetch` had time to load the bucket; the record itself is not
+    /// read, so this never waits for it) and prefetches the record.
     #[inline]
     pub fn prefetch_block(&self, block_hash: i64) {
-        if let Some(slot) = self.slot_of(block_hash) {
-            prefetch(&self.blocks[slot as usize]);
+        if let Some(slot) = self.index.likely_slot(block_hash) {
+            if let Some(block) = self.blocks.get(slot as usize) {
+                prefetch(block);
+            }
         }
     }
 
@@ -190,6 +193,37 @@ impl BlockTable {
             .iter()
             .filter(|block| block.parent != FREE)
             .map(|block| (block.hash, block.state & TOMBSTONE == 0))
+    }
+
+    /// Every held block's (check bits, hash, SWA-resident), in order of check bits then hash
+    /// (read in the index's order, which is already by check bits).
+    pub fn by_check_bits(&self) -> Vec<(u32, i64, bool)> {
+        let slots: Vec<u32> = self.index.slots().collect();
+        let mut out = Vec::with_capacity(slots.len());
+        for (at, &slot) in slots.iter().enumerate() {
+            if let Some(&ahead) = slots.get(at + 16) {
+                prefetch(&self.blocks[ahead as usize]);
+            }
+            let block = &self.blocks[slot as usize];
+            out.push((
+                mixed_top(block.hash),
+                block.hash,
+                block.state & TOMBSTONE == 0,
+            ));
+        }
+        // equal check bits are rare; order their run by hash
+        let mut start = 0;
+        while start < out.len() {
+            let mut end = start + 1;
+            while end < out.len() && out[end].0 == out[start].0 {
+                end += 1;
+            }
+            if end - start > 1 {
+                out[start..end].sort_unstable();
+            }
+            start = end;
+        }
+        out
     }
 
     /// Drop every block.
@@ -298,7 +332,7 @@ impl BlockTable {
     }
 
     fn has_duplicates(&mut self, hashes: &[i64]) -> bool {
-        if hashes.len() <= 8 {
+        if hashes.len() <= 16 {
             return hashes
                 .iter()
                 .enumerate()

@@ -367,6 +367,42 @@ impl HolderIndex {
         self.change(block_hash, source, Change::Tombstone(tombstone));
     }
 
+    /// The index of `holdings`: (block hash, source, SWA-resident) in order of the hashes'
+    /// check bits (`mixed_top`), then of the hashes, so a hash's holders come together. Builds
+    /// the table in one streaming pass instead of one random insertion per block.
+    pub fn from_sorted(
+        sources: usize,
+        holdings: impl IntoIterator<Item = (i64, u32, bool)>,
+    ) -> Self {
+        let mut sets = SourceSets::new(sources);
+        let mut buckets: Vec<HolderBucket> = Vec::new();
+        let mut current: Option<(i64, Option<u32>)> = None;
+        let mut finish = |current: Option<(i64, Option<u32>)>, sets: &mut SourceSets| {
+            if let Some((hash, Some(set))) = current {
+                sets.retain(set);
+                buckets.push(HolderBucket::new(hash, set));
+            }
+        };
+        for (hash, source, resident) in holdings {
+            let set = match current {
+                Some((held, set)) if held == hash => set,
+                previous => {
+                    finish(previous, &mut sets);
+                    None
+                }
+            };
+            let mut set = sets.transition(set, Change::Add, source);
+            if !resident {
+                set = sets.transition(set, Change::Tombstone(true), source);
+            }
+            current = Some((hash, set));
+        }
+        finish(current, &mut sets);
+        debug_assert!(buckets.windows(2).all(|w| w[0].top() <= w[1].top()));
+        let table = OrderedTable::from_sorted(&buckets, buckets.len());
+        Self { table, sets }
+    }
+
     /// Make room for `additional` more distinct hashes at once.
     pub fn reserve(&mut self, additional: usize) {
         self.table.reserve(additional);

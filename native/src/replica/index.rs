@@ -76,6 +76,15 @@ impl SlotIndex {
         self.table.prefetch(mixed_top(block_hash));
     }
 
+    /// The slot of the first entry whose check bits are `block_hash`'s, without reading the
+    /// block table (most likely `block_hash`'s own slot; for prefetching its record).
+    #[inline]
+    pub fn likely_slot(&self, block_hash: i64) -> Option<u32> {
+        self.table
+            .find(mixed_top(block_hash), |_| true)
+            .map(|at| slot_of(*self.table.at(at)))
+    }
+
     /// The slot of `block_hash`, reading slots' hashes through `hash_of`.
     #[inline]
     pub fn get(&self, block_hash: i64, hash_of: impl Fn(u32) -> i64) -> Option<u32> {

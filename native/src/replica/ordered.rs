@@ -267,13 +267,44 @@ impl<B: Bucket> OrderedTable<B> {
         }
     }
 
+    /// A table of `buckets`, already in order of their top bits (none empty), with room for
+    /// at least `capacity` buckets: one streaming pass, no probing.
+    pub fn from_sorted(buckets: &[B], capacity: usize) -> Self {
+        let wanted = capacity.max(buckets.len());
+        let mut homes = MIN_HOMES;
+        while wanted * 5 > homes * 4 && homes < MAX_HOMES {
+            homes = if homes.is_power_of_two() {
+                homes + homes / 2
+            } else {
+                homes / 3 * 4
+            };
+        }
+        let source = Self {
+            len: buckets.len(),
+            homes: 0,
+            buckets: Vec::new(),
+        };
+        loop {
+            if let Some(table) = source.placed(buckets, homes.min(MAX_HOMES)) {
+                return table;
+            }
+            homes *= 2;
+        }
+    }
+
     /// The buckets in a table of `homes` homes (None when they overflow its slack). The old
     /// buckets are already in order, so each goes to its home or just after the previous one.
     fn rebuilt(&self, homes: usize) -> Option<Self> {
+        self.placed(&self.buckets, homes)
+    }
+
+    /// `buckets` (in order; empty ones skipped) in a new table of `homes` homes, each at its
+    /// home or just after the previous one (None when they overflow its slack).
+    fn placed(&self, buckets: &[B], homes: usize) -> Option<Self> {
         let mut grown = Self::with_homes(homes);
         let last = grown.buckets.len() - 1;
         let mut next = 0;
-        for &bucket in self.buckets.iter().filter(|b| !b.is_empty()) {
+        for &bucket in buckets.iter().filter(|b| !b.is_empty()) {
             let at = grown.home(bucket.top()).max(next);
             if at >= last {
                 return None;

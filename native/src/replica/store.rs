@@ -433,25 +433,30 @@ fn drop_holdings(replica: &Replica, holders: &mut HolderIndex, id: u32) {
 }
 
 impl HolderIndex {
-    /// The holder index of `replicas` (source id = position).
+    /// The holder index of `replicas` (source id = position): each table's blocks in order of
+    /// their hashes' check bits (its index is kept in that order), merged across sources, then
+    /// laid into the table in one pass (`HolderIndex::from_sorted`).
     pub fn build(replicas: &[Replica]) -> Self {
-        let mut holders = HolderIndex::new();
-        holders.cover(replicas.len());
-        holders.reserve(replicas.iter().map(|r| r.blocks.len()).max().unwrap_or(0));
-        for (id, replica) in replicas.iter().enumerate() {
-            let blocks: Vec<(i64, bool)> = replica.blocks.hashes().collect();
-            for (at, &(block_hash, resident)) in blocks.iter().enumerate() {
-                // every insertion misses the cache: keep several loads in flight
-                if let Some(&(ahead, _)) = blocks.get(at + HOLDER_PREFETCH_PAGES) {
-                    holders.prefetch(ahead);
-                }
-                holders.add(block_hash, id as u32);
-                if !resident {
-                    holders.set_tombstone(block_hash, id as u32, true);
-                }
+        let mut streams: Vec<std::vec::IntoIter<(u32, i64, bool)>> = replicas
+            .iter()
+            .map(|replica| replica.blocks.by_check_bits().into_iter())
+            .collect();
+        let mut heads: std::collections::BinaryHeap<std::cmp::Reverse<(u32, i64, u32, bool)>> =
+            std::collections::BinaryHeap::with_capacity(streams.len());
+        for (id, stream) in streams.iter_mut().enumerate() {
+            if let Some((top, hash, resident)) = stream.next() {
+                heads.push(std::cmp::Reverse((top, hash, id as u32, resident)));
             }
         }
-        holders
+        let merged = std::iter::from_fn(|| {
+            let std::cmp::Reverse((top, hash, id, resident)) = heads.pop()?;
+            if let Some((top, hash, resident)) = streams[id as usize].next() {
+                heads.push(std::cmp::Reverse((top, hash, id, resident)));
+            }
+            let _ = top;
+            Some((hash, id, resident))
+        });
+        HolderIndex::from_sorted(replicas.len(), merged)
     }
 }
 
