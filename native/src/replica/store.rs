@@ -7,7 +7,8 @@
 //! kept in step with every change, so the prefix walk (`super::prefix`) looks each page of a
 //! prompt up once for all sources.
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 
 use super::blocks::BlockTable;
 use super::holders::HolderIndex;
@@ -437,23 +438,33 @@ impl HolderIndex {
     /// their hashes' check bits (its index is kept in that order), merged across sources, then
     /// laid into the table in one pass (`HolderIndex::from_sorted`).
     pub fn build(replicas: &[Replica]) -> Self {
+        let held: Vec<usize> = (0..replicas.len())
+            .filter(|&id| !replicas[id].blocks.is_empty())
+            .collect();
+        if let [only] = held[..] {
+            // one source holds blocks: its own order is the order
+            let blocks = replicas[only].blocks.by_check_bits();
+            let holdings = blocks
+                .into_iter()
+                .map(|(_, hash, resident)| (hash, only as u32, resident));
+            return HolderIndex::from_sorted(replicas.len(), holdings);
+        }
         let mut streams: Vec<std::vec::IntoIter<(u32, i64, bool)>> = replicas
             .iter()
             .map(|replica| replica.blocks.by_check_bits().into_iter())
             .collect();
-        let mut heads: std::collections::BinaryHeap<std::cmp::Reverse<(u32, i64, u32, bool)>> =
-            std::collections::BinaryHeap::with_capacity(streams.len());
+        let mut heads: BinaryHeap<Reverse<(u32, i64, u32, bool)>> =
+            BinaryHeap::with_capacity(streams.len());
         for (id, stream) in streams.iter_mut().enumerate() {
             if let Some((top, hash, resident)) = stream.next() {
-                heads.push(std::cmp::Reverse((top, hash, id as u32, resident)));
+                heads.push(Reverse((top, hash, id as u32, resident)));
             }
         }
         let merged = std::iter::from_fn(|| {
-            let std::cmp::Reverse((top, hash, id, resident)) = heads.pop()?;
-            if let Some((top, hash, resident)) = streams[id as usize].next() {
-                heads.push(std::cmp::Reverse((top, hash, id, resident)));
+            let Reverse((_, hash, id, resident)) = heads.pop()?;
+            if let Some((top, next, resident)) = streams[id as usize].next() {
+                heads.push(Reverse((top, next, id, resident)));
             }
-            let _ = top;
             Some((hash, id, resident))
         });
         HolderIndex::from_sorted(replicas.len(), merged)
