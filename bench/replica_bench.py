@@ -5,7 +5,9 @@ Rows (the issue-9 table):
 - replay: events/s a ``Follower`` applies into a ``ReplicaSet`` from a FileLog (read, strict
   decode into ``WireBatch``, cursors, native apply), against ``orjson.loads`` of the same batches
   written as plain v1 JSON (one dict per event, one event per page) in memory; with the parts
-  (FileLog read alone, ``decode_wire`` alone, ``apply_wire`` alone) measured the same way;
+  (FileLog read alone, ``decode_wire`` alone, ``apply_wire`` alone) measured the same way. Two
+  streams: small steps (16 events a batch, stores of 2 pages: the issue's figure) and page-1
+  steps the size of a prefill (4 events a batch, stores of 64 chained pages);
 - apply: page-1 blocks/s into a ``ReplicaSet`` from records in memory, for v2 records (chains
   joined, the common case) and the same batches as v1 records (one event per page): decode +
   apply, apply alone (``WireBatch`` already decoded), and apply with a ``PrefixIndex`` attached
@@ -287,16 +289,22 @@ def _stream(
     return out
 
 
-async def bench_replay(work: Path, total_events: int) -> dict[str, Any]:
+async def bench_replay(
+    work: Path, total_events: int, *, events_per_batch: int = 16, store_pages: int = 2
+) -> dict[str, Any]:
     """Follower.catch_up events/s from a FileLog into a ReplicaSet, against orjson.loads of the
-    same batches as plain v1 JSON; and the parts of it, timed alone."""
-    events_per_batch = 16
+    same batches as plain v1 JSON; and the parts of it, timed alone. Events are counted as v1
+    events (one per page of a store)."""
     sources = _sources(4, seed=1)
-    batches = _stream(sources, total_events // events_per_batch, events_per_batch, store_pages=2)
+    # about total_events v1 events: a store counts store_pages of them
+    per_batch_v1 = events_per_batch * (0.6 * store_pages + 0.4)
+    count = max(1, round(total_events / per_batch_v1))
+    batches = _stream(sources, count, events_per_batch, store_pages=store_pages)
     v1 = [v1_json(b) for b in batches]
     v2 = [encode_batch(b) for b in batches]
     events = v1_event_count(v1)
-    async with await open_log((work / "replay-log").as_uri(), fsync="never") as log:
+    log_dir = work / f"replay-log-{events_per_batch}-{store_pages}"
+    async with await open_log(log_dir.as_uri(), fsync="never") as log:
         await _append_all(log, batches)
         last: list[ReplicaSet] = []
 
@@ -734,6 +742,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         results["memory"] = bench_memory(args.memory_blocks)
         results["apply"] = bench_apply(args.apply_blocks)
         results["replay"] = await bench_replay(work, args.replay_events)
+        # page-1 steps the size of a prefill: 4 events a batch, stores of 64 chained pages
+        results["replay_prefill_steps"] = await bench_replay(
+            work, args.replay_events, events_per_batch=4, store_pages=64
+        )
         results["restore"] = await bench_restore(work, args.blocks, args.tail_batches)
         results["prefix"] = bench_prefix(args.prompt_tokens, args.prefix_sources)
         results["fdatasync_before_lag"] = fdatasync_ms(work)
