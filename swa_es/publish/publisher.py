@@ -11,10 +11,10 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
@@ -49,7 +49,10 @@ class Publisher:
     ``TimeoutError``); leaving it on an exception does not wait. ``step()``, ``flush()`` and
     ``wait_ready()`` must be called from the event loop's thread, and the serving loop must
     yield to the event loop (any ``await``) between steps, or the append task never runs and
-    the queue overflows.
+    the queue overflows. ``meta`` replaces the epoch meta built from the cache (a bridge
+    describes an engine it does not run); ``trusted_start=False`` opens the first epoch as
+    unknown (``BatchBuilder.open_unknown_epoch``): followers distrust the source until a later
+    epoch.
     """
 
     def __init__(
@@ -59,6 +62,8 @@ class Publisher:
         source: str,
         *,
         config: PublisherConfig | None = None,
+        meta: Mapping[str, Any] | None = None,
+        trusted_start: bool = True,
     ) -> None:
         if type(source) is not str or not source:
             raise ValueError(f"source: expected a non-empty str, got {source!r}")
@@ -71,7 +76,11 @@ class Publisher:
         self.config = config = PublisherConfig() if config is None else config
         self._builder = BatchBuilder(
             source,
-            cache_meta(cache, digest_every_batches=config.digest_every_batches),
+            (
+                cache_meta(cache, digest_every_batches=config.digest_every_batches)
+                if meta is None
+                else meta
+            ),
             digest_every_batches=config.digest_every_batches,
             max_events_per_batch=config.max_events_per_batch,
             max_batch_bytes=config.max_batch_bytes,
@@ -89,6 +98,7 @@ class Publisher:
         self._running = False
         self._closing = False
         self._task_group: TaskGroup | None = None
+        self._trusted_start = trusted_start
 
     # --- public API -----------------------------------------------------------------------
 
@@ -128,6 +138,15 @@ class Publisher:
         self._enqueue(batches)
         return len(batches)
 
+    def publish_gap(self) -> None:
+        """Tell followers that events were lost upstream: skip one seq and queue an empty batch
+        (they mark the source diverged until the next epoch). The cache's pending events are
+        discarded: they describe a state followers can no longer reach."""
+        self._check_usable()
+        self.cache.take_events()
+        self._carry = []
+        self._enqueue([self._builder.gap_batch()])
+
     async def flush(self, timeout_s: float | None = None) -> None:
         """Return once every batch queued so far is durable (or superseded by a durable resync).
 
@@ -155,7 +174,10 @@ class Publisher:
         task_group = anyio.create_task_group()
         await task_group.__aenter__()
         try:
-            self._open_epoch()
+            if self._trusted_start:
+                self._open_epoch()
+            else:
+                self._open_unknown_epoch()
             await task_group.start(self._append_loop)
         except BaseException:
             task_group.cancel_scope.cancel()
@@ -230,6 +252,12 @@ class Publisher:
         self.cache.take_events()
         snapshot = self.cache.snapshot_events()
         self._enqueue(self._builder.open_epoch(snapshot, self.cache.state_digest()))
+        self._metrics.epoch = self._builder.epoch
+        self._metrics.epochs_started += 1
+
+    def _open_unknown_epoch(self) -> None:
+        self.cache.take_events()
+        self._enqueue(self._builder.open_unknown_epoch())
         self._metrics.epoch = self._builder.epoch
         self._metrics.epochs_started += 1
 
