@@ -14,6 +14,9 @@ Rows (the issue-9 table):
   (the holder index kept in step), against the pure-Python reference replica;
 - restore: a snapshot of about ``--blocks`` page-1 blocks plus a ``--tail-batches`` tail,
   against the v1-JSON parse of the whole log (and with a ``PrefixIndex`` attached);
+- wire: bytes per page-1 block stored of v2 records (chains joined) whose stores are prefills
+  of 16, 64 and 256 chained pages, beside the same batches as plain v1 JSON (the summary row is
+  the 64-page stores, the size of the prefill-steps replay stream);
 - memory: RSS per replica block at page sizes 1 and 16 (token ids included), replica alone and
   with the holder index a ``PrefixIndex`` adds;
 - prefix: ``PrefixIndex.match`` p50/p99 of a ``--prompt-tokens`` prompt at page 16 that
@@ -36,6 +39,7 @@ revived and trimmed at random, with real chained block hashes::
 
     .venv/bin/python bench/replica_bench.py [--blocks 1000000] [--tail-batches 1]
         [--replay-events 300000] [--apply-blocks 1000000] [--memory-blocks 1000000]
+        [--wire-blocks 100000]
         [--prompt-tokens 4096] [--prefix-sources 64] [--rate 50000] [--low-rate 5000]
         [--lag-s 5] [--kafka host:port] [--json OUT]
 """
@@ -86,6 +90,7 @@ TARGETS = {
     "apply_blocks_per_s": 5_000_000.0,
     "restore_speedup": 10.0,
     "rss_bytes_per_block": 40.0,
+    "wire_bytes_per_block": 32.0,
     "prefix_p50_us": 50.0,
     "lag_p99_ms_file": 5.0,
     "lag_p99_ms_kafka": 25.0,
@@ -481,6 +486,26 @@ async def bench_restore(work: Path, blocks: int, tail_batches: int) -> dict[str,
     return result
 
 
+# --- wire -------------------------------------------------------------------------------------
+
+
+def bench_wire(blocks: int) -> dict[str, Any]:
+    """Bytes per page-1 block stored, v2 (chains joined) against v1, for stores of 16, 64 and
+    256 chained pages (whole records: headers and the epoch-opening clear included)."""
+    result: dict[str, Any] = {}
+    for pages in (16, 64, 256):
+        batches = _growth_batches(blocks, store_pages=pages, seed=7)
+        held = sum(
+            len(e.block_hashes) for b in batches for e in b.events if isinstance(e, BlockStored)
+        )
+        result[f"v2_bytes_per_block_{pages}_pages"] = (
+            sum(len(encode_batch(b)) for b in batches) / held
+        )
+        result[f"v1_bytes_per_block_{pages}_pages"] = sum(len(v1_json(b)) for b in batches) / held
+    result["wire_bytes_per_block"] = result["v2_bytes_per_block_64_pages"]
+    return result
+
+
 # --- memory -----------------------------------------------------------------------------------
 
 
@@ -714,6 +739,7 @@ def report(results: dict[str, Any]) -> list[str]:
         ("apply_blocks_per_s", True),
         ("restore_speedup", True),
         ("rss_bytes_per_block", False),
+        ("wire_bytes_per_block", False),
         ("prefix_p50_us", False),
         ("lag_p99_ms_file", False),
         ("lag_p99_ms_kafka", False),
@@ -740,6 +766,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="replica-bench-") as tmp:
         work = Path(tmp)
         results["memory"] = bench_memory(args.memory_blocks)
+        results["wire"] = bench_wire(args.wire_blocks)
         results["apply"] = bench_apply(args.apply_blocks)
         results["replay"] = await bench_replay(work, args.replay_events)
         # page-1 steps the size of a prefill: 4 events a batch, stores of 64 chained pages
@@ -765,6 +792,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "apply_blocks_per_s": results["apply"]["apply_blocks_per_s"],
         "restore_speedup": results["restore"]["restore_speedup"],
         "rss_bytes_per_block": results["memory"]["rss_bytes_per_block"],
+        "wire_bytes_per_block": results["wire"]["wire_bytes_per_block"],
         "prefix_p50_us": results["prefix"]["prefix_p50_us"],
         "lag_p99_ms_file": results["lag_file"]["lag_p99_ms"],
     }
@@ -782,6 +810,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--replay-events", type=int, default=300_000)
     parser.add_argument("--apply-blocks", type=int, default=1_000_000)
     parser.add_argument("--memory-blocks", type=int, default=1_000_000)
+    parser.add_argument("--wire-blocks", type=int, default=100_000)
     parser.add_argument("--prompt-tokens", type=int, default=4096)
     parser.add_argument("--prefix-sources", type=int, default=64)
     parser.add_argument("--rate", type=float, default=50_000.0)
