@@ -496,7 +496,7 @@ mod tests {
 
     #[test]
     fn the_page_hasher_equals_the_chain_hash() {
-        let tokens: Vec<u32> = (0..200).map(|t| t * 2_654_435_761).collect();
+        let tokens: Vec<u32> = (0..200u32).map(|t| t.wrapping_mul(2_654_435_761)).collect();
         for prior in [vec![], crate::hashing::namespace_prior(Some("lora-7"))] {
             for page_size in [1usize, 3, 15, 16, 17, 64] {
                 let mut hasher = PageHasher::new(&prior, page_size);
