@@ -17,6 +17,7 @@ files are kept.
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import re
@@ -42,6 +43,7 @@ MAGIC: Final = b"SWAESNAP"
 VERSION: Final = 1
 _HEAD: Final = struct.Struct("<8sIII")
 _CRC: Final = struct.Struct("<I")
+_CHECK_CHUNK_BYTES: Final = 1 << 20
 _NAME: Final = re.compile(r"^snapshot-(\d{12})\.swasnap$")
 
 
@@ -157,30 +159,55 @@ def read_info(path: Path) -> SnapshotInfo:
     return _info(path, _parse_manifest(path, head, manifest), size)
 
 
+def _checksum_of(path: Path, handle: io.BufferedReader, size: int) -> int:
+    """crc32c of the file's first ``size`` bytes, read in chunks that are not kept."""
+    handle.seek(0)
+    buffer = bytearray(min(_CHECK_CHUNK_BYTES, size))
+    chunk = memoryview(buffer)
+    crc, remaining = 0, size
+    while remaining:
+        got = handle.readinto(chunk[: min(len(chunk), remaining)])
+        if not got:
+            raise SnapshotError(str(path), "truncated file")
+        crc = crc32c.crc32c(chunk[:got], crc)
+        remaining -= got
+    return crc
+
+
 def read_snapshot(path: Path) -> Snapshot:
     """Read and fully check a snapshot file (blocking); ``SnapshotError`` when bad.
 
     Only the magic and the version (which say how the rest is laid out) are read before the
-    whole file's checksum is verified; nothing else is parsed until then.
+    whole file's checksum is verified, in a first pass that keeps nothing; only then is the
+    manifest parsed and each view read straight into its own bytes (one copy of the snapshot in
+    memory). The second pass checksums what it keeps too, so nothing is returned unless the
+    bytes returned are the bytes verified.
     """
-    data = path.read_bytes()
-    if len(data) < _HEAD.size + _CRC.size:
-        raise SnapshotError(str(path), "truncated file")
-    head = data[: _HEAD.size]
-    length = _check_head(path, head, len(data) - _HEAD.size - _CRC.size)
-    (body_crc,) = _CRC.unpack(data[-_CRC.size :])
-    body = memoryview(data)[: -_CRC.size]
-    if crc32c.crc32c(body) != body_crc:
-        raise SnapshotError(str(path), "checksum mismatch")
-    raw = _parse_manifest(path, head, data[_HEAD.size : _HEAD.size + length])
-    offset = _HEAD.size + length
-    if offset + sum(size for _, size in raw["views"]) != len(body):
-        raise SnapshotError(str(path), "view sizes do not add up to the file size")
-    views: dict[str, bytes] = {}
-    for name, size in raw["views"]:
-        views[name] = bytes(body[offset : offset + size])
-        offset += size
-    return Snapshot(_info(path, raw, len(data)), raw.get("cursors"), views)
+    with path.open("rb") as handle:
+        file_size = os.fstat(handle.fileno()).st_size
+        head = handle.read(_HEAD.size)
+        if len(head) < _HEAD.size or file_size < _HEAD.size + _CRC.size:
+            raise SnapshotError(str(path), "truncated file")
+        length = _check_head(path, head, file_size - _HEAD.size - _CRC.size)
+        body_size = file_size - _CRC.size
+        crc = _checksum_of(path, handle, body_size)
+        (body_crc,) = _CRC.unpack(handle.read(_CRC.size))
+        if crc != body_crc:
+            raise SnapshotError(str(path), "checksum mismatch")
+        handle.seek(_HEAD.size)
+        manifest = handle.read(length)
+        raw = _parse_manifest(path, head, manifest)
+        if _HEAD.size + length + sum(size for _, size in raw["views"]) != body_size:
+            raise SnapshotError(str(path), "view sizes do not add up to the file size")
+        crc = crc32c.crc32c(manifest, crc32c.crc32c(head))
+        views: dict[str, bytes] = {}
+        for name, size in raw["views"]:
+            blob = handle.read(size)
+            crc = crc32c.crc32c(blob, crc)
+            views[name] = blob
+    if crc != body_crc:
+        raise SnapshotError(str(path), "changed while it was read (checksum mismatch)")
+    return Snapshot(_info(path, raw, file_size), raw.get("cursors"), views)
 
 
 def _fsync_dir(directory: Path) -> None:
