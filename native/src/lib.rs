@@ -9,6 +9,7 @@
 pub mod digest;
 pub mod events;
 pub mod hashing;
+pub mod recorder;
 
 #[cfg(feature = "python")]
 mod py;

@@ -1,0 +1,23 @@
+//! The primary's event recorder: the tree records what changed, the core hashes it later.
+//!
+//! The serving loop pays only for a record: each change of the tree (a node stored under its
+//! parent with its tokens, removed, tombstoned, restored, split; everything cleared) is one op
+//! in a buffer, with no hash and no Python object per page. The ops are applied in order to a
+//! node table (`table`) on whichever thread needs the result first: the publisher's worker
+//! (off the serving loop, without the GIL) or a caller of `take_events()` / `state_digest()`.
+//! The table hashes pages (`crate::hashing`), keeps the state digest (`crate::digest`) and makes
+//! the events (`crate::events`), one `Stored` per stored node: the v2 wire's chained form, which
+//! the bindings expand to one event per page for Python callers.
+//!
+//! The pure-Python twin is `cache/tree/reference_sink.py` (the tree's old recording sink),
+//! held equal by differential tests.
+
+mod ops;
+mod pipeline;
+mod plan;
+mod table;
+
+pub use ops::{NodeId, Op, OpLog};
+pub use pipeline::{Cut, CutId, Outcome, Recorder, RecorderError};
+pub use plan::{bound, page_events, plan_batches, runs_of, split_events, BatchLimits, Run};
+pub use table::{NodeTable, TableError, MEDIUM_GPU};
