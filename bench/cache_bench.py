@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from cache import SWAKVAllocator, SWARadixCache
-from swa_es.serving import CacheWorker
-from swa_es.workload import ChatRequest, ChatWorkload
+from swa_es.engine.worker import CacheWorker
+from swa_es.engine.workload import ChatRequest, ChatWorkload
 
 FULL_SIZE = 32768
 SWA_SIZE = 8192

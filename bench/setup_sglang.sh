@@ -8,7 +8,7 @@
 #     the versions tested (sglang's own pins where it has them: transformers 5.12.1,
 #     huggingface_hub < 2, tokenizers <= 0.23.0);
 #   * torch is NOT installed here: a .pth file appends the project venv's site-packages (its
-#     torch, 2.15 on PyPI) and the repository root (swa_es.workload) to sys.path, after this
+#     torch, 2.15 on PyPI) and the repository root (swa_es.engine.workload) to sys.path, after this
 #     venv's own packages. sglang pins torch 2.11, but the tree and allocator code it runs here
 #     is plain torch tensor indexing.
 # Idempotent: exits at once when the venv already imports everything.
@@ -21,7 +21,7 @@ MAIN=$ROOT/.venv
 PROBE='from sglang.srt.mem_cache.swa_radix_cache import SWARadixCache
 from sglang.srt.mem_cache.allocator.swa import SWATokenToKVPoolAllocator
 from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
-import swa_es.workload'
+import swa_es.engine.workload'
 
 PACKAGES=(
   sglang==0.5.16

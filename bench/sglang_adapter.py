@@ -1,7 +1,7 @@
 """Drive sglang 0.5.16's ``SWARadixCache`` with the chat workload, for ``bench/cache_bench.py``.
 
 Runs inside ``bench/.venv-sglang`` (made by ``bench/setup_sglang.sh``), never in the project's
-own venv. Each request does what ``swa_es.serving.CacheWorker`` does on our cache, through
+own venv. Each request does what ``swa_es.engine.worker.CacheWorker`` does on our cache, through
 sglang's public tree API: ``match_prefix`` → ``inc_lock_ref`` → allocate the rest (page-aligned;
 ``evict`` when a pool is short) → ``insert(prev_prefix_len=matched)`` → free the unaligned tail →
 ``dec_lock_ref`` → ``take_events``.
@@ -51,7 +51,7 @@ from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
 from sglang.srt.mem_cache.swa_radix_cache import SWARadixCache
 
-from swa_es.workload import ChatWorkload
+from swa_es.engine.workload import ChatWorkload
 
 SGLANG_VERSION = "0.5.16"
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from cache.errors import CacheError, LockError, SanityError
+
 if TYPE_CHECKING:
     from cache.allocator import SWAKVAllocator
-    from cache.locking import LockError
-    from cache.results import EvictResult, LockHandle, MatchResult
-    from cache.sanity import SanityError
-    from cache.tree import SWARadixCache
+    from cache.tree.radix_cache import SWARadixCache
+    from cache.tree.results import EvictResult, LockHandle, MatchResult
 
 __all__ = [
     "SWAKVAllocator",
@@ -22,18 +22,17 @@ __all__ = [
     "EvictResult",
     "MatchResult",
     "LockHandle",
+    "CacheError",
     "LockError",
     "SanityError",
 ]
 
 _LAZY = {
     "SWAKVAllocator": "cache.allocator",
-    "SWARadixCache": "cache.tree",
-    "EvictResult": "cache.results",
-    "MatchResult": "cache.results",
-    "LockHandle": "cache.results",
-    "LockError": "cache.locking",
-    "SanityError": "cache.sanity",
+    "SWARadixCache": "cache.tree.radix_cache",
+    "EvictResult": "cache.tree.results",
+    "MatchResult": "cache.tree.results",
+    "LockHandle": "cache.tree.results",
 }
 
 

@@ -12,11 +12,11 @@ from consumers.errors import (
 )
 from consumers.follower import Follower
 from consumers.metrics import FollowerMetrics
-from consumers.prefix_index import PrefixIndex, PrefixMatch
-from consumers.replica import ReplicaBlock, ReplicaSet, ReplicaTree, SourceMeta
 from consumers.snapshot_store import Snapshot, SnapshotInfo, SnapshotStore
-from consumers.stats import Churn, SourceStats, Stats
-from consumers.view import DigestView, View
+from consumers.views.prefix_index import PrefixIndex, PrefixMatch
+from consumers.views.replica import ReplicaBlock, ReplicaSet, ReplicaTree, SourceMeta
+from consumers.views.stats import Churn, SourceStats, Stats
+from consumers.views.view import DigestView, View
 
 __all__ = [
     "Follower",

@@ -25,7 +25,8 @@ from consumers.errors import ConsumerError, ViewConsistencyError, ViewStateError
 from consumers.metrics import FollowerMetrics
 from consumers.progress import ReplayProgress
 from consumers.snapshot_store import Snapshot, SnapshotInfo, SnapshotStore
-from consumers.view import DigestView, View
+from consumers.views.replica import ReplicaSet
+from consumers.views.view import DigestView, View
 from log import EventLog, LogUnavailableError, Position, Record, StartAt
 
 logger = logging.getLogger(__name__)
@@ -38,8 +39,8 @@ def _check_views(views: Sequence[View]) -> None:
     if len(set(names)) != len(names):
         raise ValueError(f"view names must be unique, got {names}")
     for view in views:
-        shared = getattr(view, "shared_replicas", None)
-        if shared is not None and not any(shared is other for other in views):
+        shared = getattr(view, "replicas", None)
+        if isinstance(shared, ReplicaSet) and not any(shared is other for other in views):
             raise ValueError(
                 f"view {view.name!r} reads a ReplicaSet that is not one of the follower's views"
             )

@@ -5,11 +5,11 @@ policies and metrics. The cache lives in ``cache``, logs in ``log``, followers a
 ``consumers``. Importing this package does not import torch.
 """
 
-from swa_es.batching import PublishedCache
-from swa_es.overflow import Backpressure, OverflowPolicy
-from swa_es.publish_errors import PublisherClosedError, PublisherError, PublisherFailedError
-from swa_es.publisher import Publisher
-from swa_es.publisher_metrics import PublisherMetrics
+from swa_es.publish.batching import PublishedCache
+from swa_es.publish.errors import PublisherClosedError, PublisherError, PublisherFailedError
+from swa_es.publish.metrics import PublisherMetrics
+from swa_es.publish.overflow import Backpressure, OverflowPolicy
+from swa_es.publish.publisher import Publisher
 
 __all__ = [
     "Publisher",

@@ -18,8 +18,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from cache import LockHandle, MatchResult, SWAKVAllocator, SWARadixCache
-from cache.locking import LockError
+from cache import LockError, LockHandle, MatchResult, SWAKVAllocator, SWARadixCache
 from tests.cache.reference import ReferenceBlocks
 
 NAMESPACES = [None, "lora-a"]

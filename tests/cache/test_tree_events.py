@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from cache import SWARadixCache
-from cache.event_build import block_hashes_fast, build_stored
 from cache.events import (
     AllBlocksCleared,
     BlockRemoved,
@@ -18,6 +17,7 @@ from cache.events import (
     namespace_prior,
     page_digest,
 )
+from cache.events.build import block_hashes_fast, build_stored
 from tests.cache.helpers import fill, make_cache, serve
 from tests.cache.reference import ReferenceBlocks
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cache.locking import LockError
+from cache import LockError
 from tests.cache.helpers import fill, make_cache
 from tests.cache.scenarios import tombstoned_prefix
 

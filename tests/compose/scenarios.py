@@ -10,7 +10,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from swa_es import prometheus
+from swa_es.service import prometheus
 from tests.compose.services import STARTUP_TIMEOUT_S, Service, follow_service, serve_service
 
 CONVERGE_TIMEOUT_S = 120.0

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from swa_es.status_file import read_status
+from swa_es.service.status_file import read_status
 
 STARTUP_TIMEOUT_S = 120.0  # importing torch on a loaded 2-core machine takes a while
 

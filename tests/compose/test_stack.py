@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from swa_es import prometheus
+from swa_es.service import prometheus
 
 pytestmark = pytest.mark.compose
 

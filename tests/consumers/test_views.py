@@ -144,9 +144,9 @@ def test_replica_set_load_rejects_bad_bytes_and_keeps_its_state() -> None:
 
 
 def _swa_model() -> tuple[PrimaryModel, PrefixIndex]:
-    model, index = PrimaryModel("w", page_size=1, sliding_window_size=3), PrefixIndex()
-    _fed(model, index)
-    index.apply(model.batch(model.store(list(range(10)))))
+    model, index = PrimaryModel("w", page_size=1, sliding_window_size=3), PrefixIndex(ReplicaSet())
+    _fed(model, index.replicas)
+    index.replicas.apply(model.batch(model.store(list(range(10)))))
     return model, index
 
 
@@ -161,7 +161,7 @@ def test_prefix_index_without_tombstones_matches_everything_held() -> None:
 def test_prefix_index_applies_the_swa_rule_after_a_tombstone() -> None:
     """After a tombstone at page 3 a match may end only once 3 more resident tokens follow."""
     model, index = _swa_model()
-    index.apply(model.batch(model.tombstone(model.hashes(list(range(10)))[3:4])))
+    index.replicas.apply(model.batch(model.tombstone(model.hashes(list(range(10)))[3:4])))
     expected = {4: 3, 5: 3, 6: 3, 7: 7, 10: 10}
     for length, usable in expected.items():
         assert index.match(list(range(length))) == {"w": PrefixMatch(length, usable)}
@@ -170,20 +170,21 @@ def test_prefix_index_applies_the_swa_rule_after_a_tombstone() -> None:
 def test_prefix_index_tombstone_near_the_end_limits_the_usable_prefix() -> None:
     """A tombstone two pages before the end leaves the usable prefix before it."""
     model, index = _swa_model()
-    index.apply(model.batch(model.tombstone(model.hashes(list(range(10)))[7:9])))
+    index.replicas.apply(model.batch(model.tombstone(model.hashes(list(range(10)))[7:9])))
     assert index.match(list(range(10))) == {"w": PrefixMatch(10, 7)}
 
 
 def test_prefix_index_respects_namespaces_and_page_sizes() -> None:
     """Different extra_key values never share blocks; each source uses its own page size."""
-    index = PrefixIndex()
+    replicas = ReplicaSet()
+    index = PrefixIndex(replicas)
     small, large = PrimaryModel("small"), PrimaryModel("large", page_size=4)
     for model in (small, large):
-        _fed(model, index)
-        index.apply(model.batch(model.store(list(range(10)))))
+        _fed(model, replicas)
+        replicas.apply(model.batch(model.store(list(range(10)))))
     keyed = PrimaryModel("keyed")
-    _fed(keyed, index)
-    index.apply(keyed.batch(keyed.store(list(range(10)), extra_key="lora-a")))
+    _fed(keyed, replicas)
+    replicas.apply(keyed.batch(keyed.store(list(range(10)), extra_key="lora-a")))
     assert index.match(list(range(10))) == {
         "small": PrefixMatch(10, 10),
         "large": PrefixMatch(8, 8),
@@ -194,14 +195,14 @@ def test_prefix_index_respects_namespaces_and_page_sizes() -> None:
 def test_prefix_index_reports_diverged_sources_as_unknown() -> None:
     """A diverged source is present with PrefixMatch.unknown(), never with a guess."""
     _, index = _swa_model()
-    index.mark_diverged("w", "gap")
+    index.replicas.mark_diverged("w", "gap")
     (only,) = index.match(list(range(10))).values()
     assert only == PrefixMatch.unknown()
     assert not only.known
 
 
 def test_prefix_index_over_shared_replicas_keeps_no_copy() -> None:
-    """PrefixIndex(replicas) answers from the shared set and snapshots nothing itself."""
+    """PrefixIndex(replicas) answers from the given set and snapshots nothing itself."""
     model, replicas = PrimaryModel("w"), ReplicaSet()
     index = PrefixIndex(replicas)
     for view in (replicas, index):
@@ -217,12 +218,18 @@ def test_prefix_index_over_shared_replicas_keeps_no_copy() -> None:
 
 def test_stats_count_blocks_tombstones_and_churn() -> None:
     """Stats reports blocks, tombstones and churn per source and survives a snapshot."""
-    model, stats = PrimaryModel("w"), Stats()
-    _fed(model, stats)
-    stats.apply(model.batch(model.store([1, 2, 3, 4])))
-    stats.apply(model.batch(model.tombstone(model.hashes([1, 2]))))
-    stats.apply(model.batch(model.revive(model.hashes([1]))))
-    stats.apply(model.batch(model.remove(model.hashes([1, 2, 3, 4])[3:])))
+    model, replicas = PrimaryModel("w"), ReplicaSet()
+    stats = Stats(replicas)
+    _fed(model, replicas, stats)
+    for events in (
+        model.store([1, 2, 3, 4]),
+        model.tombstone(model.hashes([1, 2])),
+        model.revive(model.hashes([1])),
+        model.remove(model.hashes([1, 2, 3, 4])[3:]),
+    ):
+        batch = model.batch(events)
+        replicas.apply(batch)
+        stats.apply(batch)
     counts = stats.get("w").as_dict()
     assert counts == {
         "blocks": 3,
@@ -235,11 +242,14 @@ def test_stats_count_blocks_tombstones_and_churn() -> None:
         "swa_restored": 1,
         "cleared": 1,
     }
-    again = Stats()
+    restored = ReplicaSet()
+    restored.load(replicas.snapshot())
+    again = Stats(restored)
     again.load(stats.snapshot())
     assert again.as_dict() == stats.as_dict()
-    with pytest.raises(ViewStateError):
-        again.load(b'{"w": {"stored": -1}}\n')
+    for bad in (b'{"w": {"stored": -1}}\n', b"{}\nreplica bytes"):
+        with pytest.raises(ViewStateError):
+            again.load(bad)
 
 
 def test_meta_with_a_bad_page_size_is_inconsistent() -> None:

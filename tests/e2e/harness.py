@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 import anyio
 
 from cache import SWAKVAllocator, SWARadixCache
-from cache.node import TreeNode
+from cache.tree.node import TreeNode
 from consumers import Follower, View
 from log import EventLog
 from swa_es import Publisher
-from swa_es.serving import CacheWorker
-from swa_es.workload import ChatRequest, ChatWorkload
+from swa_es.engine.worker import CacheWorker
+from swa_es.engine.workload import ChatRequest, ChatWorkload
 
 PAGE_SIZE = 4
 WINDOW_TOKENS = 128

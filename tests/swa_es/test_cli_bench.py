@@ -6,8 +6,8 @@ import subprocess
 
 import pytest
 
-from swa_es.bench_cmd import BENCHMARKS, bench_dir, scripts_for
-from swa_es.config import SettingError
+from swa_es.cli.bench import BENCHMARKS, bench_dir, scripts_for
+from swa_es.cli.config import SettingError
 from tests.compose.services import swa_es_command
 
 

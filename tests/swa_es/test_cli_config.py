@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from log import Position
-from swa_es import config as cfg
-from swa_es.config import SettingError, Sources
+from swa_es.cli import config as cfg
+from swa_es.cli.config import SettingError, Sources
 
 
 def sources(flags: dict[str, object] | None = None, **env: str) -> Sources:

@@ -6,8 +6,8 @@ import io
 
 from rich.console import Console
 
-from swa_es.demo import Verdict
-from swa_es.live_view import Frame, RateMeter, WorkerRow, plain_lines, render_table
+from swa_es.cli.demo import Verdict
+from swa_es.cli.live_view import Frame, RateMeter, WorkerRow, plain_lines, render_table
 
 
 def frame(events: int) -> Frame:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from swa_es import prometheus
-from swa_es.metrics_http import MetricsServer, http_get
-from swa_es.prometheus import counter, gauge
+from swa_es.service import prometheus
+from swa_es.service.http import MetricsServer, http_get
+from swa_es.service.prometheus import counter, gauge
 
 
 def test_render_has_help_type_and_escaped_labels() -> None:

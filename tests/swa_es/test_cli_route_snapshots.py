@@ -9,8 +9,7 @@ import orjson
 import pytest
 
 from swa_es.cli import main
-from swa_es.config import CacheConfig
-from swa_es.engine import SyntheticEngine, synthetic_engine
+from swa_es.engine.engine import CacheConfig, SyntheticEngine, synthetic_engine
 
 REQUESTS = 40
 CACHE = CacheConfig(full_size=32768, swa_size=8192, window_tokens=64, page_size=16, device="cpu")

@@ -15,7 +15,7 @@ from cache.events import (
     EventBatch,
     encode_batch,
 )
-from swa_es.batching import BatchBuilder, encoded_size_bound
+from swa_es.publish.batching import BatchBuilder, encoded_size_bound
 
 
 def _stored(h: int) -> Event:

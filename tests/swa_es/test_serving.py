@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from cache import SWAKVAllocator, SWARadixCache
-from swa_es.serving import CacheFullError, CacheWorker, ServeOutcome
-from swa_es.workload import ChatRequest, ChatWorkload
+from swa_es.engine.worker import CacheFullError, CacheWorker, ServeOutcome
+from swa_es.engine.workload import ChatRequest, ChatWorkload
 
 # A small workload so that the pools below are under pressure and eviction runs often.
 _SMALL = {

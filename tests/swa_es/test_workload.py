@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from swa_es.workload import ChatRequest, ChatWorkload
+from swa_es.engine.workload import ChatRequest, ChatWorkload
 
 
 def _stream(workload: ChatWorkload, count: int) -> list[tuple[int, list[int], list[int]]]:

@@ -1,0 +1,148 @@
+"""The ``stats`` view: per source block and tombstone counts, and churn counters.
+
+Churn counts blocks (one per block hash) by what happened to them; ``cleared`` counts
+``AllBlocksCleared`` events. Block and tombstone counts and divergence are read from the
+follower's ``ReplicaSet``, given to ``Stats(replicas)``; this view keeps only the churn.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+import orjson
+
+from cache.events import (
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    BlockSWAEvicted,
+    BlockSWARestored,
+    EventBatch,
+)
+from consumers.errors import ViewStateError
+from consumers.views.replica import ReplicaSet
+
+
+@dataclass(slots=True)
+class Churn:
+    """Cumulative per-source counts of what happened to blocks."""
+
+    batches: int = 0
+    stored: int = 0
+    removed: int = 0
+    swa_evicted: int = 0
+    swa_restored: int = 0
+    cleared: int = 0
+
+    def count(self, batch: EventBatch) -> None:
+        """Add the events of ``batch``."""
+        self.batches += 1
+        for event in batch.events:
+            match event:
+                case BlockStored():
+                    self.stored += len(event.block_hashes)
+                case BlockRemoved():
+                    self.removed += len(event.block_hashes)
+                case BlockSWAEvicted():
+                    self.swa_evicted += len(event.block_hashes)
+                case BlockSWARestored():
+                    self.swa_restored += len(event.block_hashes)
+                case AllBlocksCleared():
+                    self.cleared += 1
+
+
+_CHURN_FIELDS = frozenset(f.name for f in fields(Churn))
+
+
+@dataclass(frozen=True, slots=True)
+class SourceStats:
+    """What ``Stats.get`` reports for one source."""
+
+    blocks: int
+    tombstones: int
+    diverged: str | None
+    churn: Churn
+
+    def as_dict(self) -> dict[str, int | str | None]:
+        """A flat dict (for metrics endpoints)."""
+        flat: dict[str, int | str | None] = {
+            "blocks": self.blocks,
+            "tombstones": self.tombstones,
+            "diverged": self.diverged,
+        }
+        flat.update(asdict(self.churn))
+        return flat
+
+
+class Stats:
+    """Per-source counts: churn kept from batches, blocks and tombstones read from ``replicas``.
+
+    ``replicas`` must be one of the same follower's views (the follower checks); it applies
+    every batch and every divergence.
+    """
+
+    def __init__(self, replicas: ReplicaSet, *, name: str = "stats") -> None:
+        self._name = name
+        self._replicas = replicas
+        self._churn: dict[str, Churn] = {}
+
+    @property
+    def name(self) -> str:
+        """This view's name in snapshots."""
+        return self._name
+
+    @property
+    def replicas(self) -> ReplicaSet:
+        """The replicas the block and tombstone counts are read from."""
+        return self._replicas
+
+    def apply(self, batch: EventBatch) -> None:
+        """Count one batch."""
+        self._churn.setdefault(batch.source, Churn()).count(batch)
+
+    def mark_diverged(self, source: str, reason: str) -> None:
+        """Nothing to do: the ``ReplicaSet`` records the divergence and ``get`` reads it."""
+
+    def sources(self) -> list[str]:
+        """Every source counted, sorted."""
+        return sorted(set(self._churn) | set(self._replicas))
+
+    def get(self, source: str) -> SourceStats:
+        """The counts of ``source`` (zeros when never seen)."""
+        tree = self._replicas.get(source)
+        return SourceStats(
+            blocks=0 if tree is None else len(tree),
+            tombstones=0 if tree is None else tree.tombstone_count,
+            diverged=None if tree is None else tree.diverged,
+            churn=self._churn.get(source, Churn()),
+        )
+
+    def as_dict(self) -> dict[str, dict[str, int | str | None]]:
+        """source -> flat counts."""
+        return {source: self.get(source).as_dict() for source in self.sources()}
+
+    def snapshot(self) -> bytes:
+        """The churn counters as one JSON line (the replicas are the ``ReplicaSet``'s)."""
+        return orjson.dumps({s: asdict(c) for s, c in self._churn.items()}) + b"\n"
+
+    def load(self, data: bytes) -> None:
+        """Replace the counts with what ``snapshot`` wrote."""
+        head, newline, rest = data.partition(b"\n")
+        if not newline:
+            raise ViewStateError(self._name, "missing the churn line")
+        try:
+            raw = orjson.loads(head)
+        except orjson.JSONDecodeError as exc:
+            raise ViewStateError(self._name, f"churn is not JSON: {exc}") from None
+        if type(raw) is not dict:
+            raise ViewStateError(self._name, "churn must be an object")
+        churn: dict[str, Churn] = {}
+        for source, counts in raw.items():
+            if type(counts) is not dict or counts.keys() != _CHURN_FIELDS:
+                raise ViewStateError(self._name, f"churn of {source!r} has the wrong fields")
+            if not all(type(v) is int and v >= 0 for v in counts.values()):
+                raise ViewStateError(self._name, f"churn of {source!r} has a bad count")
+            churn[source] = Churn(**counts)
+        if rest:
+            raise ViewStateError(self._name, "stats carry no replicas of their own")
+        self._churn = churn

@@ -1,0 +1,120 @@
+"""``swa-es follow``: a long-running follower with snapshots, ``/metrics`` and ``/healthz``.
+
+It restores the newest valid snapshot (or replays from the beginning), then applies live
+records until ``--duration`` or SIGTERM/SIGINT; on the way out it writes a last snapshot and
+its final status (per-source replica digests, counters).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from contextlib import AsyncExitStack
+from typing import Any
+
+import anyio
+
+from consumers import Follower, SnapshotStore
+from swa_es.cli.config import FollowConfig
+from swa_es.service.http import start_metrics_server
+from swa_es.service.log_access import open_reader
+from swa_es.service.prometheus import render
+from swa_es.service.service_metrics import follower_families
+from swa_es.service.signals import cancel_on_signal
+from swa_es.service.status_file import write_status, write_status_every
+from swa_es.service.views import StandardViews
+
+
+class FollowerService:
+    """A follower and what it reports."""
+
+    def __init__(self, config: FollowConfig, follower: Follower, views: StandardViews) -> None:
+        self.config = config
+        self.follower = follower
+        self.views = views
+        self.restored = False
+        self.metrics_port: int | None = None
+
+    def status(self) -> dict[str, Any]:
+        """The status document: per-source digests and the follower's counters."""
+        replicas = {
+            source: {
+                "digest": self.views.replicas[source].state_digest(),
+                "diverged": self.views.replicas[source].diverged,
+                **self.views.stats.get(source).as_dict(),
+            }
+            for source in self.views.replicas.sources()
+        }
+        return {
+            "role": "follower",
+            "pid": os.getpid(),
+            "updated_at": time.time(),
+            "restored": self.restored,
+            "metrics_port": self.metrics_port,
+            "position": self.follower.position.offsets,
+            "metrics": self.follower.metrics.as_dict(),
+            "replicas": replicas,
+        }
+
+    def render_metrics(self) -> str:
+        """``/metrics``."""
+        return render(follower_families(self.follower.metrics, self.views))
+
+    def health(self) -> tuple[bool, str]:
+        """``/healthz``: ready once restored; diverged sources are named but not fatal."""
+        if not self.restored:
+            return False, "restoring"
+        diverged = self.follower.diverged()
+        return True, "ok" + (f"; diverged: {', '.join(sorted(diverged))}" if diverged else "")
+
+    async def follow(self) -> None:
+        """Restore, then follow until the duration or a signal; snapshot on the way out."""
+        c = self.config
+        async with anyio.create_task_group() as background:
+            following = anyio.CancelScope(
+                deadline=anyio.current_time() + (c.duration_s or math.inf)
+            )
+            background.start_soon(cancel_on_signal, following)
+            if c.status_file is not None:
+                background.start_soon(
+                    write_status_every, c.status_file, self.status, c.status_every_s
+                )
+            with following:
+                await self.follower.restore()
+                self.restored = True
+                await self.follower.run(follow=True)
+            background.cancel_scope.cancel()
+        if self.follower.store is not None and self.restored:
+            await self.follower.snapshot()
+        if c.status_file is not None:
+            await write_status(c.status_file, self.status())
+
+
+async def run_follow(config: FollowConfig) -> int:
+    """Run ``follow``; the exit status."""
+    views = StandardViews.create()
+    store = None
+    if config.snapshot_dir is not None:
+        await anyio.Path(config.snapshot_dir).mkdir(parents=True, exist_ok=True)
+        store = SnapshotStore(config.snapshot_dir, keep=config.keep_snapshots)
+    async with AsyncExitStack() as stack:
+        log = await open_reader(config.log_url, config.open_timeout_s, create=True)
+        await stack.enter_async_context(log)
+        follower = Follower(
+            log,
+            views.all,
+            snapshots=store,
+            snapshot_every_batches=config.snapshot_every_batches,
+            snapshot_every_s=config.snapshot_every_s,
+        )
+        service = FollowerService(config, follower, views)
+        service.metrics_port = await start_metrics_server(
+            stack,
+            service.render_metrics,
+            service.health,
+            host=config.metrics_host,
+            port=config.metrics_port,
+        )
+        await service.follow()
+    return 0

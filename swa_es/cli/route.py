@@ -1,0 +1,58 @@
+"""``swa-es route``: rebuild the views from a log and answer one prefix query.
+
+It prints one JSON object: per source the longest cached prefix of the tokens
+(``full_tokens``) and the longest one usable under the SWA rule (``swa_tokens``; ``null`` for a
+diverged source), and ``best``, the source a router would send the request to.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TextIO
+
+import orjson
+
+from consumers import Follower, PrefixMatch, SnapshotStore
+from swa_es.cli.config import RouteConfig
+from swa_es.service.log_access import open_reader
+from swa_es.service.views import StandardViews
+
+
+def best_source(matches: dict[str, PrefixMatch]) -> str | None:
+    """The known source with the longest SWA-usable prefix (ties: the longer full prefix, then
+    the name); ``None`` when no source can reuse anything."""
+    ranked = sorted(
+        (
+            (m.swa_tokens or 0, m.full_tokens or 0, source)
+            for source, m in matches.items()
+            if m.known
+        ),
+        key=lambda item: (-item[0], -item[1], item[2]),
+    )
+    if not ranked or ranked[0][0] == 0:
+        return None
+    return ranked[0][2]
+
+
+def answer(tokens: tuple[int, ...], matches: dict[str, PrefixMatch]) -> dict[str, Any]:
+    """The JSON document of one query."""
+    return {
+        "tokens": len(tokens),
+        "best": best_source(matches),
+        "sources": {
+            source: {"full_tokens": m.full_tokens, "swa_tokens": m.swa_tokens, "known": m.known}
+            for source, m in sorted(matches.items())
+        },
+    }
+
+
+async def run_route(config: RouteConfig, out: TextIO) -> int:
+    """Restore views (snapshot + tail, or the whole log), query, print; the exit status."""
+    views = StandardViews.create()
+    store = None if config.snapshot_dir is None else SnapshotStore(config.snapshot_dir)
+    log = await open_reader(config.log_url, config.open_timeout_s)
+    async with log:
+        follower = Follower(log, views.all, snapshots=store, progress=False)
+        await follower.restore()
+    matches = views.prefix.match(config.tokens, extra_key=config.extra_key)
+    out.write(orjson.dumps(answer(config.tokens, matches)).decode() + "\n")
+    return 0

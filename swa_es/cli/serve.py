@@ -1,0 +1,126 @@
+"""``swa-es serve``: one primary worker loop publishing its cache's events to a log.
+
+It serves the synthetic workload (any ``Engine`` would do) until ``--duration`` or
+``--requests`` is reached, or SIGTERM/SIGINT arrives; then it flushes the publisher, writes its
+final status (``flushed: true`` and the primary's digest, which a follower that caught up must
+match) and exits 0. ``--metrics-port`` serves ``/metrics`` and ``/healthz`` meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from contextlib import AsyncExitStack
+from dataclasses import asdict
+from typing import Any
+
+import anyio
+
+from swa_es.cli.config import ServeConfig
+from swa_es.engine.engine import Engine, synthetic_engine
+from swa_es.engine.primary import PrimaryProgress, run_primary
+from swa_es.publish.publisher import Publisher
+from swa_es.service.http import start_metrics_server
+from swa_es.service.log_access import open_log_within
+from swa_es.service.prometheus import render
+from swa_es.service.service_metrics import publisher_families
+from swa_es.service.signals import cancel_on_signal
+from swa_es.service.status_file import write_status, write_status_every
+
+logger = logging.getLogger(__name__)
+
+
+class PrimaryService:
+    """One primary: an engine, its publisher, progress, and what it reports."""
+
+    def __init__(self, config: ServeConfig, engine: Engine, publisher: Publisher) -> None:
+        self.config = config
+        self.engine = engine
+        self.publisher = publisher
+        self.progress = PrimaryProgress()
+        self.flushed = False
+        self.metrics_port: int | None = None
+
+    def status(self) -> dict[str, Any]:
+        """The status document (``digest`` is comparable once ``flushed`` is true)."""
+        return {
+            "role": "primary",
+            "source": self.config.source,
+            "pid": os.getpid(),
+            "updated_at": time.time(),
+            "requests": self.progress.requests,
+            "epoch": self.publisher.epoch,
+            "digest": self.engine.cache.state_digest(),
+            "flushed": self.flushed,
+            "metrics_port": self.metrics_port,
+            "publisher": asdict(self.publisher.metrics),
+        }
+
+    def render_metrics(self) -> str:
+        """``/metrics``."""
+        cache = self.engine.cache
+        return render(
+            publisher_families(
+                self.publisher.metrics,
+                self.progress.requests,
+                cache.total_size(),
+                cache.state_digest(),
+            )
+        )
+
+    def health(self) -> tuple[bool, str]:
+        """``/healthz``: unhealthy once the publisher's append task died."""
+        if self.publisher.metrics.failed:
+            return False, "publisher failed"
+        return True, "ok"
+
+    async def serve(self) -> None:
+        """Serve until the limits or a signal, then flush."""
+        c = self.config
+        async with anyio.create_task_group() as background:
+            serving = anyio.CancelScope(deadline=anyio.current_time() + (c.duration_s or math.inf))
+            background.start_soon(cancel_on_signal, serving)
+            if c.status_file is not None:
+                background.start_soon(
+                    write_status_every, c.status_file, self.status, c.status_every_s
+                )
+            with serving:
+                await run_primary(
+                    self.engine,
+                    self.publisher,
+                    self.progress,
+                    max_requests=c.max_requests,
+                    rate_rps=c.rate_rps,
+                )
+            await self.publisher.flush(timeout_s=60.0)
+            self.flushed = True
+            background.cancel_scope.cancel()
+        if c.status_file is not None:
+            await write_status(c.status_file, self.status())
+
+
+async def run_serve(config: ServeConfig) -> int:
+    """Run ``serve``; the exit status."""
+    engine = synthetic_engine(config.cache, config.seed)
+    async with AsyncExitStack() as stack:
+        log = await open_log_within(config.log_url, config.open_timeout_s)
+        await stack.enter_async_context(log)
+        publisher = await stack.enter_async_context(Publisher(engine.cache, log, config.source))
+        service = PrimaryService(config, engine, publisher)
+        service.metrics_port = await start_metrics_server(
+            stack,
+            service.render_metrics,
+            service.health,
+            host=config.metrics_host,
+            port=config.metrics_port,
+        )
+        await service.serve()
+    logger.info("served %d requests as %s", service.progress.requests, config.source)
+    print(
+        f"serve {config.source}: {service.progress.requests} requests, "
+        f"digest {engine.cache.state_digest()}",
+        flush=True,
+    )
+    return 0

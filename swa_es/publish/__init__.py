@@ -1,0 +1,6 @@
+"""The publishing library: cache events -> ordered batches -> a durable log.
+
+``publisher.Publisher`` owns the queue and the append task; ``batching`` turns events into
+size-bounded batches; ``overflow`` is what a full queue does; ``metrics`` and ``errors`` are what
+a caller sees. The public names are re-exported by ``swa_es``.
+"""

@@ -1,0 +1,389 @@
+"""``Publisher``: a cache's events, one batch per scheduler step, appended in order to a log.
+
+``step()`` is synchronous and never blocks the serving loop: it takes the cache's events, builds
+and encodes one batch and queues it. A background anyio task appends queued batches to the log,
+several per ``append_batch`` call, strictly in queue order. The queue is bounded; when it is full
+the overflow policy decides (see ``OverflowPolicy``), and every overflow is counted.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Self
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+
+from cache.events import Event, EventBatch, encode_batch
+from log import EventLog, LogError
+from swa_es.publish.batching import (
+    DEFAULT_DIGEST_EVERY_BATCHES,
+    DEFAULT_MAX_BATCH_BYTES,
+    DEFAULT_MAX_EVENTS_PER_BATCH,
+    BatchBuilder,
+    PublishedCache,
+    cache_meta,
+)
+from swa_es.publish.errors import PublisherClosedError, PublisherFailedError
+from swa_es.publish.metrics import PublisherCounters, PublisherMetrics
+from swa_es.publish.overflow import Backpressure, OverflowPolicy
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class _Queued:
+    """One encoded batch waiting for the log; tickets grow by one per queued batch."""
+
+    ticket: int
+    payload: bytes
+    events: int
+
+
+def _positive_int(name: str, value: int) -> int:
+    if type(value) is not int or value < 1:
+        raise ValueError(f"{name}: expected a positive int, got {value!r}")
+    return value
+
+
+def _non_negative_number(name: str, value: float | None, *, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ValueError(f"{name}: expected a number >= 0, got {value!r}")
+
+
+class Publisher:
+    """Publishes ``cache``'s events to ``log`` under the key ``source`` (an async context manager).
+
+    ``max_queue_batches`` bounds the batches waiting for the log; ``overflow`` is ``"resync"``
+    (default) or ``"block"``; ``digest_every_batches`` sets the in-band digest cadence;
+    ``max_append_batch`` / ``max_append_bytes`` bound one ``append_batch`` call;
+    ``max_events_per_batch`` and ``max_batch_bytes`` split a huge step (or epoch opening) over
+    several batches, so no record nears the logs' 16 MiB limit;
+    retriable log errors are retried ``append_retries`` times (duplicates that a partly failed
+    call may leave are skipped by followers, which track ``(epoch, seq)``). Leaving the context
+    cleanly takes a last step and flushes within ``close_timeout_s`` (else ``TimeoutError``);
+    leaving it on an exception does not wait. ``step()``, ``flush()`` and ``wait_ready()`` must be
+    called from the event loop's thread, and the serving loop must yield to the event loop (any
+    ``await``) between steps, or the append task never runs and the queue overflows.
+    """
+
+    def __init__(
+        self,
+        cache: PublishedCache,
+        log: EventLog,
+        source: str,
+        *,
+        max_queue_batches: int = 1024,
+        overflow: OverflowPolicy | str = OverflowPolicy.RESYNC,
+        digest_every_batches: int = DEFAULT_DIGEST_EVERY_BATCHES,
+        max_append_batch: int = 64,
+        max_append_bytes: int = 4 * 1024 * 1024,
+        max_events_per_batch: int = DEFAULT_MAX_EVENTS_PER_BATCH,
+        max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
+        append_retries: int = 3,
+        retry_backoff_s: float = 0.05,
+        close_timeout_s: float | None = 30.0,
+    ) -> None:
+        if type(source) is not str or not source:
+            raise ValueError(f"source: expected a non-empty str, got {source!r}")
+        if type(append_retries) is not int or append_retries < 0:
+            raise ValueError(f"append_retries: expected an int >= 0, got {append_retries!r}")
+        # Not part of PublishedCache (a cache without the switch always records events).
+        if getattr(cache, "events_enabled", True) is False:
+            raise ValueError("cache: events are disabled (enable_events=False): nothing to publish")
+        _non_negative_number("retry_backoff_s", retry_backoff_s)
+        _non_negative_number("close_timeout_s", close_timeout_s, optional=True)
+        self.cache = cache
+        self.log = log
+        self.source = source
+        self.max_queue_batches = _positive_int("max_queue_batches", max_queue_batches)
+        self.overflow = OverflowPolicy.parse(overflow)
+        self.max_append_batch = _positive_int("max_append_batch", max_append_batch)
+        self.max_append_bytes = _positive_int("max_append_bytes", max_append_bytes)
+        self.append_retries = append_retries
+        self.retry_backoff_s = float(retry_backoff_s)
+        self.close_timeout_s = close_timeout_s
+        self._builder = BatchBuilder(
+            source,
+            cache_meta(cache, digest_every_batches=digest_every_batches),
+            digest_every_batches=digest_every_batches,
+            max_events_per_batch=max_events_per_batch,
+            max_batch_bytes=max_batch_bytes,
+        )
+        self._counters = PublisherCounters()
+        self._pending: deque[_Queued] = deque()
+        # Events a ``Backpressure`` step took from the cache; the next step publishes them first.
+        self._carry: list[Event] = []
+        self._in_flight: Sequence[_Queued] = ()
+        self._last_ticket = 0
+        self._durable_ticket = 0
+        self._progress = anyio.Event()
+        self._work = anyio.Event()
+        self._failure: BaseException | None = None
+        self._running = False
+        self._closing = False
+        self._task_group: TaskGroup | None = None
+
+    # --- public API -----------------------------------------------------------------------
+
+    @property
+    def epoch(self) -> str:
+        """The id of the epoch being published (fresh per start and per resync)."""
+        return self._builder.epoch
+
+    @property
+    def metrics(self) -> PublisherMetrics:
+        """A copy of the counters now."""
+        c = self._counters
+        return PublisherMetrics(
+            source=self.source,
+            epoch=self.epoch,
+            epochs_started=c.epochs_started,
+            batches_queued=c.batches_queued,
+            batches_published=c.batches_published,
+            events_published=c.events_published,
+            bytes_published=c.bytes_published,
+            appends=c.appends,
+            overflows=c.overflows,
+            discarded_batches=c.discarded_batches,
+            discarded_events=c.discarded_events,
+            resyncs=c.resyncs,
+            backpressure=c.backpressure,
+            append_errors=c.append_errors,
+            append_retries=c.append_retries,
+            queue_depth=len(self._pending),
+            max_queue_batches=self.max_queue_batches,
+            failed=self._failure is not None,
+        )
+
+    @property
+    def ready(self) -> bool:
+        """Whether ``step()`` would find room in the queue now."""
+        return len(self._pending) < self.max_queue_batches
+
+    def step(self) -> int:
+        """Take the cache's events and queue them as one batch; never blocks.
+
+        Returns the number of batches queued (0 for a step without events, which publishes
+        nothing and never overflows). On a full queue: ``resync`` discards the queued batches
+        and queues a new epoch holding the whole tree; ``block`` keeps the events for the next
+        ``step()`` and raises ``Backpressure``. Raises ``PublisherFailedError`` once the append
+        task has died.
+        """
+        self._check_usable()
+        events = self.cache.take_events()
+        if self._carry:
+            events, self._carry = self._carry + events, []
+        if not events:
+            return 0
+        if not self.ready:
+            return self._overflow(events)
+        batches = self._builder.step_batches(events, self.cache.state_digest)
+        self._enqueue(batches)
+        return len(batches)
+
+    async def flush(self, timeout_s: float | None = None) -> None:
+        """Return once every batch queued so far is durable (or superseded by a durable resync).
+
+        Raises ``PublisherFailedError`` if the append task dies first, ``TimeoutError`` after
+        ``timeout_s``.
+        """
+        self._check_usable()
+        target = self._last_ticket
+        with anyio.fail_after(timeout_s):
+            while self._durable_ticket < target:
+                await self._wait_progress()
+
+    async def wait_ready(self, timeout_s: float | None = None) -> None:
+        """Return once the queue has room for a ``step()`` (the ``block`` policy's partner)."""
+        self._check_usable()
+        with anyio.fail_after(timeout_s):
+            while not self.ready:
+                await self._wait_progress()
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        if self._running or self._closing:
+            raise PublisherClosedError(f"publisher {self.source!r} can be started only once")
+        task_group = anyio.create_task_group()
+        await task_group.__aenter__()
+        try:
+            self._open_epoch()
+            await task_group.start(self._append_loop)
+        except BaseException:
+            task_group.cancel_scope.cancel()
+            await task_group.__aexit__(None, None, None)
+            raise
+        self._task_group = task_group
+        self._running = True
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        task_group = self._task_group
+        if task_group is None:
+            return
+        try:
+            if exc_type is None:
+                with anyio.fail_after(self.close_timeout_s):
+                    await self._final_step()
+                    await self.flush()
+        finally:
+            self._stop(task_group, abandon=exc_type is not None)
+            await task_group.__aexit__(None, None, None)
+            self._task_group = None
+
+    async def _final_step(self) -> None:
+        """Publish what the cache changed since the last ``step()``, waiting out backpressure."""
+        while True:
+            try:
+                self.step()
+                return
+            except Backpressure:
+                await self.wait_ready()
+
+    def _stop(self, task_group: TaskGroup, *, abandon: bool) -> None:
+        unflushed = len(self._pending) + len(self._in_flight)
+        if abandon or unflushed:
+            if unflushed:
+                logger.warning(
+                    "publisher %r stopping with %d batch(es) not durable", self.source, unflushed
+                )
+            task_group.cancel_scope.cancel()
+        self._running = False
+        self._closing = True
+        self._wake_worker()
+        self._notify()
+
+    # --- queueing (event loop thread, synchronous) ----------------------------------------
+
+    def _check_usable(self) -> None:
+        if self._failure is not None:
+            raise PublisherFailedError(self.source, self._failure) from self._failure
+        if not self._running:
+            raise PublisherClosedError(
+                f"publisher {self.source!r} is not running (use it inside `async with`)"
+            )
+
+    def _enqueue(self, batches: Sequence[EventBatch]) -> None:
+        for batch in batches:
+            self._last_ticket += 1
+            self._pending.append(_Queued(self._last_ticket, encode_batch(batch), len(batch.events)))
+        self._counters.batches_queued += len(batches)
+        if batches:
+            self._wake_worker()
+
+    def _open_epoch(self) -> None:
+        # The snapshot already reflects every event still buffered in the cache: drop them.
+        self.cache.take_events()
+        snapshot = self.cache.snapshot_events()
+        self._enqueue(self._builder.open_epoch(snapshot, self.cache.state_digest()))
+        self._counters.epochs_started += 1
+
+    def _overflow(self, events: list[Event]) -> int:
+        self._counters.overflows += 1
+        if self.overflow is OverflowPolicy.BLOCK:
+            self._counters.backpressure += 1
+            self._carry = events
+            raise Backpressure(self.source, len(self._pending), self.max_queue_batches)
+        discarded = list(self._pending)
+        self._pending.clear()
+        self._counters.discarded_batches += len(discarded)
+        self._counters.discarded_events += sum(item.events for item in discarded)
+        self._counters.resyncs += 1
+        old_epoch = self.epoch
+        before = self._counters.batches_queued
+        self._open_epoch()
+        logger.warning(
+            "publisher %r: queue full, discarded %d batch(es) of epoch %s, resync as epoch %s",
+            self.source,
+            len(discarded),
+            old_epoch,
+            self.epoch,
+        )
+        self._notify()
+        return self._counters.batches_queued - before
+
+    # --- the append task ------------------------------------------------------------------
+
+    def _wake_worker(self) -> None:
+        self._work.set()
+
+    def _notify(self) -> None:
+        self._progress.set()
+        self._progress = anyio.Event()
+
+    async def _wait_progress(self) -> None:
+        event = self._progress
+        await event.wait()
+        if self._failure is not None:
+            raise PublisherFailedError(self.source, self._failure) from self._failure
+        if not self._running and self._durable_ticket < self._last_ticket:
+            raise PublisherClosedError(f"publisher {self.source!r} stopped")
+
+    def _take_group(self) -> list[_Queued]:
+        group: list[_Queued] = []
+        size_bytes = 0
+        while self._pending and len(group) < self.max_append_batch:
+            item = self._pending[0]
+            if group and size_bytes + len(item.payload) > self.max_append_bytes:
+                break
+            group.append(self._pending.popleft())
+            size_bytes += len(item.payload)
+        return group
+
+    async def _append_loop(
+        self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        task_status.started()
+        try:
+            while True:
+                while not self._pending and not self._closing:
+                    await self._work.wait()
+                    self._work = anyio.Event()
+                if not self._pending:
+                    return
+                group = self._take_group()
+                self._in_flight = group
+                self._notify()
+                await self._append_group(group)
+                self._in_flight = ()
+                self._notify()
+        except Exception as exc:
+            logger.error("publisher %r: append task died: %r", self.source, exc)
+            self._failure = exc
+            self._notify()
+
+    async def _append_group(self, group: Sequence[_Queued]) -> None:
+        records = [(self.source, item.payload) for item in group]
+        attempt = 0
+        while True:
+            try:
+                await self.log.append_batch(records)
+                break
+            except LogError as exc:
+                self._counters.append_errors += 1
+                if not exc.retriable or attempt >= self.append_retries:
+                    raise
+                self._counters.append_retries += 1
+                logger.warning("publisher %r: retrying append after %r", self.source, exc)
+                await anyio.sleep(self.retry_backoff_s * math.pow(2, attempt))
+                attempt += 1
+        counters = self._counters
+        counters.appends += 1
+        counters.batches_published += len(group)
+        counters.events_published += sum(item.events for item in group)
+        counters.bytes_published += sum(len(item.payload) for item in group)
+        self._durable_ticket = group[-1].ticket

@@ -1,0 +1,28 @@
+"""The standard set of follower views: replicas, and a prefix index and stats sharing them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from consumers import PrefixIndex, ReplicaSet, Stats
+from consumers.views.view import View
+
+
+@dataclass(frozen=True, slots=True)
+class StandardViews:
+    """One ``ReplicaSet`` and the ``PrefixIndex`` and ``Stats`` that read it."""
+
+    replicas: ReplicaSet
+    prefix: PrefixIndex
+    stats: Stats
+
+    @classmethod
+    def create(cls) -> StandardViews:
+        """Fresh, empty views."""
+        replicas = ReplicaSet()
+        return cls(replicas, PrefixIndex(replicas), Stats(replicas))
+
+    @property
+    def all(self) -> list[View]:
+        """The views in the order a follower applies them."""
+        return [self.replicas, self.prefix, self.stats]
