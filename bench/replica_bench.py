@@ -35,7 +35,9 @@ import anyio
 import orjson
 
 from cache.events import (
+    DIGEST_ALGORITHM,
     AllBlocksCleared,
+    BatchMeta,
     BlockRemoved,
     BlockStored,
     BlockSWAEvicted,
@@ -158,7 +160,7 @@ class SyntheticSource:
         meta = None
         if self.seq == 0:
             events = [AllBlocksCleared(), *events]
-            meta = {"page_size": self.page_size, "sliding_window_size": 4}
+            meta = BatchMeta(self.page_size, 4, digest_alg=DIGEST_ALGORITHM)
         digest = self.digest.hexdigest() if with_digest else None
         return EventBatch(
             self.source, self.epoch, self.seq, time.time(), tuple(events), digest, meta

@@ -1,29 +1,32 @@
 """The order-independent state digest shared by the primary tree and its replicas.
 
-The digest of a set of blocks is the sum, mod 2**64, of one term per block; a term hashes
+The digest of a set of blocks is the sum, mod 2**64, of one term per block; a term mixes
 ``(block_hash, parent_block_hash, swa_resident)``. Adding, removing or changing one block updates
 the digest in O(1), and any two holders of the same blocks agree whatever order they got them in.
+
+The term is ``mix64-v1`` (``DIGEST_ALGORITHM``), computed by the native core: two rounds of the
+splitmix64 finalizer over the block hash (already a SHA-256 prefix), salted by the flags, then the
+parent's hash. Each epoch's ``meta`` names it as ``digest_alg``. ``cache.events.reference.digest``
+is the pure-Python twin.
 """
 
 from __future__ import annotations
 
-import hashlib
-import struct
 from typing import Final
 
+from cache.events import _native
+
 _MASK: Final = (1 << 64) - 1
-_TERM_LAYOUT: Final = struct.Struct("<qqB")
-_HAS_PARENT: Final = 1
-_SWA_RESIDENT: Final = 2
 
+DIGEST_ALGORITHM: Final = _native.DIGEST_ALGORITHM
+"""The name of the digest function, written in each epoch's ``meta`` as ``digest_alg``."""
 
-def block_term(block_hash: int, parent_block_hash: int | None, swa_resident: bool) -> int:
-    """The digest contribution of one block."""
-    flags = (_SWA_RESIDENT if swa_resident else 0) | (
-        0 if parent_block_hash is None else _HAS_PARENT
-    )
-    packed = _TERM_LAYOUT.pack(block_hash, parent_block_hash or 0, flags)
-    return int.from_bytes(hashlib.blake2b(packed, digest_size=8).digest(), "little")
+block_term: Final = _native.block_term
+"""``block_term(block_hash, parent_block_hash, swa_resident) -> int``: one block's term."""
+
+chain_block_terms: Final = _native.chain_block_terms
+"""``chain_block_terms(block_hashes, first_parent, swa_resident) -> list[int]``: the terms of
+a chain of pages, each page's parent being the previous one (the first's is ``first_parent``)."""
 
 
 def format_digest(value: int) -> str:

@@ -8,7 +8,9 @@ when a node loses or regains its sliding-window KV).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Final, TypeAlias
+from typing import Final, TypeAlias
+
+from cache.events.meta import BatchMeta
 
 MEDIUM_GPU: Final = "GPU"
 
@@ -56,7 +58,8 @@ Event: TypeAlias = (
     BlockStored | BlockRemoved | BlockSWAEvicted | BlockSWARestored | AllBlocksCleared
 )
 
-BATCH_VERSION: Final = 1
+BATCH_VERSION: Final = 2
+"""The wire version written by default: version 2 joins chained stores (DESIGN §4)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +67,11 @@ class EventBatch:
     """The events of one scheduler step of one source: one log record.
 
     ``seq`` counts batches from 0 within one ``(source, epoch)``. ``meta`` is set on the first
-    batch of every epoch (``page_size``, ``sliding_window_size``, ...). ``digest`` is the
-    primary's ``state_digest()`` after this batch, written every N batches.
+    batch of every epoch (a ``BatchMeta``: ``page_size``, ``sliding_window_size``,
+    ``digest_alg``, ...). ``digest`` is the primary's ``state_digest()`` after this batch, written
+    every N batches. ``v`` is the wire version the batch was read from or will be written as
+    (1: one object per event; 2: chained stores joined); a decoded batch has one
+    ``BlockStored`` per page.
     """
 
     source: str
@@ -74,5 +80,5 @@ class EventBatch:
     ts: float
     events: tuple[Event, ...]
     digest: str | None = None
-    meta: dict[str, Any] | None = field(default=None, hash=False)
+    meta: BatchMeta | None = field(default=None, hash=False)
     v: int = BATCH_VERSION

@@ -6,6 +6,7 @@
 //! that the Python package `cache.events` wraps in a typed face. Each piece has a pure-Python
 //! twin in `cache/events/reference/`, the readable reference that differential tests hold equal.
 
+pub mod codec;
 pub mod digest;
 pub mod events;
 pub mod hashing;

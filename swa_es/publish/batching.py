@@ -13,7 +13,14 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from cache.events import AllBlocksCleared, BlockStored, Event, EventBatch
+from cache.events import (
+    DIGEST_ALGORITHM,
+    AllBlocksCleared,
+    BatchMeta,
+    BlockStored,
+    Event,
+    EventBatch,
+)
 
 DEFAULT_DIGEST_EVERY_BATCHES = 16
 DEFAULT_MAX_EVENTS_PER_BATCH = 20_000
@@ -53,15 +60,17 @@ class PublishedCache(Protocol):
         ...
 
 
-def cache_meta(cache: PublishedCache, *, digest_every_batches: int) -> dict[str, Any]:
-    """The ``meta`` a consumer needs to interpret this cache's batches."""
-    return {
-        "page_size": int(cache.page_size),
-        "sliding_window_size": int(cache.sliding_window_size),
-        "device": str(cache.device),
-        "digest_every_batches": digest_every_batches,
-        "producer": "swa-es",
-    }
+def cache_meta(cache: PublishedCache, *, digest_every_batches: int) -> BatchMeta:
+    """The ``meta`` a consumer needs to interpret this cache's batches (it names the digest
+    algorithm, so a follower knows whether it can check the in-band digests)."""
+    return BatchMeta(
+        page_size=int(cache.page_size),
+        sliding_window_size=int(cache.sliding_window_size),
+        digest_alg=DIGEST_ALGORITHM,
+        device=str(cache.device),
+        producer="swa-es",
+        digest_every_batches=digest_every_batches,
+    )
 
 
 def new_epoch_id() -> str:
@@ -127,7 +136,7 @@ class BatchBuilder:
                 f"got {max_batch_bytes!r}"
             )
         self.source = source
-        self.meta = dict(meta)
+        self.meta = meta if isinstance(meta, BatchMeta) else BatchMeta.from_dict(meta)
         self.max_batch_bytes = max_batch_bytes
         self.digest_every_batches = digest_every_batches
         self.max_events_per_batch = max_events_per_batch
@@ -155,7 +164,7 @@ class BatchBuilder:
         )
 
     def _batch(
-        self, events: Sequence[Event], *, digest: str | None, meta: dict[str, Any] | None
+        self, events: Sequence[Event], *, digest: str | None, meta: BatchMeta | None
     ) -> EventBatch:
         batch = EventBatch(
             source=self.source,
@@ -182,7 +191,7 @@ class BatchBuilder:
             self._batch(
                 chunk,
                 digest=digest if index == last else None,
-                meta=dict(self.meta) if index == 0 else None,
+                meta=self.meta if index == 0 else None,
             )
             for index, chunk in enumerate(chunks)
         ]

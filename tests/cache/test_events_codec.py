@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from cache.events import (
     AllBlocksCleared,
+    BatchMeta,
     BlockRemoved,
     BlockStored,
     BlockSWAEvicted,
@@ -55,7 +56,8 @@ BATCHES = st.builds(
     ts=st.floats(allow_nan=False, allow_infinity=False),
     events=st.lists(EVENTS, max_size=20).map(tuple),
     digest=st.none() | st.text(max_size=16),
-    meta=st.none() | st.just({"page_size": 16, "sliding_window_size": 256}),
+    meta=st.none() | st.just(BatchMeta(16, 256)),
+    v=st.sampled_from([1, 2]),
 )
 
 
@@ -74,7 +76,7 @@ def _good_batch() -> dict[str, Any]:
             BlockRemoved((7470307888890966271, -1634645291211865391)),
         ),
         digest="00000000000000ff",
-        meta={"page_size": 1, "sliding_window_size": 4},
+        meta=BatchMeta(1, 4),
     )
     return batch_to_dict(batch)
 
@@ -106,7 +108,8 @@ def test_wire_form_uses_sglang_field_names() -> None:
 @pytest.mark.parametrize(
     ("path", "bad_value", "field"),
     [
-        (("v",), 2, "v"),
+        (("v",), 3, "v"),
+        (("v",), 2.0, "v"),
         (("v",), "1", "v"),
         (("source",), 5, "source"),
         (("epoch",), None, "epoch"),
@@ -117,6 +120,10 @@ def test_wire_form_uses_sglang_field_names() -> None:
         (("events",), {}, "events"),
         (("digest",), 5, "digest"),
         (("meta",), [], "meta"),
+        (("meta", "page_size"), 0, "meta.page_size"),
+        (("meta", "sliding_window_size"), None, "meta.sliding_window_size"),
+        (("meta", "digest_alg"), 1, "meta.digest_alg"),
+        (("meta", "swa_events"), "yes", "meta.swa_events"),
         (("events", 0), "AllBlocksCleared", "events[0]"),
         (("events", 1, "type"), "BlockMoved", "events[1].type"),
         (("events", 1, "block_hashes"), 5, "events[1].block_hashes"),

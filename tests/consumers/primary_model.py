@@ -12,7 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from cache.events import (
+    DIGEST_ALGORITHM,
     AllBlocksCleared,
+    BatchMeta,
     BlockRemoved,
     BlockStored,
     BlockSWAEvicted,
@@ -100,9 +102,13 @@ class PrimaryModel:
         self.digest.clear()
         return [AllBlocksCleared()]
 
-    def meta(self) -> dict[str, int]:
+    def meta(self) -> BatchMeta:
         """The meta of this source's epoch."""
-        return {"page_size": self.page_size, "sliding_window_size": self.sliding_window_size}
+        return BatchMeta(
+            page_size=self.page_size,
+            sliding_window_size=self.sliding_window_size,
+            digest_alg=DIGEST_ALGORITHM,
+        )
 
     def start_epoch(self, epoch: str | None = None) -> EventBatch:
         """The first batch of a fresh epoch: the model empties and says AllBlocksCleared."""

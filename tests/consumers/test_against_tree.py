@@ -14,7 +14,14 @@ pytest.importorskip("cache.tree.radix_cache")
 import torch
 
 from cache import SWAKVAllocator, SWARadixCache
-from cache.events import AllBlocksCleared, EventBatch, decode_batch, encode_batch
+from cache.events import (
+    DIGEST_ALGORITHM,
+    AllBlocksCleared,
+    BatchMeta,
+    EventBatch,
+    decode_batch,
+    encode_batch,
+)
 from consumers import Follower, PrefixIndex, PrefixMatch, ReplicaSet
 from log import MemoryLog
 
@@ -105,7 +112,7 @@ async def test_replica_and_prefix_index_agree_with_the_tree(
     index = PrefixIndex(replicas)
     workload = _Workload(seed=page_size)
     records: list[bytes] = []
-    meta = {"page_size": page_size, "sliding_window_size": window}
+    meta = BatchMeta(page_size, window, digest_alg=DIGEST_ALGORITHM)
     swa_limited = 0
     for seq in range(300):
         _serve(cache, workload.request())

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from cache.events import BlockRemoved, BlockStored, BlockSWAEvicted, Event, EventBatch
+from cache.events import BatchMeta, BlockRemoved, BlockStored, BlockSWAEvicted, Event
 from consumers import (
     PrefixIndex,
     PrefixMatch,
@@ -252,11 +252,10 @@ def test_stats_count_blocks_tombstones_and_churn() -> None:
             again.load(bad)
 
 
-def test_meta_with_a_bad_page_size_is_inconsistent() -> None:
-    """meta.page_size must be a positive int, else the batch does not fit."""
-    batch = EventBatch("w", "e", 0, 0.0, (), meta={"page_size": 0, "sliding_window_size": 4})
-    with pytest.raises(ViewConsistencyError, match="page_size"):
-        ReplicaSet().apply(batch)
+def test_meta_with_a_bad_page_size_never_reaches_a_view() -> None:
+    """meta.page_size must be a positive int: BatchMeta (and so the decoder) refuses it."""
+    with pytest.raises(ValueError, match="page_size"):
+        BatchMeta(page_size=0, sliding_window_size=4)
 
 
 def test_a_replica_block_costs_at_most_200_bytes() -> None:

@@ -8,7 +8,7 @@ import anyio
 import orjson
 import pytest
 
-from cache.events import AllBlocksCleared, BlockStored, EventBatch, encode_batch
+from cache.events import AllBlocksCleared, BatchMeta, BlockStored, EventBatch, encode_batch
 from log import open_log
 from swa_es.cli import main
 
@@ -20,7 +20,7 @@ def batch(source: str, seq: int) -> EventBatch:
         if seq == 0
         else (BlockStored((seq,), None, (seq, seq + 1), 2, None, "GPU"),)
     )
-    return EventBatch(source, "e1", seq, 1.0, events, meta={"page_size": 2} if seq == 0 else None)
+    return EventBatch(source, "e1", seq, 1.0, events, meta=BatchMeta(2, 4) if seq == 0 else None)
 
 
 def write_log(directory: Path, records: list[tuple[str, bytes]], **options: object) -> None:

@@ -25,7 +25,11 @@ def _stored(h: int) -> Event:
 def _builder(**kwargs: int) -> BatchBuilder:
     ids = (f"e{i}" for i in itertools.count())
     return BatchBuilder(
-        "w0", {"page_size": 1}, clock=lambda: 12.5, epoch_ids=lambda: next(ids), **kwargs
+        "w0",
+        {"page_size": 1, "sliding_window_size": 4},
+        clock=lambda: 12.5,
+        epoch_ids=lambda: next(ids),
+        **kwargs,
     )
 
 
@@ -35,7 +39,7 @@ def test_open_epoch_starts_with_cleared_and_carries_meta_and_digest() -> None:
     [batch] = builder.open_epoch([_stored(1), BlockSWAEvicted((1,))], "d0")
     assert (batch.source, batch.epoch, batch.seq, batch.ts) == ("w0", "e0", 0, 12.5)
     assert batch.events == (AllBlocksCleared(), _stored(1), BlockSWAEvicted((1,)))
-    assert batch.meta == {"page_size": 1} and batch.digest == "d0"
+    assert batch.meta == {"page_size": 1, "sliding_window_size": 4} and batch.digest == "d0"
 
 
 def test_each_epoch_gets_a_fresh_id_and_restarts_seq() -> None:

@@ -5,11 +5,15 @@
 
 use pyo3::prelude::*;
 
+pub(crate) mod codec;
+mod digest;
 mod hashing;
 
 #[pymodule]
 #[pyo3(name = "_native")]
 fn native_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
     hashing::register(module)?;
+    digest::register(module)?;
+    codec::register(module)?;
     Ok(())
 }

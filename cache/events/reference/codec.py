@@ -1,0 +1,378 @@
+"""The batch codec: the pure-Python reference of the native core (``native/src/codec``).
+
+A record is one JSON object (DESIGN §4). Version 2 joins consecutive ``BlockStored`` events
+that form a chain (each page's parent is the previous page; same ``block_size``, ``lora_id``,
+``medium``) into one ``BlockStored`` listing every page; version 1 writes one object per event.
+Decoding reads both and yields one ``BlockStored`` per page (a multi-page store of either version
+is split). It is strict: JSON syntax first (orjson), then the checks below in this order, and
+the first that fails raises ``DecodeError(field, reason)``:
+
+- the record: an object; ``v`` present, an int, 1 or 2; no missing key (the first in sorted
+  order is named), no unknown key; ``ts`` a number; ``events`` a list; ``meta`` an object or
+  null; ``source`` and ``epoch`` strings; ``seq`` a non-negative int; each event in order;
+  ``digest`` a string or null; the typed fields of ``meta`` (``cache.events.meta``);
+- an event: an object; ``type`` present, a string, a known type; exactly its keys; then its
+  fields in this order: ``block_size`` (a positive int), ``token_ids`` (ints in [0, 2**32)),
+  ``block_hashes`` (int64s, at least one), the token count, ``parent_block_hash`` and
+  ``lora_id`` (int64 or null), ``medium`` (a string or null).
+
+Reasons show an int by its digits and any other value by its type name. The native decoder
+gives the same error for every record, except the wording after ``not JSON`` for syntax errors.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, Final
+
+import orjson
+
+from cache.events.errors import DecodeError
+from cache.events.meta import BatchMeta
+from cache.events.types import (
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    BlockSWAEvicted,
+    BlockSWARestored,
+    Event,
+    EventBatch,
+)
+
+DEFAULT_MAX_RECORD_BYTES: Final = 16 * 1024 * 1024
+SUPPORTED_VERSIONS: Final = (1, 2)
+_INT64_MIN: Final = -(1 << 63)
+_INT64_MAX: Final = (1 << 63) - 1
+_UINT32_MAX: Final = 0xFFFFFFFF
+_BATCH_FIELDS: Final = frozenset({"v", "source", "epoch", "seq", "ts", "events", "digest", "meta"})
+_STORED_FIELDS: Final = frozenset(
+    {"type", "block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium"}
+)
+_REMOVED_FIELDS: Final = frozenset({"type", "block_hashes", "medium"})
+_RESIDENCY_FIELDS: Final = frozenset({"type", "block_hashes"})
+_CLEARED_FIELDS: Final = frozenset({"type"})
+_EXCERPT_CHARS: Final = 40
+
+
+# --- encoding -------------------------------------------------------------------------------
+
+
+def event_to_dict(event: Event) -> dict[str, Any]:
+    """The JSON object of one event."""
+    match event:
+        case BlockStored():
+            return {
+                "type": "BlockStored",
+                "block_hashes": list(event.block_hashes),
+                "parent_block_hash": event.parent_block_hash,
+                "token_ids": list(event.token_ids),
+                "block_size": event.block_size,
+                "lora_id": event.lora_id,
+                "medium": event.medium,
+            }
+        case BlockRemoved():
+            return {
+                "type": "BlockRemoved",
+                "block_hashes": list(event.block_hashes),
+                "medium": event.medium,
+            }
+        case BlockSWAEvicted():
+            return {"type": "BlockSWAEvicted", "block_hashes": list(event.block_hashes)}
+        case BlockSWARestored():
+            return {"type": "BlockSWARestored", "block_hashes": list(event.block_hashes)}
+        case AllBlocksCleared():
+            return {"type": "AllBlocksCleared"}
+    raise TypeError(f"not an event: {event!r}")
+
+
+def _joins(chain: dict[str, Any], event: BlockStored) -> bool:
+    return bool(
+        event.parent_block_hash == chain["block_hashes"][-1]
+        and event.block_size == chain["block_size"]
+        and event.lora_id == chain["lora_id"]
+        and event.medium == chain["medium"]
+    )
+
+
+def compact_events(events: tuple[Event, ...]) -> list[dict[str, Any]]:
+    """The JSON objects of ``events`` with every chain of ``BlockStored`` joined into one."""
+    out: list[dict[str, Any]] = []
+    chain: dict[str, Any] | None = None
+    for event in events:
+        if isinstance(event, BlockStored) and chain is not None and _joins(chain, event):
+            chain["block_hashes"].extend(event.block_hashes)
+            chain["token_ids"].extend(event.token_ids)
+            continue
+        raw = event_to_dict(event)
+        chain = raw if isinstance(event, BlockStored) else None
+        out.append(raw)
+    return out
+
+
+def _check_encodable(batch: EventBatch) -> None:
+    if batch.v not in SUPPORTED_VERSIONS:
+        raise ValueError(f"v: unsupported batch version {batch.v}")
+    if not math.isfinite(batch.ts):
+        raise ValueError(f"ts: {batch.ts} is not a finite number")
+    for index, event in enumerate(batch.events):
+        if isinstance(event, AllBlocksCleared):
+            continue
+        if isinstance(event, BlockStored):
+            if event.block_size <= 0:
+                raise ValueError(
+                    f"events[{index}].block_size: expected a positive int, got {event.block_size}"
+                )
+            if len(event.token_ids) != event.block_size * len(event.block_hashes):
+                raise ValueError(
+                    f"events[{index}].token_ids: {len(event.token_ids)} tokens for "
+                    f"{len(event.block_hashes)} block(s) of size {event.block_size}"
+                )
+        if not event.block_hashes:
+            raise ValueError(f"events[{index}].block_hashes: must hold at least one block hash")
+
+
+def batch_to_dict(batch: EventBatch) -> dict[str, Any]:
+    """The JSON object of one batch as its version writes it (2: chains joined)."""
+    _check_encodable(batch)
+    events = (
+        compact_events(batch.events)
+        if batch.v >= 2
+        else [event_to_dict(event) for event in batch.events]
+    )
+    return {
+        "v": batch.v,
+        "source": batch.source,
+        "epoch": batch.epoch,
+        "seq": batch.seq,
+        "ts": float(batch.ts),
+        "events": events,
+        "digest": batch.digest,
+        "meta": None if batch.meta is None else batch.meta.to_dict(),
+    }
+
+
+def encode_batch(batch: EventBatch) -> bytes:
+    """Serialise a batch to the bytes of one log record."""
+    return orjson.dumps(batch_to_dict(batch))
+
+
+# --- decoding -------------------------------------------------------------------------------
+
+
+def _type_name(value: object) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _describe(value: object) -> str:
+    return str(value) if type(value) is int else _type_name(value)
+
+
+def _quoted_excerpt(text: str) -> str:
+    if len(text) > _EXCERPT_CHARS:
+        return orjson.dumps(text[:_EXCERPT_CHARS]).decode() + "..."
+    return orjson.dumps(text).decode()
+
+
+def _int64(value: object, where: str) -> int:
+    if type(value) is not int:
+        raise DecodeError(where, f"expected int64, got {_type_name(value)}")
+    if not _INT64_MIN <= value <= _INT64_MAX:
+        raise DecodeError(where, f"{value} is outside int64")
+    return value
+
+
+def _optional_int64(value: object, where: str) -> int | None:
+    return None if value is None else _int64(value, where)
+
+
+def _string(value: object, where: str) -> str:
+    if type(value) is not str:
+        raise DecodeError(where, f"expected str, got {_type_name(value)}")
+    return value
+
+
+def _optional_string(value: object, where: str) -> str | None:
+    return None if value is None else _string(value, where)
+
+
+def _int_list(value: object, where: str, *, minimum: int, maximum: int) -> list[int]:
+    if type(value) is not list:
+        raise DecodeError(where, f"expected a list, got {_type_name(value)}")
+    for index, item in enumerate(value):
+        if type(item) is not int or not minimum <= item <= maximum:
+            raise DecodeError(
+                f"{where}[{index}]",
+                f"expected int in [{minimum}, {maximum}], got {_describe(item)}",
+            )
+    return value
+
+
+def _hash_list(value: object, where: str) -> list[int]:
+    hashes = _int_list(value, where, minimum=_INT64_MIN, maximum=_INT64_MAX)
+    if not hashes:
+        raise DecodeError(where, "must hold at least one block hash")
+    return hashes
+
+
+def _exact_fields(raw: dict[str, Any], expected: frozenset[str]) -> None:
+    if raw.keys() != expected:
+        missing = sorted(expected - raw.keys())
+        if missing:
+            raise DecodeError(missing[0], "missing")
+        raise DecodeError(sorted(raw.keys() - expected)[0], "unknown field")
+
+
+def _decode_stored(raw: dict[str, Any]) -> BlockStored:
+    _exact_fields(raw, _STORED_FIELDS)
+    block_size = raw["block_size"]
+    if type(block_size) is not int or block_size <= 0:
+        raise DecodeError("block_size", f"expected a positive int, got {_describe(block_size)}")
+    token_ids = _int_list(raw["token_ids"], "token_ids", minimum=0, maximum=_UINT32_MAX)
+    hashes = _hash_list(raw["block_hashes"], "block_hashes")
+    if len(token_ids) != block_size * len(hashes):
+        raise DecodeError(
+            "token_ids",
+            f"{len(token_ids)} tokens for {len(hashes)} block(s) of size {block_size}",
+        )
+    return BlockStored(
+        block_hashes=tuple(hashes),
+        parent_block_hash=_optional_int64(raw["parent_block_hash"], "parent_block_hash"),
+        token_ids=tuple(token_ids),
+        block_size=block_size,
+        lora_id=_optional_int64(raw["lora_id"], "lora_id"),
+        medium=_optional_string(raw["medium"], "medium"),
+    )
+
+
+def _decode_removed(raw: dict[str, Any]) -> BlockRemoved:
+    _exact_fields(raw, _REMOVED_FIELDS)
+    return BlockRemoved(
+        block_hashes=tuple(_hash_list(raw["block_hashes"], "block_hashes")),
+        medium=_optional_string(raw["medium"], "medium"),
+    )
+
+
+def _decode_swa_evicted(raw: dict[str, Any]) -> BlockSWAEvicted:
+    _exact_fields(raw, _RESIDENCY_FIELDS)
+    return BlockSWAEvicted(tuple(_hash_list(raw["block_hashes"], "block_hashes")))
+
+
+def _decode_swa_restored(raw: dict[str, Any]) -> BlockSWARestored:
+    _exact_fields(raw, _RESIDENCY_FIELDS)
+    return BlockSWARestored(tuple(_hash_list(raw["block_hashes"], "block_hashes")))
+
+
+def _decode_cleared(raw: dict[str, Any]) -> AllBlocksCleared:
+    _exact_fields(raw, _CLEARED_FIELDS)
+    return AllBlocksCleared()
+
+
+_EVENT_DECODERS: Final[dict[str, Callable[[dict[str, Any]], Event]]] = {
+    "BlockStored": _decode_stored,
+    "BlockRemoved": _decode_removed,
+    "BlockSWAEvicted": _decode_swa_evicted,
+    "BlockSWARestored": _decode_swa_restored,
+    "AllBlocksCleared": _decode_cleared,
+}
+
+
+def _decode_event_fields(raw: object) -> Event:
+    if type(raw) is not dict:
+        raise DecodeError("", f"expected an object, got {_type_name(raw)}")
+    if "type" not in raw:
+        raise DecodeError("type", "missing")
+    kind = raw["type"]
+    if type(kind) is not str:
+        raise DecodeError("type", f"expected str, got {_type_name(kind)}")
+    decoder = _EVENT_DECODERS.get(kind)
+    if decoder is None:
+        raise DecodeError("type", f"unknown event type {_quoted_excerpt(kind)}")
+    return decoder(raw)
+
+
+def decode_event(raw: object, where: str = "event") -> Event:
+    """Validate and build one event from its JSON object, as it is (a multi-page store stays
+    whole); errors are named under ``where``."""
+    try:
+        return _decode_event_fields(raw)
+    except DecodeError as exc:
+        raise DecodeError(f"{where}.{exc.field}" if exc.field else where, exc.reason) from None
+
+
+def split_pages(event: BlockStored) -> list[BlockStored]:
+    """One ``BlockStored`` per page of a (possibly multi-page) store."""
+    if len(event.block_hashes) == 1:
+        return [event]
+    size = event.block_size
+    parents = (event.parent_block_hash, *event.block_hashes[:-1])
+    return [
+        BlockStored(
+            (block_hash,),
+            parent,
+            event.token_ids[index * size : (index + 1) * size],
+            size,
+            event.lora_id,
+            event.medium,
+        )
+        for index, (block_hash, parent) in enumerate(zip(event.block_hashes, parents, strict=True))
+    ]
+
+
+def _decode_events(raw_events: list[Any]) -> tuple[Event, ...]:
+    events: list[Event] = []
+    for index, raw in enumerate(raw_events):
+        event = decode_event(raw, f"events[{index}]")
+        if isinstance(event, BlockStored):
+            events.extend(split_pages(event))
+        else:
+            events.append(event)
+    return tuple(events)
+
+
+def decode_batch(data: bytes, *, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> EventBatch:
+    """Validate and build a batch from the bytes of one log record."""
+    if max_record_bytes < 0:
+        raise ValueError(f"max_record_bytes must be non-negative, got {max_record_bytes}")
+    if len(data) > max_record_bytes:
+        raise DecodeError("", f"record of {len(data)} bytes exceeds the {max_record_bytes} limit")
+    try:
+        raw = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise DecodeError("", f"not JSON: {exc}") from None
+    if type(raw) is not dict:
+        raise DecodeError("", f"expected an object, got {_type_name(raw)}")
+    if "v" not in raw:
+        raise DecodeError("v", "missing")
+    version = raw["v"]
+    if type(version) is not int:
+        raise DecodeError("v", f"expected int, got {_type_name(version)}")
+    if version not in SUPPORTED_VERSIONS:
+        raise DecodeError("v", f"unsupported batch version {version}")
+    _exact_fields(raw, _BATCH_FIELDS)
+    ts = raw["ts"]
+    if type(ts) not in (int, float):
+        raise DecodeError("ts", f"expected a number, got {_type_name(ts)}")
+    raw_events = raw["events"]
+    if type(raw_events) is not list:
+        raise DecodeError("events", f"expected a list, got {_type_name(raw_events)}")
+    meta = raw["meta"]
+    if meta is not None and type(meta) is not dict:
+        raise DecodeError("meta", f"expected an object or null, got {_type_name(meta)}")
+    source = _string(raw["source"], "source")
+    epoch = _string(raw["epoch"], "epoch")
+    seq = raw["seq"]
+    if type(seq) is not int or seq < 0:
+        raise DecodeError("seq", f"expected a non-negative int, got {_describe(seq)}")
+    events = _decode_events(raw_events)
+    digest = _optional_string(raw["digest"], "digest")
+    return EventBatch(
+        source=source,
+        epoch=epoch,
+        seq=seq,
+        ts=float(ts),
+        events=events,
+        digest=digest,
+        meta=None if meta is None else BatchMeta.from_dict(meta),
+        v=version,
+    )

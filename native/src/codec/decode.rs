@@ -1,0 +1,628 @@
+//! Strict decoding of one record into a `Batch`.
+//!
+//! Each object (the batch, an event, the meta) is scanned into slots, one per known key (the
+//! last of duplicate keys wins, as in orjson); its checks run at the closing brace in the
+//! reference's order, so the error reported is the one the reference reports. A syntax error
+//! anywhere wins over every other error, so after a field error the rest of the record is
+//! still scanned. Int lists are parsed straight into reused scratch vectors; an event costs the
+//! allocations of its own `Vec`s only.
+
+use std::borrow::Cow;
+
+use super::meta::{scan_meta, Meta};
+use super::scan::{Kind, Number, Scanner, SyntaxError, Value};
+use super::text::quoted_excerpt;
+use super::{DecodeError, SUPPORTED_VERSIONS};
+use crate::events::{Batch, Event, Header, Stored};
+
+/// Decode one record; `max_record_bytes` bounds its size.
+pub fn decode(data: &[u8], max_record_bytes: usize) -> Result<Batch, DecodeError> {
+    decode_with_meta(data, max_record_bytes).map(|(batch, _)| batch)
+}
+
+/// Decode one record and its typed meta (present on an epoch's first batch).
+pub fn decode_with_meta(
+    data: &[u8],
+    max_record_bytes: usize,
+) -> Result<(Batch, Option<Meta>), DecodeError> {
+    if data.len() > max_record_bytes {
+        return Err(DecodeError::new(
+            "",
+            format!(
+                "record of {} bytes exceeds the {max_record_bytes} limit",
+                data.len()
+            ),
+        ));
+    }
+    let mut scanner = Scanner::new(data);
+    let mut events = Vec::new();
+    let top = scan_top(&mut scanner, &mut events).map_err(not_json)?;
+    match top {
+        Top::NotObject(kind) => Err(DecodeError::new(
+            "",
+            format!("expected an object, got {}", kind.name()),
+        )),
+        Top::Object(slots) => slots.judge(&scanner, events),
+    }
+}
+
+/// Decode one event object (the text of one element of `events`) as it is on the wire (a
+/// multi-page `Stored` stays whole); errors are named under `path`.
+pub fn decode_event(data: &[u8], path: &str) -> Result<Event, DecodeError> {
+    let mut scanner = Scanner::new(data);
+    let mut scratch = Scratch::default();
+    let outcome = (|| {
+        let outcome = match scanner.peek_kind()? {
+            Kind::Object => scan_event(&mut scanner, &mut scratch)?,
+            _ => Err(DecodeError::new(
+                "",
+                format!("expected an object, got {}", scanner.skip_value()?.name()),
+            )),
+        };
+        scanner.finish()?;
+        Ok(outcome)
+    })()
+    .map_err(not_json)?;
+    outcome.map_err(|error| under(path, error))
+}
+
+fn not_json(error: SyntaxError) -> DecodeError {
+    DecodeError::new("", format!("not JSON: {error}"))
+}
+
+/// An event-relative error named under `path` (e.g. `events[3]`).
+fn under(path: &str, error: DecodeError) -> DecodeError {
+    let field = if error.field.is_empty() {
+        path.to_string()
+    } else {
+        format!("{path}.{}", error.field)
+    };
+    DecodeError::new(field, error.reason)
+}
+
+// --- the batch -----------------------------------------------------------------------------
+
+/// The batch's keys, sorted (the reference names the first missing or unknown one in order).
+const TOP_FIELDS: [&str; 8] = [
+    "digest", "epoch", "events", "meta", "seq", "source", "ts", "v",
+];
+const DIGEST: usize = 0;
+const EPOCH: usize = 1;
+const EVENTS: usize = 2;
+const META: usize = 3;
+const SEQ: usize = 4;
+const SOURCE: usize = 5;
+const TS: usize = 6;
+const VERSION: usize = 7;
+
+enum Top<'a> {
+    NotObject(Kind),
+    Object(Box<TopSlots<'a>>),
+}
+
+#[derive(Default)]
+struct TopSlots<'a> {
+    /// One bit per `TOP_FIELDS` entry present.
+    present: u8,
+    scalars: [Option<Value<'a>>; 8],
+    events_kind: Option<Kind>,
+    /// The first event that does not decode, named from the batch.
+    events_error: Option<DecodeError>,
+    meta_kind: Option<Kind>,
+    meta_span: (usize, usize),
+    meta: Option<Result<Meta, DecodeError>>,
+    least_unknown: Option<String>,
+}
+
+fn note_unknown(least: &mut Option<String>, key: Cow<'_, str>) {
+    if least.as_deref().map_or(true, |current| *key < *current) {
+        *least = Some(key.into_owned());
+    }
+}
+
+fn scan_top<'a>(
+    scanner: &mut Scanner<'a>,
+    events: &mut Vec<Event>,
+) -> Result<Top<'a>, SyntaxError> {
+    if scanner.peek_kind()? != Kind::Object {
+        let kind = scanner.skip_value()?;
+        scanner.finish()?;
+        return Ok(Top::NotObject(kind));
+    }
+    scanner.open_object()?;
+    let mut slots = Box::<TopSlots>::default();
+    let mut scratch = Scratch::default();
+    let mut first = true;
+    while let Some(key) = scanner.next_key(&mut first)? {
+        let Some(index) = TOP_FIELDS.iter().position(|name| *name == key) else {
+            scanner.skip_value()?;
+            note_unknown(&mut slots.least_unknown, key);
+            continue;
+        };
+        slots.present |= 1 << index;
+        match index {
+            EVENTS => {
+                events.clear();
+                slots.events_error = None;
+                if scanner.peek_value()? == b'[' {
+                    slots.events_kind = Some(Kind::Array);
+                    slots.events_error = scan_events(scanner, events, &mut scratch)?;
+                } else {
+                    slots.events_kind = Some(scanner.skip_value()?);
+                }
+            }
+            META => {
+                slots.meta = None;
+                if scanner.peek_value()? == b'{' {
+                    let start = scanner.offset();
+                    slots.meta = Some(scan_meta(scanner)?);
+                    slots.meta_span = (start, scanner.offset());
+                    slots.meta_kind = Some(Kind::Object);
+                } else {
+                    slots.meta_kind = Some(scanner.skip_value()?);
+                }
+            }
+            _ => slots.scalars[index] = Some(scanner.value()?),
+        }
+    }
+    scanner.finish()?;
+    Ok(Top::Object(slots))
+}
+
+fn expected_str(field: &str, value: Option<Value<'_>>) -> Result<String, DecodeError> {
+    match value {
+        Some(Value::Str(text)) => Ok(text.into_owned()),
+        other => Err(DecodeError::new(
+            field,
+            format!("expected str, got {}", kind_of(&other).name()),
+        )),
+    }
+}
+
+fn kind_of(value: &Option<Value<'_>>) -> Kind {
+    value.as_ref().map_or(Kind::Null, Value::kind)
+}
+
+impl TopSlots<'_> {
+    /// The reference's checks, in its order.
+    fn judge(
+        mut self: Box<Self>,
+        scanner: &Scanner<'_>,
+        events: Vec<Event>,
+    ) -> Result<(Batch, Option<Meta>), DecodeError> {
+        let version = match self.scalars[VERSION].take() {
+            None => return Err(DecodeError::new("v", "missing")),
+            Some(Value::Int(number)) => match u8::try_from(number) {
+                Ok(version) if SUPPORTED_VERSIONS.contains(&version) => version,
+                _ => {
+                    return Err(DecodeError::new(
+                        "v",
+                        format!("unsupported batch version {number}"),
+                    ))
+                }
+            },
+            Some(other) => {
+                return Err(DecodeError::new(
+                    "v",
+                    format!("expected int, got {}", other.kind().name()),
+                ))
+            }
+        };
+        let missing = !self.present;
+        if missing != 0 {
+            let index = missing.trailing_zeros() as usize;
+            return Err(DecodeError::new(TOP_FIELDS[index], "missing"));
+        }
+        if let Some(key) = self.least_unknown.take() {
+            return Err(DecodeError::new(key, "unknown field"));
+        }
+        let ts = match self.scalars[TS].take() {
+            Some(Value::Int(number)) => number as f64,
+            Some(Value::Float(number)) => number,
+            other => {
+                return Err(DecodeError::new(
+                    "ts",
+                    format!("expected a number, got {}", kind_of(&other).name()),
+                ))
+            }
+        };
+        if let Some(kind) = self.events_kind.filter(|kind| *kind != Kind::Array) {
+            return Err(DecodeError::new(
+                "events",
+                format!("expected a list, got {}", kind.name()),
+            ));
+        }
+        if let Some(kind) = self
+            .meta_kind
+            .filter(|kind| !matches!(kind, Kind::Object | Kind::Null))
+        {
+            return Err(DecodeError::new(
+                "meta",
+                format!("expected an object or null, got {}", kind.name()),
+            ));
+        }
+        let source = expected_str("source", self.scalars[SOURCE].take())?;
+        let epoch = expected_str("epoch", self.scalars[EPOCH].take())?;
+        let seq = match self.scalars[SEQ].take() {
+            Some(Value::Int(number)) if number >= 0 => number as u64,
+            other => {
+                let shown = other.map_or_else(|| "null".to_string(), |value| value.describe());
+                return Err(DecodeError::new(
+                    "seq",
+                    format!("expected a non-negative int, got {shown}"),
+                ));
+            }
+        };
+        if let Some(error) = self.events_error.take() {
+            return Err(error);
+        }
+        let digest = match self.scalars[DIGEST].take() {
+            Some(Value::Null) => None,
+            other => Some(expected_str("digest", other)?),
+        };
+        let (meta, meta_json) = match self.meta.take() {
+            None => (None, None),
+            Some(meta) => {
+                let (start, end) = self.meta_span;
+                let text = std::str::from_utf8(scanner.slice(start, end))
+                    .map_err(|_| DecodeError::new("meta", "not UTF-8"))?;
+                (Some(meta?), Some(text.to_string()))
+            }
+        };
+        let header = Header {
+            version,
+            source,
+            epoch,
+            seq,
+            ts,
+            digest,
+            meta_json,
+        };
+        Ok((Batch { header, events }, meta))
+    }
+}
+
+// --- events --------------------------------------------------------------------------------
+
+/// Reused buffers for the int lists of one event.
+#[derive(Default)]
+struct Scratch {
+    hashes: Vec<i64>,
+    tokens: Vec<u32>,
+}
+
+/// Decode the events array at the cursor (on `[`) into `events`; the first event that does
+/// not decode, named from the batch (the rest is still scanned).
+fn scan_events(
+    scanner: &mut Scanner<'_>,
+    events: &mut Vec<Event>,
+    scratch: &mut Scratch,
+) -> Result<Option<DecodeError>, SyntaxError> {
+    scanner.open_array()?;
+    let mut first = true;
+    let mut index = 0usize;
+    let mut failure = None;
+    while scanner.next_element(&mut first)? {
+        if failure.is_some() {
+            scanner.skip_value()?;
+        } else if scanner.peek_value()? == b'{' {
+            match scan_event(scanner, scratch)? {
+                Ok(event) => events.push(event),
+                Err(error) => failure = Some(under(&format!("events[{index}]"), error)),
+            }
+        } else {
+            let kind = scanner.skip_value()?;
+            failure = Some(DecodeError::new(
+                format!("events[{index}]"),
+                format!("expected an object, got {}", kind.name()),
+            ));
+        }
+        index += 1;
+    }
+    Ok(failure)
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum EventType {
+    Stored,
+    Removed,
+    SwaEvicted,
+    SwaRestored,
+    Cleared,
+}
+
+impl EventType {
+    fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "BlockStored" => Some(EventType::Stored),
+            "BlockRemoved" => Some(EventType::Removed),
+            "BlockSWAEvicted" => Some(EventType::SwaEvicted),
+            "BlockSWARestored" => Some(EventType::SwaRestored),
+            "AllBlocksCleared" => Some(EventType::Cleared),
+            _ => None,
+        }
+    }
+
+    /// The keys this type has, as `EVENT_FIELDS` bits.
+    fn fields(self) -> u8 {
+        match self {
+            EventType::Stored => 0x7f,
+            EventType::Removed => TYPE | HASHES | MEDIUM,
+            EventType::SwaEvicted | EventType::SwaRestored => TYPE | HASHES,
+            EventType::Cleared => TYPE,
+        }
+    }
+}
+
+/// Every key an event can have, sorted (the reference names the first missing or unknown one).
+const EVENT_FIELDS: [&str; 7] = [
+    "block_hashes",
+    "block_size",
+    "lora_id",
+    "medium",
+    "parent_block_hash",
+    "token_ids",
+    "type",
+];
+const HASHES: u8 = 1 << 0;
+const BLOCK_SIZE: u8 = 1 << 1;
+const LORA_ID: u8 = 1 << 2;
+const MEDIUM: u8 = 1 << 3;
+const PARENT: u8 = 1 << 4;
+const TOKENS: u8 = 1 << 5;
+const TYPE: u8 = 1 << 6;
+
+const INT64_RANGE: &str = "[-9223372036854775808, 9223372036854775807]";
+const UINT32_RANGE: &str = "[0, 4294967295]";
+
+enum TypeSlot<'a> {
+    Known(EventType),
+    Unknown(Cow<'a, str>),
+    NotStr(Kind),
+}
+
+/// An int list as scanned: not a list, or a list (values in the scratch vector) with its first
+/// item out of range or of the wrong type.
+enum ListSlot {
+    NotList(Kind),
+    List { bad: Option<(usize, String)> },
+}
+
+#[derive(Default)]
+struct EventSlots<'a> {
+    present: u8,
+    kind: Option<TypeSlot<'a>>,
+    hashes: Option<ListSlot>,
+    tokens: Option<ListSlot>,
+    block_size: Option<Value<'a>>,
+    parent: Option<Value<'a>>,
+    lora_id: Option<Value<'a>>,
+    medium: Option<Value<'a>>,
+    least_unknown: Option<String>,
+}
+
+/// Parse the value at the cursor as a list of ints, keeping those `accept` takes in `out`.
+#[inline]
+fn scan_int_list<T>(
+    scanner: &mut Scanner<'_>,
+    out: &mut Vec<T>,
+    accept: impl Fn(i128) -> Option<T>,
+) -> Result<ListSlot, SyntaxError> {
+    if scanner.peek_value()? != b'[' {
+        return Ok(ListSlot::NotList(scanner.skip_value()?));
+    }
+    scanner.open_array()?;
+    out.clear();
+    let mut first = true;
+    let mut bad = None;
+    let mut index = 0usize;
+    while scanner.next_element(&mut first)? {
+        if bad.is_some() {
+            scanner.skip_value()?;
+        } else if matches!(scanner.peek_value()?, b'-' | b'0'..=b'9') {
+            match scanner.number()? {
+                Number::Int(number) => match accept(number) {
+                    Some(item) => out.push(item),
+                    None => bad = Some((index, number.to_string())),
+                },
+                Number::Float(_) => bad = Some((index, Kind::Float.name().to_string())),
+            }
+        } else {
+            bad = Some((index, scanner.skip_value()?.name().to_string()));
+        }
+        index += 1;
+    }
+    Ok(ListSlot::List { bad })
+}
+
+fn scan_event<'a>(
+    scanner: &mut Scanner<'a>,
+    scratch: &mut Scratch,
+) -> Result<Result<Event, DecodeError>, SyntaxError> {
+    scanner.open_object()?;
+    let mut slots = EventSlots::default();
+    let mut first = true;
+    while let Some(key) = scanner.next_key(&mut first)? {
+        let Some(index) = EVENT_FIELDS.iter().position(|name| *name == key) else {
+            scanner.skip_value()?;
+            note_unknown(&mut slots.least_unknown, key);
+            continue;
+        };
+        let bit = 1u8 << index;
+        slots.present |= bit;
+        match bit {
+            TYPE => {
+                slots.kind = Some(match scanner.value()? {
+                    Value::Str(name) => match EventType::from_name(&name) {
+                        Some(kind) => TypeSlot::Known(kind),
+                        None => TypeSlot::Unknown(name),
+                    },
+                    other => TypeSlot::NotStr(other.kind()),
+                })
+            }
+            HASHES => {
+                slots.hashes = Some(scan_int_list(scanner, &mut scratch.hashes, |n| {
+                    i64::try_from(n).ok()
+                })?)
+            }
+            TOKENS => {
+                slots.tokens = Some(scan_int_list(scanner, &mut scratch.tokens, |n| {
+                    u32::try_from(n).ok()
+                })?)
+            }
+            BLOCK_SIZE => slots.block_size = Some(scanner.value()?),
+            PARENT => slots.parent = Some(scanner.value()?),
+            LORA_ID => slots.lora_id = Some(scanner.value()?),
+            _ => slots.medium = Some(scanner.value()?),
+        }
+    }
+    Ok(slots.judge(scratch))
+}
+
+fn list_error(field: &str, range: &str, slot: &Option<ListSlot>) -> Option<DecodeError> {
+    match slot {
+        Some(ListSlot::NotList(kind)) => Some(DecodeError::new(
+            field,
+            format!("expected a list, got {}", kind.name()),
+        )),
+        Some(ListSlot::List {
+            bad: Some((index, shown)),
+        }) => Some(DecodeError::new(
+            format!("{field}[{index}]"),
+            format!("expected int in {range}, got {shown}"),
+        )),
+        _ => None,
+    }
+}
+
+fn hashes_of(slot: &Option<ListSlot>, scratch: &Scratch) -> Result<Vec<i64>, DecodeError> {
+    if let Some(error) = list_error("block_hashes", INT64_RANGE, slot) {
+        return Err(error);
+    }
+    if scratch.hashes.is_empty() {
+        return Err(DecodeError::new(
+            "block_hashes",
+            "must hold at least one block hash",
+        ));
+    }
+    Ok(scratch.hashes.clone())
+}
+
+fn optional_int64(field: &str, value: Option<Value<'_>>) -> Result<Option<i64>, DecodeError> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Int(number)) => i64::try_from(number)
+            .map(Some)
+            .map_err(|_| DecodeError::new(field, format!("{number} is outside int64"))),
+        Some(other) => Err(DecodeError::new(
+            field,
+            format!("expected int64, got {}", other.kind().name()),
+        )),
+    }
+}
+
+fn optional_str(field: &str, value: Option<Value<'_>>) -> Result<Option<String>, DecodeError> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Str(text)) => Ok(Some(text.into_owned())),
+        Some(other) => Err(DecodeError::new(
+            field,
+            format!("expected str, got {}", other.kind().name()),
+        )),
+    }
+}
+
+impl EventSlots<'_> {
+    /// The reference's checks of one event, in its order; fields are named relative to it.
+    fn judge(self, scratch: &Scratch) -> Result<Event, DecodeError> {
+        let kind = match self.kind {
+            None => return Err(DecodeError::new("type", "missing")),
+            Some(TypeSlot::NotStr(kind)) => {
+                return Err(DecodeError::new(
+                    "type",
+                    format!("expected str, got {}", kind.name()),
+                ))
+            }
+            Some(TypeSlot::Unknown(name)) => {
+                return Err(DecodeError::new(
+                    "type",
+                    format!("unknown event type {}", quoted_excerpt(&name)),
+                ))
+            }
+            Some(TypeSlot::Known(kind)) => kind,
+        };
+        let expected = kind.fields();
+        let missing = expected & !self.present;
+        if missing != 0 {
+            let name = EVENT_FIELDS[missing.trailing_zeros() as usize];
+            return Err(DecodeError::new(name, "missing"));
+        }
+        let extra = self.present & !expected;
+        let known_extra = (extra != 0).then(|| EVENT_FIELDS[extra.trailing_zeros() as usize]);
+        let least = match (known_extra, self.least_unknown.as_deref()) {
+            (Some(known), Some(unknown)) => Some(known.min(unknown)),
+            (known, unknown) => known.or(unknown),
+        };
+        if let Some(name) = least {
+            return Err(DecodeError::new(name, "unknown field"));
+        }
+        match kind {
+            EventType::Stored => self.judge_stored(scratch),
+            EventType::Removed => {
+                let hashes = hashes_of(&self.hashes, scratch)?;
+                let medium = optional_str("medium", self.medium)?;
+                Ok(Event::Removed { hashes, medium })
+            }
+            EventType::SwaEvicted => Ok(Event::SwaEvicted {
+                hashes: hashes_of(&self.hashes, scratch)?,
+            }),
+            EventType::SwaRestored => Ok(Event::SwaRestored {
+                hashes: hashes_of(&self.hashes, scratch)?,
+            }),
+            EventType::Cleared => Ok(Event::Cleared),
+        }
+    }
+
+    fn judge_stored(self, scratch: &Scratch) -> Result<Event, DecodeError> {
+        let block_size = match &self.block_size {
+            Some(Value::Int(number)) if *number > 0 => *number,
+            other => {
+                let shown = other
+                    .as_ref()
+                    .map_or_else(|| "null".into(), Value::describe);
+                return Err(DecodeError::new(
+                    "block_size",
+                    format!("expected a positive int, got {shown}"),
+                ));
+            }
+        };
+        if let Some(error) = list_error("token_ids", UINT32_RANGE, &self.tokens) {
+            return Err(error);
+        }
+        let hashes = hashes_of(&self.hashes, scratch)?;
+        let tokens = scratch.tokens.len();
+        let pages = hashes.len();
+        // Exact in i128: block_size <= u64::MAX and pages, tokens < 2^61.
+        if tokens as i128 != block_size * pages as i128 {
+            return Err(DecodeError::new(
+                "token_ids",
+                format!("{tokens} tokens for {pages} block(s) of size {block_size}"),
+            ));
+        }
+        let parent = optional_int64("parent_block_hash", self.parent)?;
+        let lora_id = optional_int64("lora_id", self.lora_id)?;
+        let medium = optional_str("medium", self.medium)?;
+        // Only a record of 2^32 tokens or more (40 GB of JSON) gets here with a wider size.
+        let block_size = u32::try_from(block_size).map_err(|_| {
+            DecodeError::new("block_size", format!("{block_size} exceeds 4294967295"))
+        })?;
+        Ok(Event::Stored(Stored {
+            hashes,
+            parent,
+            tokens: scratch.tokens.clone(),
+            block_size,
+            lora_id,
+            medium,
+        }))
+    }
+}

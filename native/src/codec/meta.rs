@@ -1,0 +1,218 @@
+//! The typed `meta` of an epoch's first batch, validated while the record is decoded.
+//!
+//! The rules mirror `cache/events/meta.py` (`BatchMeta`): `page_size` and `sliding_window_size`
+//! are required positive ints; `digest_alg`, `device` and `producer` are strings or null;
+//! `swa_events` a bool (default true); `digest_every_batches` a positive int or null. Other keys
+//! are kept as they are in the record's text (`Header::meta_json`) and not judged here.
+
+use super::scan::{Scanner, SyntaxError, Value};
+use super::DecodeError;
+
+/// What a consumer needs to interpret a source's batches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Meta {
+    /// Tokens per page (a `Stored`'s `block_size`).
+    pub page_size: u64,
+    /// Tokens of the attention window (the SWA-usable-prefix rule).
+    pub sliding_window_size: u64,
+    /// The state digest's algorithm (`crate::digest::ALGORITHM`); None: not named.
+    pub digest_alg: Option<String>,
+    /// Whether the producer reports SWA evictions and restores (false: engine streams).
+    pub swa_events: bool,
+    pub device: Option<String>,
+    pub producer: Option<String>,
+    pub digest_every_batches: Option<u64>,
+}
+
+/// The typed keys, in the order they are checked.
+const FIELDS: [&str; 7] = [
+    "page_size",
+    "sliding_window_size",
+    "digest_alg",
+    "swa_events",
+    "device",
+    "producer",
+    "digest_every_batches",
+];
+
+/// Scan the meta object at the cursor (on `{`): the typed meta, or the first field that is
+/// wrong. The last of duplicate keys wins, as in orjson.
+pub(super) fn scan_meta<'a>(
+    scanner: &mut Scanner<'a>,
+) -> Result<Result<Meta, DecodeError>, SyntaxError> {
+    scanner.open_object()?;
+    let mut slots: [Option<Value<'a>>; 7] = Default::default();
+    let mut first = true;
+    while let Some(key) = scanner.next_key(&mut first)? {
+        match FIELDS.iter().position(|name| *name == key) {
+            Some(index) => slots[index] = Some(scanner.value()?),
+            None => {
+                scanner.skip_value()?;
+            }
+        }
+    }
+    Ok(judge(slots))
+}
+
+fn error(index: usize, reason: String) -> DecodeError {
+    DecodeError::new(format!("meta.{}", FIELDS[index]), reason)
+}
+
+fn positive(value: &Value<'_>) -> Option<u64> {
+    match value {
+        Value::Int(number) if *number > 0 => u64::try_from(*number).ok(),
+        _ => None,
+    }
+}
+
+fn required_positive(slots: &[Option<Value<'_>>; 7], index: usize) -> Result<u64, DecodeError> {
+    match &slots[index] {
+        None => Err(error(index, "missing".into())),
+        Some(value) => positive(value).ok_or_else(|| {
+            error(
+                index,
+                format!("expected a positive int, got {}", value.describe()),
+            )
+        }),
+    }
+}
+
+fn optional_positive(
+    slots: &[Option<Value<'_>>; 7],
+    index: usize,
+) -> Result<Option<u64>, DecodeError> {
+    match &slots[index] {
+        None | Some(Value::Null) => Ok(None),
+        Some(value) => positive(value).map(Some).ok_or_else(|| {
+            error(
+                index,
+                format!("expected a positive int or null, got {}", value.describe()),
+            )
+        }),
+    }
+}
+
+fn optional_string(
+    slots: &mut [Option<Value<'_>>; 7],
+    index: usize,
+) -> Result<Option<String>, DecodeError> {
+    match slots[index].take() {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Str(text)) => Ok(Some(text.into_owned())),
+        Some(other) => Err(error(
+            index,
+            format!("expected str or null, got {}", other.kind().name()),
+        )),
+    }
+}
+
+fn judge(mut slots: [Option<Value<'_>>; 7]) -> Result<Meta, DecodeError> {
+    let page_size = required_positive(&slots, 0)?;
+    let sliding_window_size = required_positive(&slots, 1)?;
+    let digest_alg = optional_string(&mut slots, 2)?;
+    let swa_events = match &slots[3] {
+        None => true,
+        Some(Value::Bool(flag)) => *flag,
+        Some(other) => {
+            return Err(error(
+                3,
+                format!("expected bool, got {}", other.kind().name()),
+            ))
+        }
+    };
+    let device = optional_string(&mut slots, 4)?;
+    let producer = optional_string(&mut slots, 5)?;
+    let digest_every_batches = optional_positive(&slots, 6)?;
+    Ok(Meta {
+        page_size,
+        sliding_window_size,
+        digest_alg,
+        swa_events,
+        device,
+        producer,
+        digest_every_batches,
+    })
+}
+
+impl Meta {
+    /// Validate a meta object given as JSON text (e.g. `Header::meta_json`).
+    pub fn from_json(text: &str) -> Result<Meta, DecodeError> {
+        let mut scanner = Scanner::new(text.as_bytes());
+        let not_json = |error: SyntaxError| DecodeError::new("meta", format!("not JSON: {error}"));
+        if scanner.peek_value().map_err(not_json)? != b'{' {
+            let kind = scanner.skip_value().map_err(not_json)?;
+            return Err(DecodeError::new(
+                "meta",
+                format!("expected an object or null, got {}", kind.name()),
+            ));
+        }
+        let meta = scan_meta(&mut scanner).map_err(not_json)?;
+        scanner.finish().map_err(not_json)?;
+        meta
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn typed_fields_are_read_and_others_ignored() {
+        let meta = Meta::from_json(
+            r#"{"page_size":16,"sliding_window_size":4,"digest_alg":"mix64-v1","x":[1,{"y":2}],
+                "swa_events":false,"device":"cpu","producer":null,"digest_every_batches":8}"#,
+        )
+        .unwrap();
+        assert_eq!(meta.page_size, 16);
+        assert_eq!(meta.sliding_window_size, 4);
+        assert_eq!(meta.digest_alg.as_deref(), Some("mix64-v1"));
+        assert!(!meta.swa_events);
+        assert_eq!(meta.device.as_deref(), Some("cpu"));
+        assert_eq!(meta.producer, None);
+        assert_eq!(meta.digest_every_batches, Some(8));
+    }
+
+    #[test]
+    fn wrong_fields_are_named_in_check_order() {
+        let cases = [
+            (r#"{"sliding_window_size":4}"#, "meta.page_size", "missing"),
+            (
+                r#"{"page_size":0,"sliding_window_size":true}"#,
+                "meta.page_size",
+                "expected a positive int, got 0",
+            ),
+            (
+                r#"{"page_size":1,"sliding_window_size":true}"#,
+                "meta.sliding_window_size",
+                "expected a positive int, got bool",
+            ),
+            (
+                r#"{"page_size":1,"sliding_window_size":2,"digest_alg":3}"#,
+                "meta.digest_alg",
+                "expected str or null, got int",
+            ),
+            (
+                r#"{"page_size":1,"sliding_window_size":2,"swa_events":null}"#,
+                "meta.swa_events",
+                "expected bool, got null",
+            ),
+            (
+                r#"{"page_size":1,"sliding_window_size":2,"digest_every_batches":-1}"#,
+                "meta.digest_every_batches",
+                "expected a positive int or null, got -1",
+            ),
+            (
+                r#"{"page_size":1,"page_size":2.0,"sliding_window_size":2}"#,
+                "meta.page_size",
+                "expected a positive int, got float",
+            ),
+        ];
+        for (text, field, reason) in cases {
+            assert_eq!(
+                Meta::from_json(text),
+                Err(DecodeError::new(field, reason)),
+                "{text}"
+            );
+        }
+    }
+}

@@ -1,0 +1,68 @@
+//! The batch codec: one log record (JSON, DESIGN §4) to and from a `crate::events::Batch`.
+//!
+//! - `decode` reads version 1 and 2 records strictly: it accepts exactly what the pure-Python
+//!   reference (`cache/events/reference/codec.py`, orjson + checks) accepts and reports the same
+//!   `DecodeError` (field path and reason) for everything it refuses. JSON syntax errors take
+//!   precedence over every other error, as in the reference, which parses before it checks.
+//! - `encode` writes version 2 by default: consecutive `Stored` events that form a chain become
+//!   one `Stored` listing every page (vLLM's multi-block form), so a page-1 block costs its hash
+//!   and token id plus two commas on the wire. A header with version 1 is written without
+//!   compaction. The bytes equal `orjson.dumps` of the reference's JSON object.
+//!
+//! The scanner is hand-written rather than serde_json: acceptance must match orjson's exactly
+//! (integers up to u64, larger ones as doubles; 1,024 levels of nesting; the last of duplicate
+//! keys wins) and errors must follow the reference's checking order, which needs every field of
+//! an object before any is judged. Slots filled while scanning, judged at the closing brace, do
+//! both in one pass without building a document tree and without a dependency.
+
+mod decode;
+mod encode;
+mod meta;
+mod scan;
+mod text;
+
+pub use decode::{decode, decode_event, decode_with_meta};
+pub use encode::{encode, EncodeError};
+pub use meta::Meta;
+
+/// The record size limit used when the caller names none: 16 MiB.
+pub const DEFAULT_MAX_RECORD_BYTES: usize = 16 * 1024 * 1024;
+
+/// The version `encode` writes for a header that asks for the current one.
+pub const WIRE_VERSION: u8 = 2;
+
+/// The versions `decode` reads.
+pub const SUPPORTED_VERSIONS: [u8; 2] = [1, 2];
+
+/// A record is not a valid batch. `field` names the offending part as the Python codec does
+/// (`""` for the whole record, `v`, `events[3].block_hashes[0]`, `meta.page_size`, ...).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DecodeError {
+    pub field: String,
+    pub reason: String,
+}
+
+impl DecodeError {
+    /// An error naming `field`.
+    pub fn new(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        DecodeError {
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.field.is_empty() {
+            f.write_str(&self.reason)
+        } else {
+            write!(f, "{}: {}", self.field, self.reason)
+        }
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,693 @@
+//! A strict JSON scanner over one record's bytes: RFC 8259 with the same acceptance as orjson,
+//! the parser of the pure-Python reference codec.
+//!
+//! The decoder drives it token by token and never builds a document tree. What it accepts:
+//! whitespace is space, tab, LF and CR; strings are valid UTF-8 without raw control characters,
+//! with the JSON escapes and properly paired `\u` surrogates; numbers follow the JSON grammar,
+//! and one whose value overflows a double is refused (as orjson refuses it); containers nest at
+//! most 1,024 deep. An integer literal is an integer when it fits in i64 or u64, a double
+//! otherwise (orjson's rule). Every violation is a `SyntaxError` with its byte offset.
+
+use std::borrow::Cow;
+use std::fmt;
+
+/// The deepest nesting of arrays and objects accepted (orjson's limit).
+pub const MAX_DEPTH: usize = 1024;
+
+/// The bytes are not JSON; `offset` is where the scanner stopped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SyntaxError {
+    pub what: &'static str,
+    pub offset: usize,
+}
+
+impl fmt::Display for SyntaxError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} at byte {}", self.what, self.offset)
+    }
+}
+
+/// The JSON type of a value, named as the Python reference names it (`type(value).__name__`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Object,
+    Array,
+    Str,
+    Int,
+    Float,
+    Bool,
+    Null,
+}
+
+impl Kind {
+    /// The Python type name of a value of this kind (`null` for None, as the codec says it).
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Object => "dict",
+            Kind::Array => "list",
+            Kind::Str => "str",
+            Kind::Int => "int",
+            Kind::Float => "float",
+            Kind::Bool => "bool",
+            Kind::Null => "null",
+        }
+    }
+}
+
+/// A number as the reference sees it after `orjson.loads`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Number {
+    /// An integer literal in [i64::MIN, u64::MAX].
+    Int(i128),
+    /// A literal with a fraction or an exponent, or an integer outside that range.
+    Float(f64),
+}
+
+/// One scalar value, or the kind of a skipped container.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value<'a> {
+    Int(i128),
+    Float(f64),
+    Str(Cow<'a, str>),
+    Bool(bool),
+    Null,
+    /// An array or object, already skipped (and checked).
+    Container(Kind),
+}
+
+impl Value<'_> {
+    /// The kind of this value.
+    pub fn kind(&self) -> Kind {
+        match self {
+            Value::Int(_) => Kind::Int,
+            Value::Float(_) => Kind::Float,
+            Value::Str(_) => Kind::Str,
+            Value::Bool(_) => Kind::Bool,
+            Value::Null => Kind::Null,
+            Value::Container(kind) => *kind,
+        }
+    }
+
+    /// How an error message shows a value: an integer's digits, any other value's type name.
+    pub fn describe(&self) -> String {
+        match self {
+            Value::Int(value) => value.to_string(),
+            other => other.kind().name().to_string(),
+        }
+    }
+}
+
+/// The cursor over one record.
+pub struct Scanner<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+    depth: usize,
+}
+
+#[inline]
+fn is_ws(byte: u8) -> bool {
+    matches!(byte, b' ' | b'\n' | b'\r' | b'\t')
+}
+
+fn hex_digit(byte: u8) -> Option<u32> {
+    match byte {
+        b'0'..=b'9' => Some(u32::from(byte - b'0')),
+        b'a'..=b'f' => Some(u32::from(byte - b'a') + 10),
+        b'A'..=b'F' => Some(u32::from(byte - b'A') + 10),
+        _ => None,
+    }
+}
+
+impl<'a> Scanner<'a> {
+    /// A scanner at the start of `bytes`.
+    pub fn new(bytes: &'a [u8]) -> Self {
+        Scanner {
+            bytes,
+            pos: 0,
+            depth: 0,
+        }
+    }
+
+    /// The byte offset of the cursor.
+    pub fn offset(&self) -> usize {
+        self.pos
+    }
+
+    /// The bytes between two offsets (a value's source text).
+    pub fn slice(&self, start: usize, end: usize) -> &'a [u8] {
+        &self.bytes[start..end]
+    }
+
+    fn fail<T>(&self, what: &'static str) -> Result<T, SyntaxError> {
+        Err(SyntaxError {
+            what,
+            offset: self.pos,
+        })
+    }
+
+    #[inline]
+    fn skip_ws(&mut self) {
+        while let Some(&byte) = self.bytes.get(self.pos) {
+            if !is_ws(byte) {
+                break;
+            }
+            self.pos += 1;
+        }
+    }
+
+    /// The first byte of the next value (after whitespace), not consumed.
+    #[inline]
+    pub fn peek_value(&mut self) -> Result<u8, SyntaxError> {
+        self.skip_ws();
+        match self.bytes.get(self.pos) {
+            Some(&byte) => Ok(byte),
+            None => self.fail("unexpected end of data"),
+        }
+    }
+
+    /// The kind of the next value, judged by its first byte; an impossible first byte fails.
+    pub fn peek_kind(&mut self) -> Result<Kind, SyntaxError> {
+        match self.peek_value()? {
+            b'{' => Ok(Kind::Object),
+            b'[' => Ok(Kind::Array),
+            b'"' => Ok(Kind::Str),
+            b'-' | b'0'..=b'9' => Ok(Kind::Int),
+            b't' | b'f' => Ok(Kind::Bool),
+            b'n' => Ok(Kind::Null),
+            _ => self.fail("unexpected character, expected a JSON value"),
+        }
+    }
+
+    /// After the document: only whitespace may follow.
+    pub fn finish(&mut self) -> Result<(), SyntaxError> {
+        self.skip_ws();
+        if self.pos == self.bytes.len() {
+            Ok(())
+        } else {
+            self.fail("unexpected content after document")
+        }
+    }
+
+    /// Consume the `{` or `[` at the cursor (the caller peeked it).
+    fn open(&mut self) -> Result<(), SyntaxError> {
+        if self.depth == MAX_DEPTH {
+            return self.fail("depth limit exceeded");
+        }
+        self.depth += 1;
+        self.pos += 1;
+        Ok(())
+    }
+
+    /// Enter the object at the cursor (peeked `{`); iterate it with `next_key`.
+    pub fn open_object(&mut self) -> Result<(), SyntaxError> {
+        self.open()
+    }
+
+    /// Enter the array at the cursor (peeked `[`); iterate it with `next_element`.
+    pub fn open_array(&mut self) -> Result<(), SyntaxError> {
+        self.open()
+    }
+
+    /// The next key of the current object, with the cursor on its value; None at the closing
+    /// brace (consumed). `first` is true until the first call has returned.
+    pub fn next_key(&mut self, first: &mut bool) -> Result<Option<Cow<'a, str>>, SyntaxError> {
+        self.skip_ws();
+        let Some(&byte) = self.bytes.get(self.pos) else {
+            return self.fail("unexpected end of data");
+        };
+        if byte == b'}' && *first {
+            self.pos += 1;
+            self.depth -= 1;
+            return Ok(None);
+        }
+        if !*first {
+            match byte {
+                b',' => {
+                    self.pos += 1;
+                    self.skip_ws();
+                    if self.bytes.get(self.pos) == Some(&b'}') {
+                        return self.fail("trailing comma is not allowed");
+                    }
+                }
+                b'}' => {
+                    self.pos += 1;
+                    self.depth -= 1;
+                    return Ok(None);
+                }
+                _ => return self.fail("unexpected character, expected ',' or '}'"),
+            }
+        }
+        *first = false;
+        match self.bytes.get(self.pos) {
+            Some(b'"') => {}
+            Some(_) => return self.fail("unexpected character, expected a string key"),
+            None => return self.fail("unexpected end of data"),
+        }
+        let key = self.string()?;
+        self.skip_ws();
+        match self.bytes.get(self.pos) {
+            Some(b':') => self.pos += 1,
+            Some(_) => return self.fail("unexpected character, expected ':' after key"),
+            None => return self.fail("unexpected end of data"),
+        }
+        Ok(Some(key))
+    }
+
+    /// Whether another element of the current array follows (cursor on it); false at the
+    /// closing bracket (consumed). `first` as for `next_key`.
+    #[inline]
+    pub fn next_element(&mut self, first: &mut bool) -> Result<bool, SyntaxError> {
+        self.skip_ws();
+        let Some(&byte) = self.bytes.get(self.pos) else {
+            return self.fail("unexpected end of data");
+        };
+        if *first {
+            *first = false;
+            if byte == b']' {
+                self.pos += 1;
+                self.depth -= 1;
+                return Ok(false);
+            }
+            return Ok(true);
+        }
+        match byte {
+            b',' => {
+                self.pos += 1;
+                self.skip_ws();
+                if self.bytes.get(self.pos) == Some(&b']') {
+                    return self.fail("trailing comma is not allowed");
+                }
+                Ok(true)
+            }
+            b']' => {
+                self.pos += 1;
+                self.depth -= 1;
+                Ok(false)
+            }
+            _ => self.fail("unexpected character, expected ',' or ']'"),
+        }
+    }
+
+    /// The string at the cursor (on its opening quote), unescaped; borrowed when it has no
+    /// escapes.
+    pub fn string(&mut self) -> Result<Cow<'a, str>, SyntaxError> {
+        self.pos += 1; // the opening quote
+        let start = self.pos;
+        let bytes = self.bytes;
+        while let Some(&byte) = bytes.get(self.pos) {
+            match byte {
+                b'"' => {
+                    let text = self.utf8(start, self.pos)?;
+                    self.pos += 1;
+                    return Ok(Cow::Borrowed(text));
+                }
+                b'\\' => return self.escaped_string(start).map(Cow::Owned),
+                0..=0x1f => return self.fail("unexpected control character in string"),
+                _ => self.pos += 1,
+            }
+        }
+        self.fail("unexpected end of data")
+    }
+
+    fn utf8(&self, start: usize, end: usize) -> Result<&'a str, SyntaxError> {
+        std::str::from_utf8(&self.bytes[start..end]).map_err(|error| SyntaxError {
+            what: "str is not valid UTF-8",
+            offset: start + error.valid_up_to(),
+        })
+    }
+
+    /// The rest of a string that has an escape; `start` is just after its opening quote.
+    fn escaped_string(&mut self, start: usize) -> Result<String, SyntaxError> {
+        let mut out = String::with_capacity(self.pos - start + 16);
+        let mut run = start;
+        loop {
+            let Some(&byte) = self.bytes.get(self.pos) else {
+                return self.fail("unexpected end of data");
+            };
+            match byte {
+                b'"' => {
+                    out.push_str(self.utf8(run, self.pos)?);
+                    self.pos += 1;
+                    return Ok(out);
+                }
+                b'\\' => {
+                    out.push_str(self.utf8(run, self.pos)?);
+                    self.pos += 1;
+                    let Some(&escape) = self.bytes.get(self.pos) else {
+                        return self.fail("unexpected end of data");
+                    };
+                    self.pos += 1;
+                    match escape {
+                        b'"' => out.push('"'),
+                        b'\\' => out.push('\\'),
+                        b'/' => out.push('/'),
+                        b'b' => out.push('\u{8}'),
+                        b'f' => out.push('\u{c}'),
+                        b'n' => out.push('\n'),
+                        b'r' => out.push('\r'),
+                        b't' => out.push('\t'),
+                        b'u' => out.push(self.unicode_escape()?),
+                        _ => return self.fail("invalid escaped sequence in string"),
+                    }
+                    run = self.pos;
+                }
+                0..=0x1f => return self.fail("unexpected control character in string"),
+                _ => self.pos += 1,
+            }
+        }
+    }
+
+    fn hex4(&mut self) -> Result<u32, SyntaxError> {
+        let mut value = 0;
+        for _ in 0..4 {
+            match self.bytes.get(self.pos).copied().and_then(hex_digit) {
+                Some(digit) => value = value * 16 + digit,
+                None if self.pos >= self.bytes.len() => return self.fail("unexpected end of data"),
+                None => return self.fail("invalid escaped sequence in string"),
+            }
+            self.pos += 1;
+        }
+        Ok(value)
+    }
+
+    /// The character of a `\u` escape (cursor after the `u`), pairing surrogates.
+    fn unicode_escape(&mut self) -> Result<char, SyntaxError> {
+        let first = self.hex4()?;
+        let code = match first {
+            0xD800..=0xDBFF => {
+                if self.bytes.get(self.pos..self.pos + 2) != Some(b"\\u") {
+                    return self.fail("no low surrogate in string");
+                }
+                self.pos += 2;
+                let second = self.hex4()?;
+                if !(0xDC00..=0xDFFF).contains(&second) {
+                    return self.fail("invalid low surrogate in string");
+                }
+                0x10000 + ((first - 0xD800) << 10) + (second - 0xDC00)
+            }
+            0xDC00..=0xDFFF => return self.fail("invalid high surrogate in string"),
+            other => other,
+        };
+        match char::from_u32(code) {
+            Some(character) => Ok(character),
+            None => self.fail("invalid escaped sequence in string"),
+        }
+    }
+
+    /// The number at the cursor.
+    #[inline]
+    pub fn number(&mut self) -> Result<Number, SyntaxError> {
+        let start = self.pos;
+        let bytes = self.bytes;
+        let negative = bytes.get(self.pos) == Some(&b'-');
+        if negative {
+            self.pos += 1;
+        }
+        let mut magnitude: u64 = 0;
+        let mut overflow = false;
+        match bytes.get(self.pos) {
+            Some(b'0') => {
+                self.pos += 1;
+                if matches!(bytes.get(self.pos), Some(b'0'..=b'9')) {
+                    return self.fail("number with leading zero is not allowed");
+                }
+            }
+            Some(b'1'..=b'9') => {
+                while let Some(&digit @ b'0'..=b'9') = bytes.get(self.pos) {
+                    let value = u64::from(digit - b'0');
+                    match magnitude.checked_mul(10).and_then(|m| m.checked_add(value)) {
+                        Some(next) => magnitude = next,
+                        None => overflow = true,
+                    }
+                    self.pos += 1;
+                }
+            }
+            None => return self.fail("unexpected end of data"),
+            Some(_) => return self.fail("no digit after sign"),
+        }
+        let mut integral = true;
+        if bytes.get(self.pos) == Some(&b'.') {
+            self.pos += 1;
+            integral = false;
+            self.digits("no digit after decimal point")?;
+        }
+        if matches!(bytes.get(self.pos), Some(b'e' | b'E')) {
+            self.pos += 1;
+            integral = false;
+            if matches!(bytes.get(self.pos), Some(b'+' | b'-')) {
+                self.pos += 1;
+            }
+            self.digits("no digit in exponent")?;
+        }
+        if integral && !overflow {
+            if !negative {
+                return Ok(Number::Int(i128::from(magnitude)));
+            }
+            if magnitude <= 1 << 63 {
+                return Ok(Number::Int(-i128::from(magnitude)));
+            }
+        }
+        self.float(start)
+    }
+
+    fn digits(&mut self, missing: &'static str) -> Result<(), SyntaxError> {
+        match self.bytes.get(self.pos) {
+            Some(b'0'..=b'9') => {}
+            None => return self.fail("unexpected end of data"),
+            Some(_) => return self.fail(missing),
+        }
+        while matches!(self.bytes.get(self.pos), Some(b'0'..=b'9')) {
+            self.pos += 1;
+        }
+        Ok(())
+    }
+
+    /// The double of the number text from `start` to the cursor (correctly rounded).
+    fn float(&self, start: usize) -> Result<Number, SyntaxError> {
+        let text = self.utf8(start, self.pos)?;
+        match text.parse::<f64>() {
+            Ok(value) if value.is_finite() => Ok(Number::Float(value)),
+            _ => Err(SyntaxError {
+                what: "number is infinity when parsed as double",
+                offset: start,
+            }),
+        }
+    }
+
+    /// The literal `true`, `false` or `null` at the cursor.
+    fn literal(&mut self) -> Result<Value<'a>, SyntaxError> {
+        let rest = &self.bytes[self.pos..];
+        let (value, length): (Value<'a>, usize) = match rest.first() {
+            Some(b't') => (Value::Bool(true), 4),
+            Some(b'f') => (Value::Bool(false), 5),
+            _ => (Value::Null, 4),
+        };
+        let expected: &[u8] = match value {
+            Value::Bool(true) => b"true",
+            Value::Bool(false) => b"false",
+            _ => b"null",
+        };
+        if rest.len() < length {
+            if expected.starts_with(rest) {
+                return self.fail("unexpected end of data");
+            }
+            return self.fail("invalid literal");
+        }
+        if &rest[..length] != expected {
+            return self.fail("invalid literal");
+        }
+        self.pos += length;
+        Ok(value)
+    }
+
+    /// The value at the cursor: scalars read, containers skipped (and checked).
+    pub fn value(&mut self) -> Result<Value<'a>, SyntaxError> {
+        match self.peek_kind()? {
+            Kind::Str => Ok(Value::Str(self.string()?)),
+            Kind::Int => Ok(match self.number()? {
+                Number::Int(value) => Value::Int(value),
+                Number::Float(value) => Value::Float(value),
+            }),
+            Kind::Bool | Kind::Null => self.literal(),
+            kind => {
+                self.skip_container()?;
+                Ok(Value::Container(kind))
+            }
+        }
+    }
+
+    /// Skip the value at the cursor, checking it; its kind.
+    pub fn skip_value(&mut self) -> Result<Kind, SyntaxError> {
+        Ok(self.value()?.kind())
+    }
+
+    /// Skip the array or object at the cursor without recursion.
+    fn skip_container(&mut self) -> Result<(), SyntaxError> {
+        // One bit per open container, relative to this one: set for an object.
+        let mut is_object = [0u64; MAX_DEPTH / 64];
+        let mut level = 0usize;
+        let push = |bits: &mut [u64; MAX_DEPTH / 64], level: usize, object: bool| {
+            let (word, bit) = (level / 64, level % 64);
+            if object {
+                bits[word] |= 1 << bit;
+            } else {
+                bits[word] &= !(1 << bit);
+            }
+        };
+        let object = self.bytes[self.pos] == b'{';
+        self.open()?;
+        push(&mut is_object, 0, object);
+        let mut first = true;
+        loop {
+            let in_object = is_object[level / 64] >> (level % 64) & 1 == 1;
+            let more = if in_object {
+                self.next_key(&mut first)?.is_some()
+            } else {
+                self.next_element(&mut first)?
+            };
+            if !more {
+                if level == 0 {
+                    return Ok(());
+                }
+                level -= 1;
+                first = false;
+                continue;
+            }
+            match self.peek_kind()? {
+                kind @ (Kind::Object | Kind::Array) => {
+                    self.open()?;
+                    level += 1;
+                    push(&mut is_object, level, kind == Kind::Object);
+                    first = true;
+                }
+                Kind::Str => {
+                    self.string()?;
+                    first = false;
+                }
+                Kind::Int | Kind::Float => {
+                    self.number()?;
+                    first = false;
+                }
+                Kind::Bool | Kind::Null => {
+                    self.literal()?;
+                    first = false;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn whole(text: &[u8]) -> Result<Value<'_>, SyntaxError> {
+        let mut scanner = Scanner::new(text);
+        let value = scanner.value()?;
+        scanner.finish()?;
+        Ok(value)
+    }
+
+    #[test]
+    fn integers_follow_orjson_ranges() {
+        assert_eq!(whole(b"-0").unwrap(), Value::Int(0));
+        assert_eq!(
+            whole(b"18446744073709551615").unwrap(),
+            Value::Int(u64::MAX.into())
+        );
+        assert_eq!(
+            whole(b"-9223372036854775808").unwrap(),
+            Value::Int(i64::MIN.into())
+        );
+        assert_eq!(
+            whole(b"18446744073709551616").unwrap(),
+            Value::Float(18446744073709551616.0)
+        );
+        assert_eq!(
+            whole(b"-9223372036854775809").unwrap(),
+            Value::Float(-9223372036854775809.0)
+        );
+        assert!(whole(&[b'1'; 400]).is_err());
+        assert_eq!(whole(b"1E2").unwrap(), Value::Float(100.0));
+    }
+
+    #[test]
+    fn bad_numbers_are_refused() {
+        for text in [
+            &b"01"[..],
+            b"-",
+            b"1.",
+            b".5",
+            b"+1",
+            b"1e",
+            b"1e+",
+            b"-01",
+            b"1e400",
+            b"0x10",
+            b"1.5.5",
+        ] {
+            assert!(whole(text).is_err(), "{:?}", String::from_utf8_lossy(text));
+        }
+    }
+
+    #[test]
+    fn strings_unescape_and_check_surrogates() {
+        assert_eq!(
+            whole(br#""a\u00e9\ud83d\ude00\n""#).unwrap(),
+            Value::Str(Cow::Owned("a\u{e9}\u{1F600}\n".into()))
+        );
+        for text in [
+            &br#""\ud800""#[..],
+            br#""\udc00""#,
+            br#""\ud800\u0041""#,
+            br#""\x""#,
+            br#""\u12g4""#,
+            b"\"\x01\"",
+            b"\"\xff\"",
+            b"\"\xed\xa0\x80\"",
+            b"\"abc",
+        ] {
+            assert!(whole(text).is_err(), "{:?}", String::from_utf8_lossy(text));
+        }
+    }
+
+    #[test]
+    fn structure_errors_are_refused() {
+        for text in [
+            &b"{\"a\":1,}"[..],
+            b"[1,]",
+            b"[,1]",
+            b"{,}",
+            b"[]]",
+            b"{\"a\" 1}",
+            b"{1:1}",
+            b"tru",
+            b"true1",
+            b"\xef\xbb\xbf{}",
+            b"\x0c{}",
+            b"",
+            b"NaN",
+        ] {
+            assert!(whole(text).is_err(), "{:?}", String::from_utf8_lossy(text));
+        }
+        assert_eq!(
+            whole(b" {\"a\": [1, {\"b\": null}], \"c\": \"d\"} ").unwrap(),
+            Value::Container(Kind::Object)
+        );
+    }
+
+    #[test]
+    fn depth_limit_is_orjson_s() {
+        let deep = |n: usize| {
+            let mut text = vec![b'['; n];
+            text.extend(vec![b']'; n]);
+            text
+        };
+        assert!(whole(&deep(MAX_DEPTH)).is_ok());
+        assert!(whole(&deep(MAX_DEPTH + 1)).is_err());
+        let mut objects = b"{\"a\":".repeat(MAX_DEPTH - 1);
+        objects.extend_from_slice(b"{}");
+        objects.extend(vec![b'}'; MAX_DEPTH - 1]);
+        assert!(whole(&objects).is_ok());
+    }
+}

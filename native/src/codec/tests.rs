@@ -1,0 +1,382 @@
+//! Round trips, compaction and the error paths of the codec (the Python differential tests hold
+//! it equal to the reference on random input; these pin the contract without Python).
+
+use super::*;
+use crate::events::{Batch, Event, Header, Stored};
+
+fn stored(hash: i64, parent: Option<i64>, tokens: &[u32]) -> Event {
+    Event::Stored(Stored {
+        hashes: vec![hash],
+        parent,
+        tokens: tokens.to_vec(),
+        block_size: tokens.len() as u32,
+        lora_id: None,
+        medium: Some("GPU".into()),
+    })
+}
+
+fn header(version: u8) -> Header {
+    Header {
+        version,
+        source: "worker-0".into(),
+        epoch: "e1".into(),
+        seq: 3,
+        ts: 12.5,
+        digest: Some("00000000000000ff".into()),
+        meta_json: Some(r#"{"page_size":1,"sliding_window_size":4}"#.into()),
+    }
+}
+
+fn sample(version: u8) -> Batch {
+    Batch {
+        header: header(version),
+        events: vec![
+            Event::Cleared,
+            stored(7470307888890966271, None, &[1]),
+            stored(-1634645291211865391, Some(7470307888890966271), &[2]),
+            Event::SwaEvicted {
+                hashes: vec![7470307888890966271],
+            },
+            Event::SwaRestored {
+                hashes: vec![7470307888890966271],
+            },
+            Event::Removed {
+                hashes: vec![7470307888890966271, -1634645291211865391],
+                medium: Some("GPU".into()),
+            },
+        ],
+    }
+}
+
+/// The batch with every chain of `Stored` joined, as version 2 decodes it.
+fn joined(batch: &Batch) -> Vec<Event> {
+    let mut out: Vec<Event> = Vec::new();
+    for event in &batch.events {
+        if let (Some(Event::Stored(last)), Event::Stored(next)) = (out.last_mut(), event) {
+            if next.parent == last.hashes.last().copied()
+                && next.block_size == last.block_size
+                && next.lora_id == last.lora_id
+                && next.medium == last.medium
+            {
+                last.hashes.extend_from_slice(&next.hashes);
+                last.tokens.extend_from_slice(&next.tokens);
+                continue;
+            }
+        }
+        out.push(event.clone());
+    }
+    out
+}
+
+#[test]
+fn version_1_round_trips_event_by_event() {
+    let batch = sample(1);
+    let bytes = encode(&batch).unwrap();
+    assert_eq!(decode(&bytes, DEFAULT_MAX_RECORD_BYTES).unwrap(), batch);
+}
+
+#[test]
+fn version_2_joins_chains_into_one_stored() {
+    let batch = sample(2);
+    let bytes = encode(&batch).unwrap();
+    let text = std::str::from_utf8(&bytes).unwrap();
+    assert_eq!(text.matches("BlockStored").count(), 1, "{text}");
+    assert!(text.contains(
+        r#"{"type":"BlockStored","block_hashes":[7470307888890966271,-1634645291211865391],"parent_block_hash":null,"token_ids":[1,2],"block_size":1,"lora_id":null,"medium":"GPU"}"#
+    ));
+    let decoded = decode(&bytes, DEFAULT_MAX_RECORD_BYTES).unwrap();
+    assert_eq!(decoded.header, batch.header);
+    assert_eq!(decoded.events, joined(&batch));
+    assert!(!decoded.starts_epoch(), "seq 3 does not start an epoch");
+}
+
+#[test]
+fn chains_break_on_parent_size_lora_or_medium() {
+    let mut other_medium = stored(3, Some(2), &[3]);
+    if let Event::Stored(s) = &mut other_medium {
+        s.medium = None;
+    }
+    let batch = Batch {
+        header: header(2),
+        events: vec![
+            stored(1, None, &[1]),
+            stored(2, Some(1), &[2]),
+            other_medium,
+            stored(4, Some(9), &[4]),
+            stored(5, Some(4), &[5, 6]),
+        ],
+    };
+    let bytes = encode(&batch).unwrap();
+    let decoded = decode(&bytes, DEFAULT_MAX_RECORD_BYTES).unwrap();
+    assert_eq!(decoded.events.len(), 4);
+    assert_eq!(decoded.events, joined(&batch));
+}
+
+#[test]
+fn a_page_1_chain_costs_under_32_bytes_a_block() {
+    let mut events = Vec::new();
+    let mut parent = None;
+    for page in 0..1000i64 {
+        let hash = crate::digest::mix64(page as u64) as i64;
+        events.push(stored(hash, parent, &[(hash as u64 % 152_000) as u32]));
+        parent = Some(hash);
+    }
+    let batch = Batch {
+        header: header(2),
+        events,
+    };
+    let bytes = encode(&batch).unwrap();
+    assert!(bytes.len() / 1000 <= 32, "{} bytes", bytes.len());
+}
+
+#[test]
+fn invalid_batches_are_refused_by_the_encoder() {
+    let mut batch = sample(2);
+    batch.header.ts = f64::NAN;
+    assert_eq!(encode(&batch).unwrap_err().field, "ts");
+    let mut batch = sample(2);
+    batch.events.push(Event::SwaEvicted { hashes: vec![] });
+    assert_eq!(encode(&batch).unwrap_err().field, "events[6].block_hashes");
+    let mut batch = sample(2);
+    batch.events.push(Event::Stored(Stored {
+        hashes: vec![1],
+        parent: None,
+        tokens: vec![1, 2, 3],
+        block_size: 2,
+        lora_id: None,
+        medium: None,
+    }));
+    assert_eq!(encode(&batch).unwrap_err().field, "events[6].token_ids");
+    let mut batch = sample(2);
+    batch.header.meta_json = Some(r#"{"page_size":0,"sliding_window_size":4}"#.into());
+    assert_eq!(encode(&batch).unwrap_err().field, "meta.page_size");
+}
+
+const GOOD: &str = r#"{"v":1,"source":"worker-0","epoch":"e1","seq":3,"ts":12.5,"events":[{"type":"AllBlocksCleared"},{"type":"BlockStored","block_hashes":[7470307888890966271],"parent_block_hash":null,"token_ids":[1],"block_size":1,"lora_id":null,"medium":"GPU"},{"type":"BlockStored","block_hashes":[-1634645291211865391],"parent_block_hash":7470307888890966271,"token_ids":[2],"block_size":1,"lora_id":null,"medium":"GPU"},{"type":"BlockSWAEvicted","block_hashes":[7470307888890966271]},{"type":"BlockSWARestored","block_hashes":[7470307888890966271]},{"type":"BlockRemoved","block_hashes":[7470307888890966271,-1634645291211865391],"medium":"GPU"}],"digest":"00000000000000ff","meta":{"page_size":1,"sliding_window_size":4}}"#;
+
+fn error_of(text: &str) -> DecodeError {
+    decode(text.as_bytes(), DEFAULT_MAX_RECORD_BYTES).unwrap_err()
+}
+
+#[test]
+fn the_reference_record_decodes() {
+    assert_eq!(decode(GOOD.as_bytes(), 1 << 20).unwrap(), sample(1));
+    let (_, meta) = decode_with_meta(GOOD.as_bytes(), 1 << 20).unwrap();
+    assert_eq!(meta.unwrap().page_size, 1);
+}
+
+#[test]
+fn every_wrong_field_is_named() {
+    let cases: &[(&str, &str, &str)] = &[
+        (r#""v":1"#, r#""v":3"#, "v"),
+        (r#""v":1"#, r#""v":"1""#, "v"),
+        (r#""source":"worker-0""#, r#""source":5"#, "source"),
+        (r#""epoch":"e1""#, r#""epoch":null"#, "epoch"),
+        (r#""seq":3"#, r#""seq":-1"#, "seq"),
+        (r#""seq":3"#, r#""seq":1.5"#, "seq"),
+        (r#""seq":3"#, r#""seq":true"#, "seq"),
+        (r#""ts":12.5"#, r#""ts":"now""#, "ts"),
+        (r#""digest":"00000000000000ff""#, r#""digest":5"#, "digest"),
+        (
+            r#""meta":{"page_size":1,"sliding_window_size":4}"#,
+            r#""meta":[]"#,
+            "meta",
+        ),
+        (
+            r#"{"type":"AllBlocksCleared"}"#,
+            r#""AllBlocksCleared""#,
+            "events[0]",
+        ),
+        (
+            r#""type":"BlockStored","block_hashes":[7470"#,
+            r#""type":"BlockMoved","block_hashes":[7470"#,
+            "events[1].type",
+        ),
+        (
+            r#""block_hashes":[7470307888890966271],"parent_block_hash":null"#,
+            r#""block_hashes":5,"parent_block_hash":null"#,
+            "events[1].block_hashes",
+        ),
+        (
+            r#""block_hashes":[7470307888890966271],"parent_block_hash":null"#,
+            r#""block_hashes":[],"parent_block_hash":null"#,
+            "events[1].block_hashes",
+        ),
+        (
+            r#""block_hashes":[7470307888890966271],"parent_block_hash":null"#,
+            r#""block_hashes":["x"],"parent_block_hash":null"#,
+            "events[1].block_hashes[0]",
+        ),
+        (
+            r#""parent_block_hash":null,"token_ids":[1]"#,
+            r#""parent_block_hash":"x","token_ids":[1]"#,
+            "events[1].parent_block_hash",
+        ),
+        (
+            r#""token_ids":[1]"#,
+            r#""token_ids":[-1]"#,
+            "events[1].token_ids[0]",
+        ),
+        (
+            r#""token_ids":[1]"#,
+            r#""token_ids":[4294967296]"#,
+            "events[1].token_ids[0]",
+        ),
+        (
+            r#""token_ids":[1]"#,
+            r#""token_ids":[1,2]"#,
+            "events[1].token_ids",
+        ),
+        (
+            r#""token_ids":[1],"block_size":1"#,
+            r#""token_ids":[1],"block_size":0"#,
+            "events[1].block_size",
+        ),
+        (
+            r#""token_ids":[1],"block_size":1"#,
+            r#""token_ids":[1],"block_size":"1""#,
+            "events[1].block_size",
+        ),
+        (
+            r#""token_ids":[1],"block_size":1,"lora_id":null"#,
+            r#""token_ids":[1],"block_size":1,"lora_id":"a""#,
+            "events[1].lora_id",
+        ),
+        (
+            r#""lora_id":null,"medium":"GPU"},{"type":"BlockStored","block_hashes":[-16"#,
+            r#""lora_id":null,"medium":3},{"type":"BlockStored","block_hashes":[-16"#,
+            "events[1].medium",
+        ),
+        (
+            r#""BlockSWAEvicted","block_hashes":[7470307888890966271]"#,
+            r#""BlockSWAEvicted","block_hashes":[1.0]"#,
+            "events[3].block_hashes[0]",
+        ),
+        (
+            r#""BlockSWARestored","block_hashes":[7470307888890966271]"#,
+            r#""BlockSWARestored","block_hashes":null"#,
+            "events[4].block_hashes",
+        ),
+        (
+            r#"-1634645291211865391],"medium":"GPU"}"#,
+            r#"-1634645291211865391],"medium":[]}"#,
+            "events[5].medium",
+        ),
+        (
+            r#""meta":{"page_size":1,"#,
+            r#""meta":{"page_size":true,"#,
+            "meta.page_size",
+        ),
+    ];
+    for (good, bad, field) in cases {
+        assert!(GOOD.contains(good), "{good}");
+        let record = GOOD.replacen(good, bad, 1);
+        assert_eq!(error_of(&record).field, *field, "{bad}");
+    }
+}
+
+#[test]
+fn reasons_match_the_reference() {
+    let error = error_of(&GOOD.replacen("7470307888890966271", "17470307888890966271", 1));
+    assert_eq!(error.field, "events[1].block_hashes[0]");
+    assert_eq!(
+        error.reason,
+        "expected int in [-9223372036854775808, 9223372036854775807], got 17470307888890966271"
+    );
+    let error = error_of(&GOOD.replacen(r#""BlockStored""#, r#""BlockMoved""#, 1));
+    assert_eq!(error.reason, r#"unknown event type "BlockMoved""#);
+    let error = error_of(&GOOD.replacen(r#""token_ids":[1]"#, r#""token_ids":[1,2]"#, 1));
+    assert_eq!(error.reason, "2 tokens for 1 block(s) of size 1");
+}
+
+#[test]
+fn missing_and_unknown_fields_are_named_in_sorted_order() {
+    let extra = GOOD.replacen(r#""v":1,"#, r#""v":1,"zz":1,"surprise":2,"#, 1);
+    assert_eq!(
+        error_of(&extra),
+        DecodeError::new("surprise", "unknown field")
+    );
+    let missing = GOOD.replacen(r#","digest":"00000000000000ff""#, "", 1);
+    assert_eq!(error_of(&missing), DecodeError::new("digest", "missing"));
+    let missing_first = extra.replacen(r#","digest":"00000000000000ff""#, "", 1);
+    assert_eq!(
+        error_of(&missing_first).field,
+        "digest",
+        "missing before unknown"
+    );
+    let event_extra = GOOD.replacen(
+        r#"{"type":"AllBlocksCleared"}"#,
+        r#"{"type":"AllBlocksCleared","medium":null,"aa":1}"#,
+        1,
+    );
+    assert_eq!(
+        error_of(&event_extra),
+        DecodeError::new("events[0].aa", "unknown field")
+    );
+    let event_known_extra = GOOD.replacen(
+        r#"{"type":"AllBlocksCleared"}"#,
+        r#"{"type":"AllBlocksCleared","medium":null,"zz":1}"#,
+        1,
+    );
+    assert_eq!(
+        error_of(&event_known_extra),
+        DecodeError::new("events[0].medium", "unknown field")
+    );
+    let no_type = GOOD.replacen(r#"{"type":"AllBlocksCleared"}"#, "{}", 1);
+    assert_eq!(
+        error_of(&no_type),
+        DecodeError::new("events[0].type", "missing")
+    );
+}
+
+#[test]
+fn the_last_of_duplicate_keys_wins() {
+    let record = GOOD.replacen(r#""seq":3"#, r#""seq":-1,"seq":3"#, 1);
+    assert_eq!(decode(record.as_bytes(), 1 << 20).unwrap(), sample(1));
+    let record = GOOD.replacen(r#""events":["#, r#""events":5,"events":["#, 1);
+    assert_eq!(decode(record.as_bytes(), 1 << 20).unwrap(), sample(1));
+}
+
+#[test]
+fn a_syntax_error_wins_over_an_earlier_field_error() {
+    let record = GOOD
+        .replacen(r#""seq":3"#, r#""seq":-1"#, 1)
+        .replacen("}}", "}", 1);
+    assert!(error_of(&record).reason.starts_with("not JSON"));
+    let record = GOOD.replacen(r#""seq":3"#, r#""seq":-1"#, 1) + "x";
+    assert!(error_of(&record).reason.starts_with("not JSON"));
+}
+
+#[test]
+fn garbage_and_oversize_are_refused() {
+    for payload in [&b""[..], b"not json", b"[1,2]", b"\"batch\"", b"\xff\xfe"] {
+        let error = decode(payload, 1 << 20).unwrap_err();
+        assert_eq!(error.field, "");
+    }
+    assert_eq!(
+        decode(b"[1,2]", 1 << 20).unwrap_err().reason,
+        "expected an object, got list"
+    );
+    let error = decode(GOOD.as_bytes(), 100).unwrap_err();
+    assert_eq!(
+        error.reason,
+        format!("record of {} bytes exceeds the 100 limit", GOOD.len())
+    );
+}
+
+#[test]
+fn a_single_event_decodes_under_its_path() {
+    let event = decode_event(
+        br#"{"type":"BlockSWAEvicted","block_hashes":[1,2]}"#,
+        "event",
+    )
+    .unwrap();
+    assert_eq!(event, Event::SwaEvicted { hashes: vec![1, 2] });
+    let error = decode_event(
+        br#"{"type":"BlockSWAEvicted","block_hashes":[1,"x"]}"#,
+        "event",
+    )
+    .unwrap_err();
+    assert_eq!(error.field, "event.block_hashes[1]");
+    assert_eq!(decode_event(b"[]", "ev").unwrap_err().field, "ev");
+}

@@ -1,0 +1,520 @@
+//! Bindings of `crate::codec`: `decode_wire` into a `WireBatch`, `encode_batch`, and
+//! `decode_event`.
+//!
+//! A `WireBatch` holds its decoded `Batch` natively; Python objects for its events are only
+//! made when asked for (`events`, `to_batch()`), one frozen dataclass per page. Native code
+//! (the replica store's bindings) reads `WireBatch::batch` directly, with no Python object per
+//! event.
+
+use std::sync::Arc;
+
+use pyo3::exceptions::PyValueError;
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBytes, PyString, PyTuple, PyType};
+use pyo3::{intern, IntoPyObjectExt};
+
+use crate::codec::{self, DecodeError, Meta};
+use crate::events::{Batch, Event, Header, Stored};
+
+/// Records at least this long are decoded with the GIL released.
+const DETACH_BYTES: usize = 64 * 1024;
+
+/// The Python classes the bindings build or raise, looked up once.
+struct Classes {
+    stored: Py<PyType>,
+    removed: Py<PyType>,
+    swa_evicted: Py<PyType>,
+    swa_restored: Py<PyType>,
+    all_cleared: Py<PyAny>,
+    event_batch: Py<PyType>,
+    batch_meta: Py<PyType>,
+    decode_error: Py<PyType>,
+    object_new: Py<PyAny>,
+}
+
+static CLASSES: PyOnceLock<Classes> = PyOnceLock::new();
+
+fn classes(py: Python<'_>) -> PyResult<&Classes> {
+    CLASSES.get_or_try_init(py, || {
+        let types = py.import("cache.events.types")?;
+        let class = |name: &str| -> PyResult<Py<PyType>> {
+            Ok(types.getattr(name)?.cast_into::<PyType>()?.unbind())
+        };
+        Ok(Classes {
+            stored: class("BlockStored")?,
+            removed: class("BlockRemoved")?,
+            swa_evicted: class("BlockSWAEvicted")?,
+            swa_restored: class("BlockSWARestored")?,
+            all_cleared: types.getattr("AllBlocksCleared")?.call0()?.unbind(),
+            event_batch: class("EventBatch")?,
+            batch_meta: py
+                .import("cache.events.meta")?
+                .getattr("BatchMeta")?
+                .cast_into::<PyType>()?
+                .unbind(),
+            decode_error: py
+                .import("cache.events.errors")?
+                .getattr("DecodeError")?
+                .cast_into::<PyType>()?
+                .unbind(),
+            object_new: py
+                .import("builtins")?
+                .getattr("object")?
+                .getattr("__new__")?
+                .unbind(),
+        })
+    })
+}
+
+/// The Python `cache.events.DecodeError` of a native decode error.
+fn decode_error(py: Python<'_>, error: DecodeError) -> PyErr {
+    match classes(py).and_then(|c| c.decode_error.bind(py).call1((error.field, error.reason))) {
+        Ok(instance) => PyErr::from_value(instance),
+        Err(lookup_failed) => lookup_failed,
+    }
+}
+
+/// Set a field of a frozen dataclass instance as `object.__setattr__` does (the class's own
+/// `__setattr__` refuses: it is frozen). Only used on instances made here, before anyone else
+/// sees them.
+fn set_field(
+    instance: &Bound<'_, PyAny>,
+    name: &Bound<'_, PyString>,
+    value: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    // SAFETY: the three pointers are live references borrowed for the whole call (the `Bound`s
+    // keep them alive) and the GIL is held, which a `Bound` proves. PyObject_GenericSetAttr
+    // borrows its arguments (it steals no reference) and returns -1 with an exception set on
+    // failure, which `PyErr::fetch` takes.
+    let status =
+        unsafe { ffi::PyObject_GenericSetAttr(instance.as_ptr(), name.as_ptr(), value.as_ptr()) };
+    if status == 0 {
+        Ok(())
+    } else {
+        Err(PyErr::fetch(instance.py()))
+    }
+}
+
+fn new_instance<'py>(
+    py: Python<'py>,
+    classes: &Classes,
+    class: &Py<PyType>,
+) -> PyResult<Bound<'py, PyAny>> {
+    classes.object_new.bind(py).call1((class.bind(py),))
+}
+
+fn optional<'py, T: IntoPyObjectExt<'py>>(
+    py: Python<'py>,
+    value: Option<T>,
+) -> PyResult<Bound<'py, PyAny>> {
+    match value {
+        Some(value) => value.into_bound_py_any(py),
+        None => Ok(py.None().into_bound(py)),
+    }
+}
+
+/// Append the Python events of `event`, one per page for a `Stored`.
+fn push_events<'py>(
+    py: Python<'py>,
+    classes: &Classes,
+    event: &Event,
+    out: &mut Vec<Bound<'py, PyAny>>,
+) -> PyResult<()> {
+    match event {
+        Event::Stored(stored) => push_pages(py, classes, stored, out),
+        Event::Removed { hashes, medium } => {
+            let instance = new_instance(py, classes, &classes.removed)?;
+            set_field(
+                &instance,
+                intern!(py, "block_hashes"),
+                PyTuple::new(py, hashes)?.as_any(),
+            )?;
+            set_field(
+                &instance,
+                intern!(py, "medium"),
+                &optional(py, medium.as_deref())?,
+            )?;
+            out.push(instance);
+            Ok(())
+        }
+        Event::SwaEvicted { hashes } | Event::SwaRestored { hashes } => {
+            let class = if matches!(event, Event::SwaEvicted { .. }) {
+                &classes.swa_evicted
+            } else {
+                &classes.swa_restored
+            };
+            let instance = new_instance(py, classes, class)?;
+            set_field(
+                &instance,
+                intern!(py, "block_hashes"),
+                PyTuple::new(py, hashes)?.as_any(),
+            )?;
+            out.push(instance);
+            Ok(())
+        }
+        Event::Cleared => {
+            out.push(classes.all_cleared.bind(py).clone());
+            Ok(())
+        }
+    }
+}
+
+fn push_pages<'py>(
+    py: Python<'py>,
+    classes: &Classes,
+    stored: &Stored,
+    out: &mut Vec<Bound<'py, PyAny>>,
+) -> PyResult<()> {
+    let size = stored.block_size as usize;
+    let block_size = size.into_bound_py_any(py)?;
+    let lora_id = optional(py, stored.lora_id)?;
+    let medium = optional(py, stored.medium.as_deref())?;
+    let mut parent = optional(py, stored.parent)?;
+    let pages = stored.hashes.iter().zip(stored.tokens.chunks_exact(size));
+    for (&hash, tokens) in pages {
+        let hash = hash.into_bound_py_any(py)?;
+        let instance = new_instance(py, classes, &classes.stored)?;
+        set_field(
+            &instance,
+            intern!(py, "block_hashes"),
+            PyTuple::new(py, [&hash])?.as_any(),
+        )?;
+        set_field(&instance, intern!(py, "parent_block_hash"), &parent)?;
+        set_field(
+            &instance,
+            intern!(py, "token_ids"),
+            PyTuple::new(py, tokens)?.as_any(),
+        )?;
+        set_field(&instance, intern!(py, "block_size"), &block_size)?;
+        set_field(&instance, intern!(py, "lora_id"), &lora_id)?;
+        set_field(&instance, intern!(py, "medium"), &medium)?;
+        out.push(instance);
+        parent = hash;
+    }
+    Ok(())
+}
+
+/// One decoded record, held natively.
+///
+/// Header fields are attributes; `events` makes the per-page Python events on first use;
+/// `to_batch()` gives the `EventBatch`. Native code reads `batch` (and `meta`) directly.
+#[pyclass(frozen, module = "cache.events._native")]
+pub struct WireBatch {
+    /// The decoded batch, shared with whoever applies it natively.
+    pub(crate) batch: Arc<Batch>,
+    /// The typed meta (present on an epoch's first batch).
+    #[allow(dead_code)] // read by the replica store's bindings
+    pub(crate) meta: Option<Arc<Meta>>,
+    page_count: usize,
+    events: PyOnceLock<Py<PyTuple>>,
+    meta_object: PyOnceLock<Py<PyAny>>,
+}
+
+impl WireBatch {
+    pub(crate) fn new(batch: Batch, meta: Option<Meta>) -> Self {
+        let page_count = batch
+            .events
+            .iter()
+            .map(|event| match event {
+                Event::Stored(stored) => stored.hashes.len(),
+                _ => 1,
+            })
+            .sum();
+        WireBatch {
+            batch: Arc::new(batch),
+            meta: meta.map(Arc::new),
+            page_count,
+            events: PyOnceLock::new(),
+            meta_object: PyOnceLock::new(),
+        }
+    }
+
+    fn header(&self) -> &Header {
+        &self.batch.header
+    }
+}
+
+#[pymethods]
+impl WireBatch {
+    #[getter]
+    fn source(&self) -> &str {
+        &self.header().source
+    }
+
+    #[getter]
+    fn epoch(&self) -> &str {
+        &self.header().epoch
+    }
+
+    #[getter]
+    fn seq(&self) -> u64 {
+        self.header().seq
+    }
+
+    #[getter]
+    fn ts(&self) -> f64 {
+        self.header().ts
+    }
+
+    #[getter]
+    fn digest(&self) -> Option<&str> {
+        self.header().digest.as_deref()
+    }
+
+    #[getter]
+    fn v(&self) -> u8 {
+        self.header().version
+    }
+
+    /// The epoch's `BatchMeta` (None on every batch but an epoch's first).
+    #[getter]
+    fn meta(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let Some(text) = self.header().meta_json.as_deref() else {
+            return Ok(py.None());
+        };
+        self.meta_object
+            .get_or_try_init(py, || {
+                let class = classes(py)?.batch_meta.bind(py);
+                Ok(class
+                    .call_method1(intern!(py, "from_json"), (text,))?
+                    .unbind())
+            })
+            .map(|meta| meta.clone_ref(py))
+    }
+
+    /// Whether this batch can open an epoch: seq 0 and `AllBlocksCleared` first.
+    #[getter]
+    fn starts_epoch(&self) -> bool {
+        self.batch.starts_epoch()
+    }
+
+    /// How many events `events` holds: one per page for stores.
+    #[getter]
+    fn event_count(&self) -> usize {
+        self.page_count
+    }
+
+    /// The events, one frozen dataclass per page for stores (made on first use).
+    #[getter]
+    fn events(&self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
+        self.events
+            .get_or_try_init(py, || {
+                let classes = classes(py)?;
+                let mut items = Vec::with_capacity(self.page_count);
+                for event in &self.batch.events {
+                    push_events(py, classes, event, &mut items)?;
+                }
+                Ok(PyTuple::new(py, items)?.unbind())
+            })
+            .map(|events| events.clone_ref(py))
+    }
+
+    /// The `EventBatch` of this record.
+    fn to_batch(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let header = self.header();
+        let class = classes(py)?.event_batch.bind(py);
+        let batch = class.call1((
+            &header.source,
+            &header.epoch,
+            header.seq,
+            header.ts,
+            self.events(py)?,
+            header.digest.as_deref(),
+            self.meta(py)?,
+            header.version,
+        ))?;
+        Ok(batch.unbind())
+    }
+
+    fn __len__(&self) -> usize {
+        self.page_count
+    }
+
+    fn __repr__(&self) -> String {
+        let header = self.header();
+        format!(
+            "WireBatch(source={:?}, epoch={:?}, seq={}, v={}, events={})",
+            header.source, header.epoch, header.seq, header.version, self.page_count
+        )
+    }
+}
+
+/// Decode one record into a `WireBatch`; `DecodeError` names what is wrong.
+#[pyfunction]
+fn decode_wire(
+    py: Python<'_>,
+    data: &Bound<'_, PyBytes>,
+    max_record_bytes: usize,
+) -> PyResult<WireBatch> {
+    let bytes = data.as_bytes();
+    let decoded = if bytes.len() >= DETACH_BYTES {
+        py.detach(|| codec::decode_with_meta(bytes, max_record_bytes))
+    } else {
+        codec::decode_with_meta(bytes, max_record_bytes)
+    };
+    match decoded {
+        Ok((batch, meta)) => Ok(WireBatch::new(batch, meta)),
+        Err(error) => Err(decode_error(py, error)),
+    }
+}
+
+/// Decode one event object's JSON text as it is on the wire; errors are named under `path`.
+#[pyfunction]
+fn decode_event(py: Python<'_>, data: &[u8], path: &str) -> PyResult<Py<PyAny>> {
+    let event = codec::decode_event(data, path).map_err(|error| decode_error(py, error))?;
+    let classes = classes(py)?;
+    let mut items = Vec::with_capacity(1);
+    match &event {
+        // A multi-page store stays one event here.
+        Event::Stored(stored) => {
+            let instance = new_instance(py, classes, &classes.stored)?;
+            set_field(
+                &instance,
+                intern!(py, "block_hashes"),
+                PyTuple::new(py, &stored.hashes)?.as_any(),
+            )?;
+            set_field(
+                &instance,
+                intern!(py, "parent_block_hash"),
+                &optional(py, stored.parent)?,
+            )?;
+            set_field(
+                &instance,
+                intern!(py, "token_ids"),
+                PyTuple::new(py, &stored.tokens)?.as_any(),
+            )?;
+            set_field(
+                &instance,
+                intern!(py, "block_size"),
+                &stored.block_size.into_bound_py_any(py)?,
+            )?;
+            set_field(
+                &instance,
+                intern!(py, "lora_id"),
+                &optional(py, stored.lora_id)?,
+            )?;
+            set_field(
+                &instance,
+                intern!(py, "medium"),
+                &optional(py, stored.medium.as_deref())?,
+            )?;
+            items.push(instance);
+        }
+        other => push_events(py, classes, other, &mut items)?,
+    }
+    Ok(items.swap_remove(0).unbind())
+}
+
+/// Attribute `name` of `object` as a `T`; a ValueError names `path` when it does not convert.
+fn field<'py, T>(
+    object: &Bound<'py, PyAny>,
+    name: &Bound<'py, PyString>,
+    path: impl FnOnce() -> String,
+) -> PyResult<T>
+where
+    T: for<'a> FromPyObject<'a, 'py>,
+    for<'a> <T as FromPyObject<'a, 'py>>::Error: Into<PyErr>,
+{
+    let value = object.getattr(name)?;
+    value.extract::<T>().map_err(|error| {
+        let error: PyErr = error.into();
+        PyValueError::new_err(format!("{}: {}", path(), error.value(object.py())))
+    })
+}
+
+/// The native `Event` of one Python event.
+fn event_from_py(
+    py: Python<'_>,
+    classes: &Classes,
+    event: &Bound<'_, PyAny>,
+    index: usize,
+) -> PyResult<Event> {
+    let class = event.get_type();
+    let at = |name: &'static str| move || format!("events[{index}].{name}");
+    let hashes = || field::<Vec<i64>>(event, intern!(py, "block_hashes"), at("block_hashes"));
+    if class.is(classes.stored.bind(py)) {
+        Ok(Event::Stored(Stored {
+            hashes: hashes()?,
+            parent: field(
+                event,
+                intern!(py, "parent_block_hash"),
+                at("parent_block_hash"),
+            )?,
+            tokens: field(event, intern!(py, "token_ids"), at("token_ids"))?,
+            block_size: field(event, intern!(py, "block_size"), at("block_size"))?,
+            lora_id: field(event, intern!(py, "lora_id"), at("lora_id"))?,
+            medium: field(event, intern!(py, "medium"), at("medium"))?,
+        }))
+    } else if class.is(classes.removed.bind(py)) {
+        Ok(Event::Removed {
+            hashes: hashes()?,
+            medium: field(event, intern!(py, "medium"), at("medium"))?,
+        })
+    } else if class.is(classes.swa_evicted.bind(py)) {
+        Ok(Event::SwaEvicted { hashes: hashes()? })
+    } else if class.is(classes.swa_restored.bind(py)) {
+        Ok(Event::SwaRestored { hashes: hashes()? })
+    } else if class.is(classes.all_cleared.bind(py).get_type()) {
+        Ok(Event::Cleared)
+    } else {
+        Err(PyValueError::new_err(format!(
+            "events[{index}]: not an event: {}",
+            event.repr()?
+        )))
+    }
+}
+
+/// The native `Batch` of an `EventBatch` (`meta_json`: its meta already as JSON text).
+fn batch_from_py(
+    py: Python<'_>,
+    batch: &Bound<'_, PyAny>,
+    meta_json: Option<String>,
+) -> PyResult<Batch> {
+    let classes = classes(py)?;
+    let named = |name: &'static str| move || name.to_string();
+    let header = Header {
+        version: field(batch, intern!(py, "v"), named("v"))?,
+        source: field(batch, intern!(py, "source"), named("source"))?,
+        epoch: field(batch, intern!(py, "epoch"), named("epoch"))?,
+        seq: field(batch, intern!(py, "seq"), named("seq"))?,
+        ts: field(batch, intern!(py, "ts"), named("ts"))?,
+        digest: field(batch, intern!(py, "digest"), named("digest"))?,
+        meta_json,
+    };
+    let py_events = batch.getattr(intern!(py, "events"))?;
+    let mut events = Vec::with_capacity(py_events.len()?);
+    for (index, event) in py_events.try_iter()?.enumerate() {
+        events.push(event_from_py(py, classes, &event?, index)?);
+    }
+    Ok(Batch { header, events })
+}
+
+/// The record of an `EventBatch`, compacted when its version is 2; ValueError names what in
+/// the batch would not decode again.
+#[pyfunction]
+#[pyo3(signature = (batch, meta_json))]
+fn encode_batch<'py>(
+    py: Python<'py>,
+    batch: &Bound<'py, PyAny>,
+    meta_json: Option<&[u8]>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let meta_json = meta_json
+        .map(|text| String::from_utf8(text.to_vec()))
+        .transpose()
+        .map_err(|_| PyValueError::new_err("meta: not UTF-8"))?;
+    let native = batch_from_py(py, batch, meta_json)?;
+    let bytes = codec::encode(&native).map_err(|error| PyValueError::new_err(error.to_string()))?;
+    Ok(PyBytes::new(py, &bytes))
+}
+
+pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add_class::<WireBatch>()?;
+    module.add_function(wrap_pyfunction!(decode_wire, module)?)?;
+    module.add_function(wrap_pyfunction!(decode_event, module)?)?;
+    module.add_function(wrap_pyfunction!(encode_batch, module)?)?;
+    module.add("DEFAULT_MAX_RECORD_BYTES", codec::DEFAULT_MAX_RECORD_BYTES)?;
+    module.add("WIRE_VERSION", codec::WIRE_VERSION)?;
+    Ok(())
+}
