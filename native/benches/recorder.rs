@@ -29,7 +29,11 @@ fn bench(page_size: usize) {
     for (index, tokens) in requests.iter().enumerate() {
         let node = index as u64 + 2;
         recorder.stored(node, node - 1, tokens);
-        cuts.push(recorder.cut(BatchLimits::UNLIMITED).expect("a store is an event"));
+        cuts.push(
+            recorder
+                .cut(BatchLimits::UNLIMITED)
+                .expect("a store is an event"),
+        );
     }
     let record = start.elapsed();
     let start = Instant::now();

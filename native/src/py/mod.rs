@@ -8,6 +8,7 @@ use pyo3::prelude::*;
 pub(crate) mod codec;
 mod digest;
 mod hashing;
+mod recorder;
 
 #[pymodule]
 #[pyo3(name = "_native")]
@@ -15,5 +16,6 @@ fn native_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
     hashing::register(module)?;
     digest::register(module)?;
     codec::register(module)?;
+    recorder::register(module)?;
     Ok(())
 }

@@ -178,32 +178,6 @@ impl Recorder {
         recording.count(pages, bound::stored_page(self.page_size));
     }
 
-    /// Record a store whose tokens `fill` writes into the arena; on `Err` nothing is recorded.
-    pub fn stored_with<E>(
-        &self,
-        node: NodeId,
-        parent: NodeId,
-        fill: impl FnOnce(&mut Vec<u32>) -> Result<(), E>,
-    ) -> Result<(), E> {
-        let mut recording = lock(&self.recording);
-        let start = recording.log.tokens.len();
-        if let Err(error) = fill(&mut recording.log.tokens) {
-            recording.log.tokens.truncate(start);
-            return Err(error);
-        }
-        let end = recording.log.tokens.len();
-        recording.log.ops.push(Op::Stored {
-            node,
-            parent,
-            tokens: start..end,
-        });
-        recording.count(
-            (end - start) / self.page_size,
-            bound::stored_page(self.page_size),
-        );
-        Ok(())
-    }
-
     /// `node`, of `pages` pages, left the tree (`pages` only sizes the batch plan).
     pub fn removed(&self, node: NodeId, pages: usize) {
         self.node_event(Op::Removed { node }, pages);
@@ -471,17 +445,6 @@ mod tests {
         recorder.removed(42, 1);
         assert!(recorder.take().is_err());
         assert!(recorder.digest().is_err());
-    }
-
-    #[test]
-    fn a_failed_fill_records_nothing() {
-        let recorder = tree();
-        let failed: Result<(), &str> = recorder.stored_with(2, 1, |arena| {
-            arena.push(5);
-            Err("token out of range")
-        });
-        assert!(failed.is_err());
-        assert_eq!(recorder.take().unwrap(), vec![Event::Cleared]);
     }
 
     #[test]

@@ -70,7 +70,9 @@ pub fn plan_batches(runs: &[Run], limits: BatchLimits) -> Vec<usize> {
                 None => usize::MAX,
             };
             // An empty batch takes the next event whatever its size.
-            let take = left.min(room_events).min(room_bytes.max(usize::from(held == 0)));
+            let take = left
+                .min(room_events)
+                .min(room_bytes.max(usize::from(held == 0)));
             index += take;
             size = size.saturating_add(take.saturating_mul(run.bound));
             left -= take;

@@ -155,7 +155,9 @@ impl NodeTable {
     fn page_node(&self, id: NodeId) -> Result<&Node, TableError> {
         let node = self.node(id)?;
         if node.parent.is_none() {
-            return Err(error(format!("node {id} is a namespace root, which has no pages")));
+            return Err(error(format!(
+                "node {id} is a namespace root, which has no pages"
+            )));
         }
         Ok(node)
     }
@@ -654,7 +656,9 @@ mod tests {
         for ops in &bad {
             assert!(table.apply_log(ops, None).is_err(), "{ops:?}");
         }
-        table.apply_log(&log(|l| l.push_stored(2, 1, &[3])), None).unwrap();
+        table
+            .apply_log(&log(|l| l.push_stored(2, 1, &[3])), None)
+            .unwrap();
         let again = [
             log(|l| l.push_stored(2, 1, &[1])),
             log(|l| l.push_stored(7, 1, &[])),
