@@ -1,9 +1,12 @@
 """``Publisher``: a cache's events, one batch per scheduler step, appended in order to a log.
 
-``step()`` is synchronous and never blocks the serving loop: it takes the cache's events, builds
-and encodes one batch and queues it. A background anyio task appends queued batches to the log,
-several per ``append_batch`` call, strictly in queue order. The queue is bounded; when it is full
-the overflow policy decides (see ``OverflowPolicy``), and every overflow is counted.
+``step()`` is synchronous and never blocks the serving loop. For a tree with a native recorder
+(``SWARadixCache``) it only cuts what the tree recorded and numbers its batches; a background
+task has the cut steps hashed and encoded, in order, in a worker thread with the GIL released,
+so the serving loop pays for neither (``swa_es.publish.feeds``). For any other cache it takes
+the events and encodes them at once. A second background task appends the encoded batches to
+the log, several per ``append_batch`` call, strictly in queue order. The queue is bounded; when
+it is full the overflow policy decides (see ``OverflowPolicy``), and every overflow is counted.
 """
 
 from __future__ import annotations
@@ -12,14 +15,12 @@ import logging
 import math
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from cache.events import Event, EventBatch, encode_batch
 from log import EventLog, LogError
 from swa_es.publish.batching import (
     DEFAULT_DIGEST_EVERY_BATCHES,
@@ -30,19 +31,11 @@ from swa_es.publish.batching import (
     cache_meta,
 )
 from swa_es.publish.errors import PublisherClosedError, PublisherFailedError
+from swa_es.publish.feeds import QueuedBatch, feed_for
 from swa_es.publish.metrics import PublisherCounters, PublisherMetrics
 from swa_es.publish.overflow import Backpressure, OverflowPolicy
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class _Queued:
-    """One encoded batch waiting for the log; tickets grow by one per queued batch."""
-
-    ticket: int
-    payload: bytes
-    events: int
 
 
 def _positive_int(name: str, value: int) -> int:
@@ -117,15 +110,16 @@ class Publisher:
             max_events_per_batch=max_events_per_batch,
             max_batch_bytes=max_batch_bytes,
         )
+        self._feed = feed_for(cache, self._builder)
         self._counters = PublisherCounters()
-        self._pending: deque[_Queued] = deque()
-        # Events a ``Backpressure`` step took from the cache; the next step publishes them first.
-        self._carry: list[Event] = []
-        self._in_flight: Sequence[_Queued] = ()
+        # Batches not yet handed to the log, in order; a cut step's wait for the worker's bytes.
+        self._pending: deque[QueuedBatch] = deque()
+        self._in_flight: Sequence[tuple[QueuedBatch, bytes]] = ()
         self._last_ticket = 0
         self._durable_ticket = 0
         self._progress = anyio.Event()
         self._work = anyio.Event()
+        self._encode_work = anyio.Event()
         self._failure: BaseException | None = None
         self._running = False
         self._closing = False
@@ -169,23 +163,21 @@ class Publisher:
         return len(self._pending) < self.max_queue_batches
 
     def step(self) -> int:
-        """Take the cache's events and queue them as one batch; never blocks.
+        """Queue the cache's changes since the last step as one batch (or a few, for a huge
+        step); never blocks.
 
         Returns the number of batches queued (0 for a step without events, which publishes
         nothing and never overflows). On a full queue: ``resync`` discards the queued batches
         and queues a new epoch holding the whole tree; ``block`` keeps the events for the next
-        ``step()`` and raises ``Backpressure``. Raises ``PublisherFailedError`` once the append
-        task has died.
+        ``step()`` and raises ``Backpressure``. Raises ``PublisherFailedError`` once a
+        background task has died.
         """
         self._check_usable()
-        events = self.cache.take_events()
-        if self._carry:
-            events, self._carry = self._carry + events, []
-        if not events:
+        if not self._feed.pending():
             return 0
         if not self.ready:
-            return self._overflow(events)
-        batches = self._builder.step_batches(events, self.cache.state_digest)
+            return self._overflow()
+        batches = self._feed.step()
         self._enqueue(batches)
         return len(batches)
 
@@ -217,6 +209,7 @@ class Publisher:
         await task_group.__aenter__()
         try:
             self._open_epoch()
+            await task_group.start(self._encode_loop)
             await task_group.start(self._append_loop)
         except BaseException:
             task_group.cancel_scope.cancel()
@@ -265,6 +258,7 @@ class Publisher:
         self._running = False
         self._closing = True
         self._wake_worker()
+        self._encode_work.set()
         self._notify()
 
     # --- queueing (event loop thread, synchronous) ----------------------------------------
@@ -277,26 +271,29 @@ class Publisher:
                 f"publisher {self.source!r} is not running (use it inside `async with`)"
             )
 
-    def _enqueue(self, batches: Sequence[EventBatch]) -> None:
+    def _enqueue(self, batches: Sequence[QueuedBatch]) -> None:
         for batch in batches:
             self._last_ticket += 1
-            self._pending.append(_Queued(self._last_ticket, encode_batch(batch), len(batch.events)))
+            batch.ticket = self._last_ticket
+            self._pending.append(batch)
         self._counters.batches_queued += len(batches)
-        if batches:
+        if any(batch.payload is not None for batch in batches):
             self._wake_worker()
+        elif batches:
+            # A cut step: the encode task takes every step cut while it was busy in one go, so
+            # only an idle one needs waking (Event.set on an unawaited event costs ~nothing).
+            self._encode_work.set()
 
     def _open_epoch(self) -> None:
-        # The snapshot already reflects every event still buffered in the cache: drop them.
-        self.cache.take_events()
-        snapshot = self.cache.snapshot_events()
-        self._enqueue(self._builder.open_epoch(snapshot, self.cache.state_digest()))
+        # The opening covers every change not yet published: the feed drops those.
+        self._enqueue(self._feed.reopen())
         self._counters.epochs_started += 1
 
-    def _overflow(self, events: list[Event]) -> int:
+    def _overflow(self) -> int:
         self._counters.overflows += 1
         if self.overflow is OverflowPolicy.BLOCK:
+            # The events stay where they are (the recorder, or the feed's carry) for later.
             self._counters.backpressure += 1
-            self._carry = events
             raise Backpressure(self.source, len(self._pending), self.max_queue_batches)
         discarded = list(self._pending)
         self._pending.clear()
@@ -333,16 +330,47 @@ class Publisher:
         if not self._running and self._durable_ticket < self._last_ticket:
             raise PublisherClosedError(f"publisher {self.source!r} stopped")
 
-    def _take_group(self) -> list[_Queued]:
-        group: list[_Queued] = []
+    def _appendable(self) -> bool:
+        return bool(self._pending) and self._pending[0].payload is not None
+
+    def _take_group(self) -> list[tuple[QueuedBatch, bytes]]:
+        group: list[tuple[QueuedBatch, bytes]] = []
         size_bytes = 0
         while self._pending and len(group) < self.max_append_batch:
-            item = self._pending[0]
-            if group and size_bytes + len(item.payload) > self.max_append_bytes:
+            payload = self._pending[0].payload
+            if payload is None or (group and size_bytes + len(payload) > self.max_append_bytes):
                 break
-            group.append(self._pending.popleft())
-            size_bytes += len(item.payload)
+            group.append((self._pending.popleft(), payload))
+            size_bytes += len(payload)
         return group
+
+    async def _encode_loop(
+        self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Hand cut steps to a worker thread, oldest first, to be hashed and encoded."""
+        task_status.started()
+        try:
+            while True:
+                self._encode_work = anyio.Event()
+                jobs = self._feed.take_jobs()
+                if not jobs:
+                    if self._closing or self._failure is not None:
+                        return
+                    await self._encode_work.wait()
+                    continue
+                results = await anyio.to_thread.run_sync(self._feed.encode, jobs)
+                self._feed.finish(jobs, results)
+                self._wake_worker()
+        except Exception as exc:
+            logger.error("publisher %r: encode task died: %r", self.source, exc)
+            self._fail(exc)
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._failure is None:
+            self._failure = exc
+        self._wake_worker()
+        self._encode_work.set()
+        self._notify()
 
     async def _append_loop(
         self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -350,10 +378,10 @@ class Publisher:
         task_status.started()
         try:
             while True:
-                while not self._pending and not self._closing:
+                while not self._appendable() and not self._closing and self._failure is None:
                     await self._work.wait()
                     self._work = anyio.Event()
-                if not self._pending:
+                if not self._appendable() or self._failure is not None:
                     return
                 group = self._take_group()
                 self._in_flight = group
@@ -363,11 +391,10 @@ class Publisher:
                 self._notify()
         except Exception as exc:
             logger.error("publisher %r: append task died: %r", self.source, exc)
-            self._failure = exc
-            self._notify()
+            self._fail(exc)
 
-    async def _append_group(self, group: Sequence[_Queued]) -> None:
-        records = [(self.source, item.payload) for item in group]
+    async def _append_group(self, group: Sequence[tuple[QueuedBatch, bytes]]) -> None:
+        records = [(self.source, payload) for _, payload in group]
         attempt = 0
         while True:
             try:
@@ -384,6 +411,6 @@ class Publisher:
         counters = self._counters
         counters.appends += 1
         counters.batches_published += len(group)
-        counters.events_published += sum(item.events for item in group)
-        counters.bytes_published += sum(len(item.payload) for item in group)
-        self._durable_ticket = group[-1].ticket
+        counters.events_published += sum(item.events for item, _ in group)
+        counters.bytes_published += sum(len(payload) for _, payload in group)
+        self._durable_ticket = group[-1][0].ticket

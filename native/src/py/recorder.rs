@@ -6,6 +6,7 @@
 //! works, so a publisher's worker thread runs it beside the serving loop.
 
 use pyo3::exceptions::PyValueError;
+use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyList, PyTuple, PyType};
@@ -42,16 +43,46 @@ fn token(item: &Bound<'_, PyAny>) -> PyResult<u32> {
         .map_err(|_| PyValueError::new_err(format!("token id {value} outside [0, 2**32)")))
 }
 
-/// Token ids as u32 (a tuple, the tree's own form, is read without an iterator).
+/// Token ids as u32. A tuple (the tree's own form) is read item by item through the C API:
+/// this runs once per stored token on the serving loop, where PyO3's generic path (a new
+/// reference and a type check per item) costs about twice as much.
 fn tokens_u32(token_ids: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
-    if let Ok(tuple) = token_ids.cast::<PyTuple>() {
-        let mut tokens = Vec::with_capacity(tuple.len());
-        for item in tuple.iter() {
-            tokens.push(token(&item)?);
-        }
-        return Ok(tokens);
+    let Ok(tuple) = token_ids.cast::<PyTuple>() else {
+        return token_ids.try_iter()?.map(|item| token(&item?)).collect();
+    };
+    let py = token_ids.py();
+    let length = tuple.len();
+    let mut tokens = Vec::with_capacity(length);
+    for index in 0..length {
+        // SAFETY: the GIL is held (`py` proves it) and `tuple` is a live tuple for the whole
+        // loop (the `Bound` holds a strong reference). `index` < `length` = its size, and a
+        // tuple's size never changes, so PyTuple_GetItem returns a valid borrowed reference
+        // owned by the tuple, which keeps it alive while we read it. PyLong_AsLongLong only
+        // reads it (it may run `__index__` for a non-int, which cannot touch the tuple's items)
+        // and reports failure as -1 with an exception set, which `PyErr::take` consumes.
+        let value = unsafe {
+            let item = ffi::PyTuple_GetItem(tuple.as_ptr(), index as ffi::Py_ssize_t);
+            if item.is_null() {
+                return Err(PyErr::fetch(py));
+            }
+            let value = ffi::PyLong_AsLongLong(item);
+            if value == -1 {
+                if let Some(_error) = PyErr::take(py) {
+                    return Err(PyValueError::new_err(format!(
+                        "token id {} is not an int in [0, 2**32)",
+                        tuple.get_item(index)?
+                    )));
+                }
+            }
+            value
+        };
+        tokens.push(
+            u32::try_from(value).map_err(|_| {
+                PyValueError::new_err(format!("token id {value} outside [0, 2**32)"))
+            })?,
+        );
     }
-    token_ids.try_iter()?.map(|item| token(&item?)).collect()
+    Ok(tokens)
 }
 
 fn limits(max_events: usize, max_bytes: usize) -> PyResult<BatchLimits> {
@@ -155,6 +186,7 @@ pub struct EventRecorder {
 
 #[pymethods]
 impl EventRecorder {
+    /// A recorder for a tree of `page_size` tokens per page.
     #[new]
     fn new(page_size: usize) -> PyResult<Self> {
         if page_size == 0 {
@@ -165,6 +197,7 @@ impl EventRecorder {
         })
     }
 
+    /// Tokens per page.
     #[getter]
     fn page_size(&self) -> usize {
         self.inner.page_size()
@@ -172,11 +205,13 @@ impl EventRecorder {
 
     // --- recording ------------------------------------------------------------------------
 
+    /// Record that `node_id` became the root of namespace `extra_key`.
     #[pyo3(signature = (node_id, extra_key))]
     fn root(&self, node_id: u64, extra_key: Option<&str>) {
         self.inner.root(node_id, extra_key);
     }
 
+    /// Record that `node_id` was linked under `parent_id` holding `token_ids` (whole pages).
     fn stored(&self, node_id: u64, parent_id: u64, token_ids: &Bound<'_, PyAny>) -> PyResult<()> {
         let tokens = tokens_u32(token_ids)?;
         if tokens.is_empty() || tokens.len() % self.inner.page_size() != 0 {
@@ -190,26 +225,32 @@ impl EventRecorder {
         Ok(())
     }
 
+    /// Record that `node_id` (of `pages` pages) left the tree.
     fn removed(&self, node_id: u64, pages: usize) {
         self.inner.removed(node_id, pages);
     }
 
+    /// Record that `node_id` (of `pages` pages) was tombstoned.
     fn swa_evicted(&self, node_id: u64, pages: usize) {
         self.inner.swa_evicted(node_id, pages);
     }
 
+    /// Record that `node_id` (of `pages` pages) got its SWA KV back.
     fn swa_restored(&self, node_id: u64, pages: usize) {
         self.inner.swa_restored(node_id, pages);
     }
 
+    /// Record that `suffix_id` was split and the new `prefix_id` took its first pages.
     fn split(&self, prefix_id: u64, suffix_id: u64, prefix_pages: usize) {
         self.inner.split(prefix_id, suffix_id, prefix_pages);
     }
 
+    /// Record that every node, namespace roots included, was dropped.
     fn cleared(&self) {
         self.inner.cleared();
     }
 
+    /// Per-page events recorded since the last cut or take.
     #[getter]
     fn pending_events(&self) -> usize {
         self.inner.pending_events()
@@ -217,6 +258,7 @@ impl EventRecorder {
 
     // --- reading (processes what is pending first) ----------------------------------------
 
+    /// The events since the last cut or take, one `BlockStored` per page (processes first).
     fn take_events<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let events = py
             .detach(|| self.inner.take())
@@ -224,11 +266,13 @@ impl EventRecorder {
         py_events(py, &events)
     }
 
+    /// The digest accumulator of every page now (processes what is pending first).
     fn digest(&self, py: Python<'_>) -> PyResult<u64> {
         py.detach(|| self.inner.digest())
             .map_err(|e| recorder_error(py, e))
     }
 
+    /// The whole tree as events from the node table (processes what is pending first).
     fn snapshot_events<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let (events, _) = py
             .detach(|| self.inner.snapshot())
@@ -236,6 +280,7 @@ impl EventRecorder {
         py_events(py, &events)
     }
 
+    /// The block hashes of `node_id`'s pages now, or None for a node not in the tree.
     fn block_hashes(&self, py: Python<'_>, node_id: u64) -> PyResult<Option<Vec<i64>>> {
         py.detach(|| self.inner.hashes_of(node_id))
             .map_err(|e| recorder_error(py, e))
@@ -243,6 +288,8 @@ impl EventRecorder {
 
     // --- the publisher's path -------------------------------------------------------------
 
+    /// Close the events recorded since the last cut into a `RecordedCut` planned into
+    /// batches by the limits; None (nothing closed) when they make no event.
     fn cut(&self, max_events: usize, max_bytes: usize) -> PyResult<Option<RecordedCut>> {
         let limits = limits(max_events, max_bytes)?;
         Ok(self.inner.cut(limits).map(|cut| RecordedCut {
@@ -252,40 +299,51 @@ impl EventRecorder {
         }))
     }
 
-    #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (cut, source, epoch, first_seq, ts, with_digest))]
-    fn encode_cut<'py>(
+    /// Encode cut steps, in order, as v2 records: per job `(cut, epoch, first_seq, ts,
+    /// with_digest)`, the records `(bytes, events)` of its batches, or `None` for a cut that was
+    /// discarded. The GIL is released while the ops are processed and the records written.
+    fn encode_cuts<'py>(
         &self,
         py: Python<'py>,
-        cut: &RecordedCut,
         source: &str,
-        epoch: &str,
-        first_seq: u64,
-        ts: f64,
-        with_digest: bool,
-    ) -> PyResult<Option<PyRecords<'py>>> {
-        let numbering = Numbering {
-            source,
-            epoch,
-            first_seq,
-            ts,
-        };
+        jobs: Vec<(Py<RecordedCut>, String, u64, f64, bool)>,
+    ) -> PyResult<Vec<Option<PyRecords<'py>>>> {
         let encoded = py
-            .detach(|| -> Result<_, Failure> {
-                let outcome = self.inner.claim(cut.id).map_err(Failure::Recorder)?;
-                outcome
-                    .map(|outcome| step_records(outcome, &cut.batch_ends, &numbering, with_digest))
-                    .transpose()
-                    .map_err(Failure::Encode)
+            .detach(|| -> Result<Vec<Option<Vec<Record>>>, Failure> {
+                jobs.iter()
+                    .map(|(cut, epoch, first_seq, ts, with_digest)| {
+                        let cut = cut.get();
+                        let numbering = Numbering {
+                            source,
+                            epoch,
+                            first_seq: *first_seq,
+                            ts: *ts,
+                        };
+                        let outcome = self.inner.claim(cut.id).map_err(Failure::Recorder)?;
+                        outcome
+                            .map(|outcome| {
+                                step_records(outcome, &cut.batch_ends, &numbering, *with_digest)
+                            })
+                            .transpose()
+                            .map_err(Failure::Encode)
+                    })
+                    .collect()
             })
             .map_err(|failure| failure.into_py(py))?;
-        Ok(encoded.map(|records| py_records(py, &records)))
+        Ok(encoded
+            .iter()
+            .map(|records| records.as_deref().map(|records| py_records(py, records)))
+            .collect())
     }
 
+    /// Never deliver what was recorded or cut so far (a resync); it still reaches the table.
     fn discard_all(&self) {
         self.inner.discard_all();
     }
 
+    /// Open a new epoch: discard everything unclaimed, then write `AllBlocksCleared` and the
+    /// node table's snapshot as records (seq 0.., `meta_json` on the first, the digest on the
+    /// last), split by the limits. The GIL is released while it works.
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (source, epoch, ts, meta_json, max_events, max_bytes))]
     fn encode_opening<'py>(
@@ -294,11 +352,13 @@ impl EventRecorder {
         source: &str,
         epoch: &str,
         ts: f64,
-        meta_json: &str,
+        meta_json: &[u8],
         max_events: usize,
         max_bytes: usize,
     ) -> PyResult<PyRecords<'py>> {
         let limits = limits(max_events, max_bytes)?;
+        let meta_json = std::str::from_utf8(meta_json)
+            .map_err(|_| PyValueError::new_err("meta_json: not UTF-8"))?;
         let numbering = Numbering {
             source,
             epoch,
