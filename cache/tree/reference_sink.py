@@ -5,12 +5,12 @@ hashed at once onto its parent's chain (``cache.events.reference.hashing``), one
 is built per page, and the state digest (``cache.events.reference.digest``) moves by one term per
 page changed. It is the readable reference and the test oracle of ``RecorderSink``: differential
 tests run one tree into both and compare events, digests and snapshots. It is never chosen at
-run time.
+run time. ``attach_reference`` tees a fresh tree's changes into a twin.
 """
 
 from __future__ import annotations
 
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from cache.events import (
     AllBlocksCleared,
@@ -24,6 +24,10 @@ from cache.events.recorder import EventRecorder
 from cache.events.reference.digest import block_term
 from cache.events.reference.hashing import block_hashes_of, chain_page_digests, namespace_prior
 from cache.tree.node import TreeNode
+from cache.tree.sink import EventSink
+
+if TYPE_CHECKING:
+    from cache.tree.radix_cache import SWARadixCache
 
 _MASK: Final = (1 << 64) - 1
 
@@ -155,3 +159,81 @@ class ReferenceSink:
 
 def _by_id_descending(node: TreeNode) -> int:
     return -node.node_id
+
+
+class TeeSink:
+    """Passes every change to ``primary`` and to ``twin``; reads come from ``primary``."""
+
+    def __init__(self, primary: EventSink, twin: ReferenceSink) -> None:
+        self.primary = primary
+        self.twin = twin
+
+    @property
+    def recorder(self) -> EventRecorder | None:
+        """The primary's recorder."""
+        return self.primary.recorder
+
+    def root(self, node: TreeNode, extra_key: str | None) -> None:
+        """Both record the root."""
+        self.primary.root(node, extra_key)
+        self.twin.root(node, extra_key)
+
+    def stored(self, node: TreeNode) -> None:
+        """Both record the store."""
+        self.primary.stored(node)
+        self.twin.stored(node)
+
+    def removed(self, node: TreeNode) -> None:
+        """Both record the removal."""
+        self.primary.removed(node)
+        self.twin.removed(node)
+
+    def swa_evicted(self, node: TreeNode) -> None:
+        """Both record the tombstoning."""
+        self.primary.swa_evicted(node)
+        self.twin.swa_evicted(node)
+
+    def swa_restored(self, node: TreeNode) -> None:
+        """Both record the restore."""
+        self.primary.swa_restored(node)
+        self.twin.swa_restored(node)
+
+    def split(self, prefix: TreeNode, suffix: TreeNode, prefix_pages: int) -> None:
+        """Both record the split."""
+        self.primary.split(prefix, suffix, prefix_pages)
+        self.twin.split(prefix, suffix, prefix_pages)
+
+    def cleared(self) -> None:
+        """Both record the clear."""
+        self.primary.cleared()
+        self.twin.cleared()
+
+    def take(self) -> list[Event]:
+        """The primary's events."""
+        return self.primary.take()
+
+    def digest_value(self) -> int | None:
+        """The primary's digest."""
+        return self.primary.digest_value()
+
+    def snapshot(self) -> list[Event] | None:
+        """The primary's snapshot."""
+        return self.primary.snapshot()
+
+    def block_hashes(self, node: TreeNode) -> list[int] | None:
+        """The primary's hashes."""
+        return self.primary.block_hashes(node)
+
+
+def attach_reference(cache: SWARadixCache) -> ReferenceSink:
+    """Give a fresh ``cache`` (nothing inserted yet) a reference twin that sees every change
+    from now on, as if it had been its sink from the start (for differential tests)."""
+    state = cache._state
+    if any(root._children for root in state.roots.values()):
+        raise ValueError("attach_reference needs a fresh cache: this one holds nodes already")
+    twin = ReferenceSink(state.page_size)
+    twin.cleared()
+    for extra_key, root in state.roots.items():
+        twin.root(root, extra_key)
+    state.sink = TeeSink(state.sink, twin)
+    return twin
