@@ -7,8 +7,9 @@ state digest (``DIGEST_ALGORITHM``) and makes the events, on whichever thread as
 
 * ``take_events()``, ``digest()``, ``snapshot_events()`` and ``block_hashes()`` process what is
   pending and answer (one ``BlockStored`` per page for Python callers);
-* a publisher ``cut()``s a step (its event count and batch plan are known at once) and later has
-  ``encode_cut()`` write its v2 records from a worker thread, with the GIL released; a resync
+* a publisher ``cut()``s a step (its event count and batch plan are known at once) and submits
+  it to its ``RecordEncoder``: a native thread that processes the cuts in order and writes their
+  v2 records without ever taking the GIL, and signals a socket when records are ready; a resync
   ``discard_all()``s what was cut and not written, and ``encode_opening()`` writes the epoch's
   opening from the node table.
 
@@ -17,9 +18,9 @@ state digest (``DIGEST_ALGORITHM``) and makes the events, on whichever thread as
 
 from __future__ import annotations
 
-from cache.events._native import EventRecorder, RecordedCut
+from cache.events._native import EventRecorder, RecordedCut, RecordEncoder
 
-__all__ = ["EventRecorder", "EventRecorderError", "RecordedCut"]
+__all__ = ["EventRecorder", "EventRecorderError", "RecordEncoder", "RecordedCut"]
 
 
 class EventRecorderError(RuntimeError):

@@ -5,21 +5,26 @@ A feed turns one scheduler step into batches queued for the log.
 * ``RecorderFeed`` serves a cache with a native ``EventRecorder`` (``SWARadixCache`` with events
   on). A step only *cuts* the ops the tree recorded: the cut knows at once how many events it
   holds and how they split into batches, so the step is numbered and queued without hashing
-  anything. The hashing, the digest and the v2 encoding run later, in order, in the publisher's
-  worker thread with the GIL released (``encode``); no Python event object is built on the way.
-  An epoch's opening (the start, or a resync) is written from the recorder's node table.
+  anything. The hashing, the digest and the v2 encoding run later, in order, on the recorder's
+  encoder thread, a native thread that never takes the GIL (so the serving loop never hands it
+  over); it signals a socket the event loop waits on when records are ready. No Python event
+  object is built on the way. An epoch's opening (the start, or a resync) is written from the
+  recorder's node table.
 * ``EventListFeed`` serves any other ``PublishedCache``: it takes the step's events as Python
   objects and encodes them on the spot.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+import contextlib
+import os
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+import anyio
+
 from cache.events import Event, encode_batch
-from cache.events.recorder import EventRecorder, RecordedCut
+from cache.events.recorder import EventRecorder, RecordEncoder
 from swa_es.publish.batching import BatchBuilder, PublishedCache
 
 
@@ -31,19 +36,6 @@ class QueuedBatch:
     events: int
     payload: bytes | None
     ticket: int = 0
-
-
-@dataclass(slots=True, eq=False)
-class EncodeJob:
-    """A cut step waiting for the worker: its numbering and the batches it will fill."""
-
-    cut: RecordedCut
-    epoch: str
-    first_seq: int
-    ts: float
-    with_digest: bool
-    batches: list[QueuedBatch]
-    discarded: bool = field(default=False)
 
 
 @runtime_checkable
@@ -59,67 +51,82 @@ class RecordingCache(Protocol):
 class Feed(Protocol):
     """What a publisher needs from its source of batches."""
 
+    def start(self) -> None:
+        """Start what runs beside the serving loop (the publisher is starting)."""
+
     def pending(self) -> bool:
         """Whether the next ``step()`` has events to publish."""
         ...
 
     def step(self) -> list[QueuedBatch]:
-        """The step's batches (payloads may come later, from ``encode``)."""
+        """The step's batches (their payloads may come later: see ``wait_written``)."""
         ...
 
     def reopen(self) -> list[QueuedBatch]:
         """Drop what was taken or cut and not yet written; the batches opening a new epoch."""
         ...
 
-    def take_jobs(self) -> list[EncodeJob]:
-        """The cut steps waiting for the worker, oldest first (none for a feed that encodes
-        on the spot)."""
+    def writing(self) -> bool:
+        """Whether batches handed out by ``step()`` still wait for their payloads."""
         ...
 
-    def encode(self, jobs: Sequence[EncodeJob]) -> list[list[tuple[bytes, int]] | None]:
-        """Write ``jobs``' records (called in a worker thread)."""
-        ...
+    def hurry(self) -> None:
+        """Someone waits for those payloads: write them without delay."""
 
-    def finish(
-        self, jobs: Sequence[EncodeJob], results: Sequence[list[tuple[bytes, int]] | None]
-    ) -> None:
-        """Fill the jobs' batches with what ``encode`` wrote (event-loop thread)."""
-        ...
+    async def wait_written(self) -> None:
+        """Return once some of those payloads are written (``collect`` fills them in)."""
+
+    def collect(self) -> None:
+        """Fill in every payload written so far."""
+
+    def close(self) -> None:
+        """Stop what runs beside the serving loop (the publisher has stopped)."""
 
 
 class RecorderFeed:
-    """Steps cut from a native ``EventRecorder``; records written by the worker thread."""
+    """Steps cut from a native ``EventRecorder``; records written by its encoder thread."""
 
     def __init__(self, recorder: EventRecorder, builder: BatchBuilder) -> None:
         self._recorder = recorder
         self._builder = builder
-        self._waiting: list[EncodeJob] = []
-        self._open: list[EncodeJob] = []
+        self._limits = (builder.max_events_per_batch, builder.max_split_bytes)
+        self._encoder: RecordEncoder | None = None
+        # Submitted jobs by id, with the batches their records fill.
+        self._jobs: dict[int, list[QueuedBatch]] = {}
+
+    def start(self) -> None:
+        """Start the encoder thread."""
+        if self._encoder is None:
+            self._encoder = self._recorder.encoder(self._builder.source)
+
+    def _running(self) -> RecordEncoder:
+        if self._encoder is None:
+            raise RuntimeError("the recorder feed is not started")
+        return self._encoder
 
     def pending(self) -> bool:
         """Whether the tree recorded an event since the last cut."""
         return self._recorder.pending_events > 0
 
     def step(self) -> list[QueuedBatch]:
-        """Cut the recorded ops; number their batches now, leave the payloads to the worker."""
+        """Cut the recorded ops and number their batches now; the encoder thread hashes and
+        writes them."""
+        encoder = self._running()
         builder = self._builder
-        cut = self._recorder.cut(builder.max_events_per_batch, builder.max_split_bytes)
+        cut = self._recorder.cut(*self._limits)
         if cut is None:
             return []
         counts = cut.batch_events
         first_seq, with_digest = builder.reserve(len(counts))
+        job = encoder.submit(cut, builder.epoch, first_seq, builder.now(), with_digest)
         batches = [QueuedBatch(count, None) for count in counts]
-        job = EncodeJob(cut, builder.epoch, first_seq, builder.now(), with_digest, batches)
-        self._waiting.append(job)
-        self._open.append(job)
+        self._jobs[job] = batches
         return batches
 
     def reopen(self) -> list[QueuedBatch]:
         """Discard every cut not yet written (its ops still reach the recorder's table) and
         write the new epoch's opening from the table."""
-        for job in self._open:
-            job.discarded = True
-        self._waiting, self._open = [], []
+        self._jobs.clear()
         builder = self._builder
         epoch = builder.new_epoch()
         records = self._recorder.encode_opening(
@@ -133,36 +140,46 @@ class RecorderFeed:
         builder.opened(len(records))
         return [QueuedBatch(events, payload) for payload, events in records]
 
-    def take_jobs(self) -> list[EncodeJob]:
-        """The cut steps not yet handed to the worker."""
-        jobs, self._waiting = self._waiting, []
-        return jobs
+    def writing(self) -> bool:
+        """Whether submitted jobs are not written yet."""
+        return bool(self._jobs)
 
-    def encode(self, jobs: Sequence[EncodeJob]) -> list[list[tuple[bytes, int]] | None]:
-        """Process and encode ``jobs`` in the core, GIL released (worker thread)."""
-        return self._recorder.encode_cuts(
-            self._builder.source,
-            [(job.cut, job.epoch, job.first_seq, job.ts, job.with_digest) for job in jobs],
-        )
+    def hurry(self) -> None:
+        """Have the encoder write its waiting jobs now (it otherwise lingers up to a
+        millisecond to write several steps in one round)."""
+        if self._encoder is not None and self._jobs:
+            self._encoder.hurry()
 
-    def finish(
-        self, jobs: Sequence[EncodeJob], results: Sequence[list[tuple[bytes, int]] | None]
-    ) -> None:
-        """Fill the payloads of jobs still wanted (a resync may have discarded some)."""
-        done = set(map(id, jobs))
-        self._open = [job for job in self._open if id(job) not in done]
-        for job, records in zip(jobs, results, strict=True):
-            if job.discarded:
-                continue
-            if records is None or len(records) != len(job.batches):
+    async def wait_written(self) -> None:
+        """Wait for the encoder's signal that jobs are finished."""
+        await anyio.wait_readable(self._running().fileno())
+
+    def collect(self) -> None:
+        """Fill the batches of every finished job (those of discarded jobs are dropped)."""
+        encoder = self._running()
+        fd = encoder.fileno()
+        # Empty the signal before taking the jobs: a job finished in between signals again.
+        with contextlib.suppress(BlockingIOError):
+            while os.read(fd, 4096):
+                pass
+        for job, records in encoder.take_done():
+            batches = self._jobs.pop(job, None)
+            if batches is None:
+                continue  # discarded by a resync
+            if records is None or len(records) != len(batches):
                 raise RuntimeError(
-                    f"recorder wrote {None if records is None else len(records)} record(s) for "
-                    f"a cut planned as {len(job.batches)} batch(es)"
+                    f"encoder wrote {None if records is None else len(records)} record(s) for "
+                    f"a cut planned as {len(batches)} batch(es)"
                 )
-            for batch, (payload, events) in zip(job.batches, records, strict=True):
+            for batch, (payload, events) in zip(batches, records, strict=True):
                 if events != batch.events:
-                    raise RuntimeError(f"recorder wrote {events} events, {batch.events} planned")
+                    raise RuntimeError(f"encoder wrote {events} events, {batch.events} planned")
                 batch.payload = payload
+
+    def close(self) -> None:
+        """Stop the encoder thread (after its current job)."""
+        if self._encoder is not None:
+            self._encoder.close()
 
 
 class EventListFeed:
@@ -193,18 +210,25 @@ class EventListFeed:
         batches = self._builder.open_epoch(snapshot, self._cache.state_digest())
         return [QueuedBatch(len(b.events), encode_batch(b)) for b in batches]
 
-    def take_jobs(self) -> list[EncodeJob]:
-        """Nothing is left for a worker."""
-        return []
+    def start(self) -> None:
+        """Nothing runs beside the loop."""
 
-    def encode(self, jobs: Sequence[EncodeJob]) -> list[list[tuple[bytes, int]] | None]:
-        """Never called: every batch is encoded in ``step``."""
-        raise RuntimeError("EventListFeed encodes on the spot; it has no jobs")
+    def writing(self) -> bool:
+        """Never: every batch is encoded in ``step``."""
+        return False
 
-    def finish(
-        self, jobs: Sequence[EncodeJob], results: Sequence[list[tuple[bytes, int]] | None]
-    ) -> None:
-        """Never called (no jobs)."""
+    def hurry(self) -> None:
+        """Nothing is being written."""
+
+    async def wait_written(self) -> None:
+        """Never called (nothing is written later)."""
+        raise RuntimeError("EventListFeed encodes on the spot; nothing is written later")
+
+    def collect(self) -> None:
+        """Nothing to collect."""
+
+    def close(self) -> None:
+        """Nothing to stop."""
 
 
 def feed_for(cache: PublishedCache, builder: BatchBuilder) -> Feed:

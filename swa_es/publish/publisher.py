@@ -1,11 +1,12 @@
 """``Publisher``: a cache's events, one batch per scheduler step, appended in order to a log.
 
 ``step()`` is synchronous and never blocks the serving loop. For a tree with a native recorder
-(``SWARadixCache``) it only cuts what the tree recorded and numbers its batches; a background
-task has the cut steps hashed and encoded, in order, in a worker thread with the GIL released,
-so the serving loop pays for neither (``swa_es.publish.feeds``). For any other cache it takes
-the events and encodes them at once. A second background task appends the encoded batches to
-the log, several per ``append_batch`` call, strictly in queue order. The queue is bounded; when
+(``SWARadixCache``) it only cuts what the tree recorded and numbers its batches; the recorder's
+encoder thread hashes and encodes the cut steps in order without the GIL, and a background task
+collects the records when it signals, so the serving loop pays for neither
+(``swa_es.publish.feeds``). For any other cache it takes the events and encodes them at once.
+A second background task appends the encoded batches to the log, several per
+``append_batch`` call, strictly in queue order. The queue is bounded; when
 it is full the overflow policy decides (see ``OverflowPolicy``), and every overflow is counted.
 """
 
@@ -191,6 +192,7 @@ class Publisher:
         target = self._last_ticket
         with anyio.fail_after(timeout_s):
             while self._durable_ticket < target:
+                self._feed.hurry()
                 await self._wait_progress()
 
     async def wait_ready(self, timeout_s: float | None = None) -> None:
@@ -198,6 +200,7 @@ class Publisher:
         self._check_usable()
         with anyio.fail_after(timeout_s):
             while not self.ready:
+                self._feed.hurry()
                 await self._wait_progress()
 
     # --- lifecycle ------------------------------------------------------------------------
@@ -208,12 +211,14 @@ class Publisher:
         task_group = anyio.create_task_group()
         await task_group.__aenter__()
         try:
+            self._feed.start()
             self._open_epoch()
-            await task_group.start(self._encode_loop)
+            await task_group.start(self._collect_loop)
             await task_group.start(self._append_loop)
         except BaseException:
             task_group.cancel_scope.cancel()
             await task_group.__aexit__(None, None, None)
+            self._feed.close()
             raise
         self._task_group = task_group
         self._running = True
@@ -235,8 +240,11 @@ class Publisher:
                     await self.flush()
         finally:
             self._stop(task_group, abandon=exc_type is not None)
-            await task_group.__aexit__(None, None, None)
-            self._task_group = None
+            try:
+                await task_group.__aexit__(None, None, None)
+            finally:
+                self._task_group = None
+                self._feed.close()
 
     async def _final_step(self) -> None:
         """Publish what the cache changed since the last ``step()``, waiting out backpressure."""
@@ -272,17 +280,22 @@ class Publisher:
             )
 
     def _enqueue(self, batches: Sequence[QueuedBatch]) -> None:
+        """Queue one step's (or opening's) batches: all encoded already, or all cut."""
+        if not batches:
+            return
         for batch in batches:
             self._last_ticket += 1
             batch.ticket = self._last_ticket
-            self._pending.append(batch)
+        self._pending.extend(batches)
         self._counters.batches_queued += len(batches)
-        if any(batch.payload is not None for batch in batches):
+        if batches[0].payload is not None:
             self._wake_worker()
-        elif batches:
-            # A cut step: the encode task takes every step cut while it was busy in one go, so
-            # only an idle one needs waking (Event.set on an unawaited event costs ~nothing).
+        else:
+            # A cut step: wake the collecting task if it sleeps (it then waits for the encoder's
+            # signal); setting an event nobody awaits costs next to nothing.
             self._encode_work.set()
+            if 2 * len(self._pending) >= self.max_queue_batches:
+                self._feed.hurry()
 
     def _open_epoch(self) -> None:
         # The opening covers every change not yet published: the feed drops those.
@@ -344,25 +357,24 @@ class Publisher:
             size_bytes += len(payload)
         return group
 
-    async def _encode_loop(
+    async def _collect_loop(
         self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        """Hand cut steps to a worker thread, oldest first, to be hashed and encoded."""
+        """Collect the payloads the feed writes beside the loop (cut steps), as they come."""
         task_status.started()
         try:
             while True:
                 self._encode_work = anyio.Event()
-                jobs = self._feed.take_jobs()
-                if not jobs:
+                if not self._feed.writing():
                     if self._closing or self._failure is not None:
                         return
                     await self._encode_work.wait()
                     continue
-                results = await anyio.to_thread.run_sync(self._feed.encode, jobs)
-                self._feed.finish(jobs, results)
+                await self._feed.wait_written()
+                self._feed.collect()
                 self._wake_worker()
         except Exception as exc:
-            logger.error("publisher %r: encode task died: %r", self.source, exc)
+            logger.error("publisher %r: collecting encoded batches failed: %r", self.source, exc)
             self._fail(exc)
 
     def _fail(self, exc: BaseException) -> None:

@@ -9,7 +9,7 @@ byte for byte what the reference path writes for the same epoch and timestamp.
 from __future__ import annotations
 
 import random
-import threading
+from pathlib import Path
 
 import anyio
 import anyio.lowlevel
@@ -26,7 +26,6 @@ from swa_es import Backpressure, Publisher
 from swa_es.engine.worker import CacheWorker
 from swa_es.engine.workload import ChatWorkload
 from swa_es.publish.batching import BatchBuilder, cache_meta
-from swa_es.publish.feeds import RecorderFeed
 from swa_es.testing import SlowLog
 from tests.swa_es.doubles import replay
 
@@ -121,33 +120,30 @@ async def test_records_equal_the_reference_path_byte_for_byte(page_size: int) ->
     assert state.digests_checked > 10
 
 
-async def test_the_native_path_never_takes_python_events_and_encodes_off_the_loop() -> None:
-    """The publisher cuts the recorder: take_events() is never called, and the records are
-    written in another thread than the event loop's."""
-    cache = small_tree(1)
-    loop_thread = threading.get_ident()
-    encoding_threads: set[int] = set()
-    original = RecorderFeed.encode
+def _threads() -> set[str]:
+    """Ids of this process's threads, native ones included (Linux)."""
+    return {task.name for task in Path("/proc/self/task").iterdir()}
 
-    def spy(feed: RecorderFeed, jobs: object) -> object:
-        encoding_threads.add(threading.get_ident())
-        return original(feed, jobs)  # type: ignore[arg-type]  # the real jobs
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
+async def test_the_native_path_never_takes_python_events_and_encodes_off_the_loop() -> None:
+    """The publisher cuts the recorder (take_events() is never called) and its records are
+    written by the recorder's own encoder thread, which stops with the publisher."""
+    cache = small_tree(1)
+    before = _threads()
 
     def refuse() -> None:
         raise AssertionError("the native path took Python events")
 
     cache.take_events = refuse  # type: ignore[assignment, method-assign]  # a tripwire
-    RecorderFeed.encode = spy  # type: ignore[assignment, method-assign]  # a spy
-    try:
-        worker = CacheWorker(cache)
-        async with Publisher(cache, MemoryLog(), "w0") as pub:
-            for request in workload(0, 20):
-                worker.serve(request)  # type: ignore[arg-type]  # a ChatRequest
-                pub.step()
-                await anyio.lowlevel.checkpoint()
-    finally:
-        RecorderFeed.encode = original  # type: ignore[method-assign]  # restore
-    assert encoding_threads and loop_thread not in encoding_threads
+    worker = CacheWorker(cache)
+    async with Publisher(cache, MemoryLog(), "w0") as pub:
+        assert len(_threads() - before) == 1, "one encoder thread beside the loop"
+        for request in workload(0, 20):
+            worker.serve(request)  # type: ignore[arg-type]  # a ChatRequest
+            pub.step()
+            await anyio.lowlevel.checkpoint()
+    assert not _threads() - before, "the encoder thread stopped with the publisher"
     assert pub.metrics.batches_published == 21
 
 

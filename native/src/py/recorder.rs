@@ -10,12 +10,18 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyList, PyTuple, PyType};
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use super::codec::{classes, push_events};
 use crate::codec::EncodeError;
 use crate::events::Event;
 use crate::recorder::{
-    opening_records, step_records, BatchLimits, CutId, Numbering, Record, Recorder, RecorderError,
+    opening_records, BatchLimits, CutId, Done, EncodeWorker, Job, Numbering, Record, Recorder,
+    RecorderError,
 };
 
 static RECORDER_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
@@ -181,7 +187,7 @@ impl RecordedCut {
 /// The native event recorder of one tree (see `crate::recorder`).
 #[pyclass(frozen, module = "cache.events._native")]
 pub struct EventRecorder {
-    inner: Recorder,
+    inner: Arc<Recorder>,
 }
 
 #[pymethods]
@@ -193,7 +199,7 @@ impl EventRecorder {
             return Err(PyValueError::new_err("page_size must be positive, got 0"));
         }
         Ok(EventRecorder {
-            inner: Recorder::new(page_size),
+            inner: Arc::new(Recorder::new(page_size)),
         })
     }
 
@@ -299,41 +305,10 @@ impl EventRecorder {
         }))
     }
 
-    /// Encode cut steps, in order, as v2 records: per job `(cut, epoch, first_seq, ts,
-    /// with_digest)`, the records `(bytes, events)` of its batches, or `None` for a cut that was
-    /// discarded. The GIL is released while the ops are processed and the records written.
-    fn encode_cuts<'py>(
-        &self,
-        py: Python<'py>,
-        source: &str,
-        jobs: Vec<(Py<RecordedCut>, String, u64, f64, bool)>,
-    ) -> PyResult<Vec<Option<PyRecords<'py>>>> {
-        let encoded = py
-            .detach(|| -> Result<Vec<Option<Vec<Record>>>, Failure> {
-                jobs.iter()
-                    .map(|(cut, epoch, first_seq, ts, with_digest)| {
-                        let cut = cut.get();
-                        let numbering = Numbering {
-                            source,
-                            epoch,
-                            first_seq: *first_seq,
-                            ts: *ts,
-                        };
-                        let outcome = self.inner.claim(cut.id).map_err(Failure::Recorder)?;
-                        outcome
-                            .map(|outcome| {
-                                step_records(outcome, &cut.batch_ends, &numbering, *with_digest)
-                            })
-                            .transpose()
-                            .map_err(Failure::Encode)
-                    })
-                    .collect()
-            })
-            .map_err(|failure| failure.into_py(py))?;
-        Ok(encoded
-            .iter()
-            .map(|records| records.as_deref().map(|records| py_records(py, records)))
-            .collect())
+    /// Start an encoder thread that writes the cut steps submitted to it as records of
+    /// `source` (see `RecordEncoder`).
+    fn encoder(&self, source: String) -> PyResult<RecordEncoder> {
+        RecordEncoder::start(self.inner.clone(), source)
     }
 
     /// Never deliver what was recorded or cut so far (a resync); it still reaches the table.
@@ -385,8 +360,112 @@ impl EventRecorder {
     }
 }
 
+/// A publisher's encoder thread (see `crate::recorder::worker`): `submit` cut steps with their
+/// numbering; when `fileno()` turns readable, drain it and `take_done()` the records.
+#[pyclass(frozen, module = "cache.events._native")]
+pub struct RecordEncoder {
+    worker: Mutex<Option<EncodeWorker>>,
+    /// The end the event loop waits on (non-blocking); the thread writes to the other.
+    wake: UnixStream,
+    next_id: AtomicU64,
+}
+
+impl RecordEncoder {
+    fn start(recorder: Arc<Recorder>, source: String) -> PyResult<Self> {
+        let (wake, signal) = UnixStream::pair()?;
+        wake.set_nonblocking(true)?;
+        signal.set_nonblocking(true)?;
+        let worker = EncodeWorker::start(recorder, source, move || {
+            // One byte per batch of finished jobs. A full buffer (a reader that stopped
+            // draining) or a gone reader needs no more bytes: it is readable, or nobody waits.
+            let _ = (&signal).write_all(&[1]);
+        })?;
+        Ok(RecordEncoder {
+            worker: Mutex::new(Some(worker)),
+            wake,
+            next_id: AtomicU64::new(0),
+        })
+    }
+
+    fn with_worker<T>(&self, use_it: impl FnOnce(&EncodeWorker) -> T) -> PyResult<T> {
+        let guard = self
+            .worker
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match guard.as_ref() {
+            Some(worker) => Ok(use_it(worker)),
+            None => Err(PyValueError::new_err("the encoder is closed")),
+        }
+    }
+}
+
+#[pymethods]
+impl RecordEncoder {
+    /// The wake-up socket the event loop waits on: readable once finished jobs wait in
+    /// `take_done()` (read it empty before calling).
+    fn fileno(&self) -> i32 {
+        self.wake.as_raw_fd()
+    }
+
+    /// Queue cut step `cut` to be written as batches `first_seq`.. of `epoch`, stamped `ts`,
+    /// the digest after it on the last batch when `with_digest`; returns the job's id.
+    #[pyo3(signature = (cut, epoch, first_seq, ts, with_digest))]
+    fn submit(
+        &self,
+        cut: &RecordedCut,
+        epoch: String,
+        first_seq: u64,
+        ts: f64,
+        with_digest: bool,
+    ) -> PyResult<u64> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let job = Job {
+            id,
+            cut: cut.id,
+            batch_ends: cut.batch_ends.clone(),
+            epoch,
+            first_seq,
+            ts,
+            with_digest,
+        };
+        self.with_worker(|worker| worker.submit(job))?;
+        Ok(id)
+    }
+
+    /// Write the waiting jobs now rather than lingering for more (someone waits for them).
+    fn hurry(&self) -> PyResult<()> {
+        self.with_worker(EncodeWorker::hurry)
+    }
+
+    /// The jobs finished since the last call, in order: `(id, records)`, records `None` for a
+    /// discarded cut. A failure of the recorder raises `EventRecorderError`.
+    fn take_done<'py>(&self, py: Python<'py>) -> PyResult<Vec<(u64, Option<PyRecords<'py>>)>> {
+        let done = self.with_worker(EncodeWorker::take_done)?;
+        done.into_iter()
+            .map(|(id, done)| match done {
+                Done::Records(records) => Ok((id, Some(py_records(py, &records)))),
+                Done::Discarded => Ok((id, None)),
+                Done::Failed(reason) => Err(recorder_error(py, RecorderError { reason })),
+            })
+            .collect()
+    }
+
+    /// Stop the thread after its current job (the rest are dropped); idempotent.
+    fn close(&self, py: Python<'_>) {
+        let worker = self
+            .worker
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(mut worker) = worker {
+            py.detach(move || worker.close());
+        }
+    }
+}
+
 pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<EventRecorder>()?;
+    module.add_class::<RecordEncoder>()?;
     module.add_class::<RecordedCut>()?;
     Ok(())
 }

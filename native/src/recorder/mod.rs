@@ -8,7 +8,8 @@
 //! The table hashes pages (`crate::hashing`), keeps the state digest (`crate::digest`) and makes
 //! the events (`crate::events`), one `Stored` per stored node: the v2 wire's chained form, which
 //! the bindings expand to one event per page for Python callers. `records` encodes a cut step
-//! (or an epoch's opening) straight into v2 log records for the publisher.
+//! (or an epoch's opening) straight into v2 log records for the publisher; `worker` is the
+//! publisher's encoder thread, which does that for each cut step without ever taking the GIL.
 //!
 //! The pure-Python twin is `cache/tree/reference_sink.py` (the tree's old recording sink),
 //! held equal by differential tests.
@@ -18,9 +19,11 @@ mod pipeline;
 mod plan;
 mod records;
 mod table;
+mod worker;
 
 pub use ops::{NodeId, Op, OpLog};
 pub use pipeline::{Cut, CutId, Outcome, Recorder, RecorderError};
 pub use plan::{bound, page_events, plan_batches, runs_of, split_events, BatchLimits, Run};
 pub use records::{opening_records, step_records, Numbering, Record};
 pub use table::{NodeTable, TableError, MEDIUM_GPU};
+pub use worker::{Done, EncodeWorker, Job};
