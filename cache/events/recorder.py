@@ -7,20 +7,21 @@ state digest (``DIGEST_ALGORITHM``) and makes the events, on whichever thread as
 
 * ``take_events()``, ``digest()``, ``snapshot_events()`` and ``block_hashes()`` process what is
   pending and answer (one ``BlockStored`` per page for Python callers);
-* a publisher ``cut()``s a step (its event count and batch plan are known at once) and submits
-  it to its ``RecordEncoder``: a native thread that processes the cuts in order and writes their
-  v2 records without ever taking the GIL, and signals a socket when records are ready; a resync
-  ``discard_all()``s what was cut and not written, and ``encode_opening()`` writes the epoch's
-  opening from the node table.
+* a publisher steps through its ``RecordEncoder`` (``recorder.encoder(...)``): ``step()`` cuts
+  what was recorded (its event count and batch plan are known at once, before any hashing),
+  numbers the batches and queues them for the encoder's native thread, which processes the cuts
+  in order and writes their v2 records without ever taking the GIL, and signals a socket when
+  records are ready; a resync ``discard_all()``s what was cut and not written, and
+  ``encode_opening()`` writes the new epoch's opening from the node table.
 
 ``cache/tree/reference_sink.py`` is the pure-Python twin (tests only; never chosen at run time).
 """
 
 from __future__ import annotations
 
-from cache.events._native import EventRecorder, RecordedCut, RecordEncoder
+from cache.events._native import EventRecorder, RecordEncoder
 
-__all__ = ["EventRecorder", "EventRecorderError", "RecordEncoder", "RecordedCut"]
+__all__ = ["EventRecorder", "EventRecorderError", "RecordEncoder"]
 
 
 class EventRecorderError(RuntimeError):

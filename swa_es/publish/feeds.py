@@ -89,7 +89,6 @@ class RecorderFeed:
     def __init__(self, recorder: EventRecorder, builder: BatchBuilder) -> None:
         self._recorder = recorder
         self._builder = builder
-        self._limits = (builder.max_events_per_batch, builder.max_split_bytes)
         self._encoder: RecordEncoder | None = None
         # Submitted jobs by id, with the batches their records fill.
         self._jobs: dict[int, list[QueuedBatch]] = {}
@@ -97,7 +96,13 @@ class RecorderFeed:
     def start(self) -> None:
         """Start the encoder thread."""
         if self._encoder is None:
-            self._encoder = self._recorder.encoder(self._builder.source)
+            builder = self._builder
+            self._encoder = self._recorder.encoder(
+                builder.source,
+                builder.max_events_per_batch,
+                builder.max_split_bytes,
+                builder.digest_every_batches,
+            )
 
     def _running(self) -> RecordEncoder:
         if self._encoder is None:
@@ -109,16 +114,13 @@ class RecorderFeed:
         return self._recorder.pending_events > 0
 
     def step(self) -> list[QueuedBatch]:
-        """Cut the recorded ops and number their batches now; the encoder thread hashes and
-        writes them."""
-        encoder = self._running()
-        builder = self._builder
-        cut = self._recorder.cut(*self._limits)
+        """Cut the recorded ops and number their batches now (one native call: the encoder
+        keeps the step numbering of the epoch the builder opened); the encoder thread hashes
+        and writes them."""
+        cut = self._running().step(self._builder.now())
         if cut is None:
             return []
-        counts = cut.batch_events
-        first_seq, with_digest = builder.reserve(len(counts))
-        job = encoder.submit(cut, builder.epoch, first_seq, builder.now(), with_digest)
+        job, counts = cut
         batches = [QueuedBatch(count, None) for count in counts]
         self._jobs[job] = batches
         return batches
@@ -138,6 +140,7 @@ class RecorderFeed:
             builder.max_split_bytes,
         )
         builder.opened(len(records))
+        self._running().begin_epoch(epoch, len(records))
         return [QueuedBatch(events, payload) for payload, events in records]
 
     def writing(self) -> bool:

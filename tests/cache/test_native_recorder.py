@@ -127,9 +127,10 @@ def test_bad_stores_are_refused_at_the_boundary(tokens: object) -> None:
     assert recorder.pending_events == 0
 
 
-def test_bad_batch_limits_are_refused() -> None:
-    """A cut needs positive limits."""
-    with pytest.raises(ValueError, match="positive"):
-        EventRecorder(1).cut(0, 100)
+def test_bad_limits_are_refused() -> None:
+    """An encoder needs positive batch limits and digest cadence; a recorder a page size."""
+    for limits in [(0, 100, 1), (10, 0, 1), (10, 100, 0)]:
+        with pytest.raises(ValueError, match="positive"):
+            EventRecorder(1).encoder("w0", *limits)
     with pytest.raises(ValueError, match="page_size"):
         EventRecorder(0)

@@ -1,5 +1,5 @@
-//! Bindings of `crate::recorder`: the tree's `EventRecorder` and the `RecordedCut` a publisher
-//! step takes.
+//! Bindings of `crate::recorder`: the tree's `EventRecorder` and a publisher's
+//! `RecordEncoder`.
 //!
 //! Recording methods are called on the serving loop with the GIL held and only push an op.
 //! Everything that processes (hashing, digest, events, encoding) releases the GIL while it
@@ -20,8 +20,8 @@ use super::codec::{classes, push_events};
 use crate::codec::EncodeError;
 use crate::events::Event;
 use crate::recorder::{
-    opening_records, BatchLimits, CutId, Done, EncodeWorker, Job, Numbering, Record, Recorder,
-    RecorderError,
+    opening_records, BatchLimits, Done, EncodeWorker, Job, Numbering, Record, Recorder,
+    RecorderError, Sequencer,
 };
 
 static RECORDER_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
@@ -138,52 +138,6 @@ fn py_records<'py>(py: Python<'py>, records: &[Record]) -> PyRecords<'py> {
         .collect()
 }
 
-/// A step's events, cut: how many and how they split into batches, known before any hashing.
-#[pyclass(frozen, module = "cache.events._native")]
-pub struct RecordedCut {
-    id: CutId,
-    events: usize,
-    batch_ends: Vec<usize>,
-}
-
-#[pymethods]
-impl RecordedCut {
-    /// The cut's id within its recorder.
-    #[getter]
-    fn id(&self) -> CutId {
-        self.id
-    }
-
-    /// Per-page events in the cut.
-    #[getter]
-    fn events(&self) -> usize {
-        self.events
-    }
-
-    /// Events of each batch the cut will be written as.
-    #[getter]
-    fn batch_events(&self) -> Vec<usize> {
-        let mut start = 0;
-        self.batch_ends
-            .iter()
-            .map(|&end| {
-                let count = end - start;
-                start = end;
-                count
-            })
-            .collect()
-    }
-
-    fn __repr__(&self) -> String {
-        format!(
-            "RecordedCut(id={}, events={}, batches={})",
-            self.id,
-            self.events,
-            self.batch_ends.len()
-        )
-    }
-}
-
 /// The native event recorder of one tree (see `crate::recorder`).
 #[pyclass(frozen, module = "cache.events._native")]
 pub struct EventRecorder {
@@ -294,21 +248,27 @@ impl EventRecorder {
 
     // --- the publisher's path -------------------------------------------------------------
 
-    /// Close the events recorded since the last cut into a `RecordedCut` planned into
-    /// batches by the limits; None (nothing closed) when they make no event.
-    fn cut(&self, max_events: usize, max_bytes: usize) -> PyResult<Option<RecordedCut>> {
-        let limits = limits(max_events, max_bytes)?;
-        Ok(self.inner.cut(limits).map(|cut| RecordedCut {
-            id: cut.id,
-            events: cut.events,
-            batch_ends: cut.batch_ends,
-        }))
-    }
-
-    /// Start an encoder thread that writes the cut steps submitted to it as records of
-    /// `source` (see `RecordEncoder`).
-    fn encoder(&self, source: String) -> PyResult<RecordEncoder> {
-        RecordEncoder::start(self.inner.clone(), source)
+    /// Start an encoder thread for a publisher of `source` whose batches hold at most
+    /// `max_events` events and `max_bytes` of event size bounds, with the digest on every
+    /// `digest_every`-th batch (see `RecordEncoder`).
+    fn encoder(
+        &self,
+        source: String,
+        max_events: usize,
+        max_bytes: usize,
+        digest_every: u64,
+    ) -> PyResult<RecordEncoder> {
+        if digest_every == 0 {
+            return Err(PyValueError::new_err(
+                "digest_every must be positive, got 0",
+            ));
+        }
+        RecordEncoder::start(
+            self.inner.clone(),
+            source,
+            limits(max_events, max_bytes)?,
+            digest_every,
+        )
     }
 
     /// Never deliver what was recorded or cut so far (a resync); it still reaches the table.
@@ -360,10 +320,14 @@ impl EventRecorder {
     }
 }
 
-/// A publisher's encoder thread (see `crate::recorder::worker`): `submit` cut steps with their
-/// numbering; when `fileno()` turns readable, drain it and `take_done()` the records.
+/// A publisher's side of the recorder: `step()` cuts what the tree recorded, numbers its
+/// batches and hands them to the encoder thread (`crate::recorder::worker`); when `fileno()`
+/// turns readable, read it empty and `take_done()` the records.
 #[pyclass(frozen, module = "cache.events._native")]
 pub struct RecordEncoder {
+    recorder: Arc<Recorder>,
+    limits: BatchLimits,
+    sequencer: Mutex<Sequencer>,
     worker: Mutex<Option<EncodeWorker>>,
     /// The end the event loop waits on (non-blocking); the thread writes to the other.
     wake: UnixStream,
@@ -371,16 +335,24 @@ pub struct RecordEncoder {
 }
 
 impl RecordEncoder {
-    fn start(recorder: Arc<Recorder>, source: String) -> PyResult<Self> {
+    fn start(
+        recorder: Arc<Recorder>,
+        source: String,
+        limits: BatchLimits,
+        digest_every: u64,
+    ) -> PyResult<Self> {
         let (wake, signal) = UnixStream::pair()?;
         wake.set_nonblocking(true)?;
         signal.set_nonblocking(true)?;
-        let worker = EncodeWorker::start(recorder, source, move || {
+        let worker = EncodeWorker::start(recorder.clone(), source, move || {
             // One byte per batch of finished jobs. A full buffer (a reader that stopped
             // draining) or a gone reader needs no more bytes: it is readable, or nobody waits.
             let _ = (&signal).write_all(&[1]);
         })?;
         Ok(RecordEncoder {
+            recorder,
+            limits,
+            sequencer: Mutex::new(Sequencer::new(digest_every)),
             worker: Mutex::new(Some(worker)),
             wake,
             next_id: AtomicU64::new(0),
@@ -407,29 +379,45 @@ impl RecordEncoder {
         self.wake.as_raw_fd()
     }
 
-    /// Queue cut step `cut` to be written as batches `first_seq`.. of `epoch`, stamped `ts`,
-    /// the digest after it on the last batch when `with_digest`; returns the job's id.
-    #[pyo3(signature = (cut, epoch, first_seq, ts, with_digest))]
-    fn submit(
-        &self,
-        cut: &RecordedCut,
-        epoch: String,
-        first_seq: u64,
-        ts: f64,
-        with_digest: bool,
-    ) -> PyResult<u64> {
+    /// Number the steps of a new epoch whose opening took seqs `0..next_seq`.
+    fn begin_epoch(&self, epoch: String, next_seq: u64) {
+        self.sequencer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .begin(epoch, next_seq);
+    }
+
+    /// Cut what the tree recorded since the last cut, number its batches and queue them for
+    /// the encoder thread, stamped `ts`: the job's id and each batch's event count, or None
+    /// (nothing cut) when nothing that makes an event was recorded.
+    fn step(&self, ts: f64) -> PyResult<Option<(u64, Vec<usize>)>> {
+        let Some(cut) = self.recorder.cut(self.limits) else {
+            return Ok(None);
+        };
+        let mut sequencer = self
+            .sequencer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (first_seq, with_digest) = sequencer.reserve(cut.batch_ends.len() as u64);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut start = 0;
+        let batch_events = cut
+            .batch_ends
+            .iter()
+            .map(|&end| end - std::mem::replace(&mut start, end))
+            .collect();
         let job = Job {
             id,
             cut: cut.id,
-            batch_ends: cut.batch_ends.clone(),
-            epoch,
+            batch_ends: cut.batch_ends,
+            epoch: sequencer.epoch().to_owned(),
             first_seq,
             ts,
             with_digest,
         };
+        drop(sequencer);
         self.with_worker(|worker| worker.submit(job))?;
-        Ok(id)
+        Ok(Some((id, batch_events)))
     }
 
     /// Write the waiting jobs now rather than lingering for more (someone waits for them).
@@ -466,6 +454,5 @@ impl RecordEncoder {
 pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<EventRecorder>()?;
     module.add_class::<RecordEncoder>()?;
-    module.add_class::<RecordedCut>()?;
     Ok(())
 }

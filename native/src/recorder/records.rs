@@ -20,6 +20,54 @@ pub struct Numbering<'a> {
     pub ts: f64,
 }
 
+/// The seq numbering of one source's step batches within an epoch, and the in-band digest
+/// cadence: the native twin of `swa_es.publish.batching.BatchBuilder.reserve` (the publisher's
+/// records are held byte-equal to that path by tests).
+#[derive(Clone, Debug)]
+pub struct Sequencer {
+    epoch: String,
+    next_seq: u64,
+    since_digest: u64,
+    digest_every: u64,
+}
+
+impl Sequencer {
+    /// No epoch yet; the digest rides on every `digest_every`-th batch (at least 1).
+    pub fn new(digest_every: u64) -> Self {
+        Sequencer {
+            epoch: String::new(),
+            next_seq: 0,
+            since_digest: 0,
+            digest_every: digest_every.max(1),
+        }
+    }
+
+    /// A new epoch whose opening took seqs `0..next_seq` (its last batch carried the digest).
+    pub fn begin(&mut self, epoch: String, next_seq: u64) {
+        self.epoch = epoch;
+        self.next_seq = next_seq;
+        self.since_digest = 0;
+    }
+
+    /// The epoch being numbered (empty before the first `begin`).
+    pub fn epoch(&self) -> &str {
+        &self.epoch
+    }
+
+    /// Number a step of `batches` batches: the first one's seq, and whether the cadence puts
+    /// the digest on its last batch.
+    pub fn reserve(&mut self, batches: u64) -> (u64, bool) {
+        let first = self.next_seq;
+        self.next_seq += batches;
+        self.since_digest += batches;
+        let due = batches > 0 && self.since_digest >= self.digest_every;
+        if due {
+            self.since_digest = 0;
+        }
+        (first, due)
+    }
+}
+
 /// One encoded record and the number of (per-page) events it carries.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Record {
@@ -118,6 +166,25 @@ mod tests {
             .iter()
             .map(|r| decode(&r.bytes, DEFAULT_MAX_RECORD_BYTES).expect("decodes"))
             .collect()
+    }
+
+    #[test]
+    fn the_digest_rides_every_n_batches_counted_across_steps() {
+        let mut sequencer = Sequencer::new(3);
+        sequencer.begin("e".into(), 1);
+        let steps: Vec<(u64, bool)> = [1, 1, 2, 0, 1, 1, 1].map(|n| sequencer.reserve(n)).to_vec();
+        assert_eq!(
+            steps,
+            vec![
+                (1, false),
+                (2, false),
+                (3, true),
+                (5, false),
+                (5, false),
+                (6, false),
+                (7, true)
+            ]
+        );
     }
 
     #[test]
