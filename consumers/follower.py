@@ -23,7 +23,7 @@ from cache.events import DEFAULT_MAX_RECORD_BYTES, DecodeError, EventBatch, deco
 from consumers.cursor import Cursors, Verdict
 from consumers.errors import ConsumerError, ViewConsistencyError, ViewStateError
 from consumers.metrics import FollowerMetrics
-from consumers.progress import ReplayProgress
+from consumers.progress import ADVANCE_EVERY_RECORDS, LoggedProgress, ReplayProgress
 from consumers.snapshot_store import Snapshot, SnapshotInfo, SnapshotStore
 from consumers.views.replica import ReplicaSet
 from consumers.views.view import DigestView, View
@@ -52,9 +52,9 @@ class Follower:
     ``snapshots=None``: no snapshots, and ``restore()`` replays from the beginning. Otherwise a
     snapshot is written every ``snapshot_every_batches`` applied batches or every
     ``snapshot_every_s`` seconds (when something was applied), keeping the store's ``keep``
-    newest (``keep_snapshots`` overrides it). ``progress``: True/False forces the rich bar
-    on/off, None decides by whether stderr is a terminal. ``on_applied`` is called after each
-    applied batch (for measurements).
+    newest (``keep_snapshots`` overrides it). ``progress`` is told how a replay (``restore``,
+    ``catch_up``) advances (default: log lines). ``on_applied`` is called after each applied
+    batch (for measurements).
     """
 
     def __init__(
@@ -68,7 +68,7 @@ class Follower:
         keep_snapshots: int | None = None,
         max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
         lag_refresh_s: float = 1.0,
-        progress: bool | None = None,
+        progress: ReplayProgress | None = None,
         on_applied: Callable[[EventBatch], None] | None = None,
     ) -> None:
         _check_views(views)
@@ -86,7 +86,7 @@ class Follower:
         self._snapshot_every_s = snapshot_every_s
         self._max_record_bytes = max_record_bytes
         self._lag_refresh_s = lag_refresh_s
-        self._progress = progress
+        self._progress: ReplayProgress = LoggedProgress() if progress is None else progress
         self._on_applied = on_applied
         self._offsets: dict[int, int] = {}
         self._batches_since_snapshot = 0
@@ -167,6 +167,8 @@ class Follower:
         held = [view.source_digest(batch.source) for view in self._digest_views]
         known = [digest for digest in held if digest is not None]
         if not known:
+            if held:  # no view can verify it (unknown digest algorithm): never a divergence
+                self.metrics.digests_unverifiable += 1
             return
         self.metrics.digests_checked += 1
         if any(digest != expected for digest in known):
@@ -201,10 +203,12 @@ class Follower:
         try:
             # no position yet: "beginning" is wherever retention left the log's start
             start: StartAt = self.position if self._offsets else "beginning"
+            done = 0
             async for record in self.log.read(start, follow=follow):
                 self._handle(record)
-                if progress is not None:
-                    progress.advance()
+                done += 1
+                if progress is not None and done % ADVANCE_EVERY_RECORDS == 0:
+                    progress.advanced(done)
                 if self._snapshot_due():
                     await self.snapshot()
         finally:
@@ -222,8 +226,11 @@ class Follower:
         """Read up to the log's end taken now, apply it, and return the records read."""
         before = self.metrics.records_read
         end = await self.log.end()
-        with ReplayProgress(description, self._lag_to(end), terminal=self._progress) as progress:
-            await self._read(follow=False, progress=progress)
+        self._progress.started(description, self._lag_to(end))
+        try:
+            await self._read(follow=False, progress=self._progress)
+        finally:
+            self._progress.finished(self.metrics.records_read - before)
         self.metrics.lag_records = self._lag_to(end)
         return self.metrics.records_read - before
 

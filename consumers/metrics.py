@@ -22,6 +22,7 @@ class FollowerMetrics:
     inconsistent_batches: int = 0
     digests_checked: int = 0
     digest_mismatches: int = 0
+    digests_unverifiable: int = 0
     divergences: int = 0
     diverged_sources: int = 0
     lag_records: int = 0

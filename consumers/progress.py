@@ -1,76 +1,64 @@
-"""Replay progress: a rich progress bar on a terminal, plain log lines otherwise."""
+"""How a follower reports replay progress: the ``ReplayProgress`` protocol and its default.
+
+A follower tells its ``progress`` when a replay (``restore`` or ``catch_up``) starts, every
+``ADVANCE_EVERY_RECORDS`` records, and when it ends. The default, ``LoggedProgress``, writes log
+lines; a command line plugs in a terminal bar (``swa_es.cli.progress``).
+"""
 
 from __future__ import annotations
 
 import logging
-import sys
 import time
-from types import TracebackType
-from typing import Final, Self
-
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from typing import Final, Protocol
 
 logger = logging.getLogger(__name__)
 
-_LOG_EVERY_S: Final = 5.0
-_BAR_EVERY_RECORDS: Final = 1000
+ADVANCE_EVERY_RECORDS: Final = 1000
+"""How often (in records read) a replay calls ``advanced``."""
 
 
-class ReplayProgress:
-    """Reports how many of ``total_records`` a replay has read.
+class ReplayProgress(Protocol):
+    """Told how a replay advances; called from the follower's task, so it must not block."""
 
-    ``terminal=None`` decides by whether stderr is a terminal.
-    """
+    def started(self, description: str, total_records: int) -> None:
+        """A replay of about ``total_records`` records (to the log's end taken now) begins."""
+        ...
 
-    def __init__(self, description: str, total_records: int, *, terminal: bool | None = None):
-        self.description = description
-        self.total_records = total_records
-        self.done_records = 0
-        use_bar = sys.stderr.isatty() if terminal is None else terminal
-        self._bar: Progress | None = None
-        if use_bar and total_records > 0:
-            self._bar = Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeRemainingColumn(),
-                transient=True,
-            )
-        self._task = self._bar.add_task(description, total=total_records) if self._bar else None
-        self._started_s = time.monotonic()
-        self._logged_s = self._started_s
+    def advanced(self, done_records: int) -> None:
+        """``done_records`` records of this replay have been read."""
+        ...
 
-    def __enter__(self) -> Self:
-        if self._bar is not None:
-            self._bar.start()
-        elif self.total_records:
-            logger.info("%s: %d records to read", self.description, self.total_records)
-        return self
+    def finished(self, done_records: int) -> None:
+        """The replay ended (also on an error) after ``done_records`` records."""
+        ...
 
-    def advance(self) -> None:
-        """One more record was read."""
-        self.done_records += 1
-        if self._bar is not None and self._task is not None:
-            if self.done_records % _BAR_EVERY_RECORDS == 0:
-                self._bar.update(self._task, completed=self.done_records)
-            return
+
+class LoggedProgress:
+    """Progress as log lines: the total at the start, then at most one line every ``every_s``
+    seconds, and the count and time at the end."""
+
+    def __init__(self, every_s: float = 5.0) -> None:
+        self.every_s = every_s
+        self._description = ""
+        self._total = 0
+        self._started_s = self._logged_s = time.monotonic()
+
+    def started(self, description: str, total_records: int) -> None:
+        """Log the total."""
+        self._description, self._total = description, total_records
+        self._started_s = self._logged_s = time.monotonic()
+        if total_records:
+            logger.info("%s: %d records to read", description, total_records)
+
+    def advanced(self, done_records: int) -> None:
+        """Log the count, if ``every_s`` passed since the last line."""
         now = time.monotonic()
-        if now - self._logged_s >= _LOG_EVERY_S:
+        if now - self._logged_s >= self.every_s:
             self._logged_s = now
-            logger.info(
-                "%s: %d/%d records", self.description, self.done_records, self.total_records
-            )
+            logger.info("%s: %d/%d records", self._description, done_records, self._total)
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._bar is not None:
-            self._bar.stop()
-        elapsed_s = time.monotonic() - self._started_s
-        if self.done_records:
-            logger.info(
-                "%s: read %d records in %.2f s", self.description, self.done_records, elapsed_s
-            )
+    def finished(self, done_records: int) -> None:
+        """Log the count and the time it took."""
+        if done_records:
+            elapsed_s = time.monotonic() - self._started_s
+            logger.info("%s: read %d records in %.2f s", self._description, done_records, elapsed_s)

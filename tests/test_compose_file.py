@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from swa_es.cli import build_parser
-from swa_es.cli.config import env_name
+from swa_es.cli.settings import env_name
 
 ROOT = Path(__file__).resolve().parents[1]
 SWA_SERVICES = {

@@ -19,6 +19,7 @@ import orjson
 from cache.events import _native
 from cache.events._native import WireBatch
 from cache.events.errors import DecodeError
+from cache.events.meta import BatchMeta
 from cache.events.types import (
     AllBlocksCleared,
     BlockRemoved,
@@ -60,8 +61,10 @@ def encode_batch(batch: EventBatch) -> bytes:
     ``ValueError`` names what in the batch would not decode again (a non-finite ``ts``, a store
     whose token count is not ``block_size`` per page, an event without block hashes, ...).
     """
-    meta = None if batch.meta is None else batch.meta.to_json()
-    return _native.encode_batch(batch, meta)
+    meta = batch.meta
+    if meta is not None and not isinstance(meta, BatchMeta):
+        raise TypeError(f"EventBatch.meta must be a BatchMeta or None, got {type(meta).__name__}")
+    return _native.encode_batch(batch, None if meta is None else meta.to_json())
 
 
 def event_to_dict(event: Event) -> dict[str, Any]:

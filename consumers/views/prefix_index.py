@@ -1,28 +1,32 @@
 """The cross-worker prefix index: for a request, how much of it each source has cached.
 
-``match`` hashes the request's pages once per page size (the same chained hashes the primaries
-put in their events) and walks each source's replica. Per source it reports the longest held
-prefix and the longest one usable under the SWA rule (``cache.events.swa_rule``, the rule the
-tree's own ``match_prefix`` applies), so the usable length is what that source would return.
+``match`` runs in the native core, in one walk of the request for all sources: it hashes the
+request's pages once per page size (the same chained hashes the primaries put in their events),
+lazily, and looks each page up in every source that still holds the chain so far. Per source it
+reports the longest held prefix and the longest one usable under the SWA rule (the rule of
+``cache.events.swa_rule``, the tree's own; the core's twin is held equal to it by a differential
+test), so the usable length is what that source's own ``match_prefix`` would return.
 
 Unknown is never a guess: a diverged source (or one whose meta is missing) is reported with
-``PrefixMatch.unknown()`` (both lengths None). Sources holding none of the prefix are absent.
+``PrefixMatch.unknown()`` (both lengths None); a source whose stream carries no tombstone events
+(meta ``"swa_events": false``) reports its held length with ``swa_tokens`` None. Sources holding
+none of the prefix are absent.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cache.events import EventBatch, block_hashes_of, chain_page_digests, namespace_prior
-from cache.events.swa_rule import usable_prefix
+from cache.events import EventBatch
 from consumers.errors import ViewStateError
-from consumers.views.replica import ReplicaSet, ReplicaTree
+from consumers.views.replica import ReplicaSet
 
 
 @dataclass(frozen=True, slots=True)
 class PrefixMatch:
-    """Matched lengths in tokens; both None when the source's state is unknown (diverged)."""
+    """Matched lengths in tokens; both None when the source's state is unknown (diverged);
+    ``swa_tokens`` alone None when the source does not report tombstones."""
 
     full_tokens: int | None
     swa_tokens: int | None
@@ -36,25 +40,6 @@ class PrefixMatch:
     def known(self) -> bool:
         """False for a diverged source."""
         return self.full_tokens is not None
-
-
-def _pages_held(
-    tree: ReplicaTree, hashes: Sequence[int], page_size: int
-) -> Iterator[tuple[int, bool]]:
-    """(page size, resident) for each page of the chain ``hashes`` that ``tree`` holds."""
-    for block_hash in hashes:
-        resident = tree.residency(block_hash)
-        if resident is None:
-            return
-        yield page_size, resident
-
-
-def match_pages(
-    tree: ReplicaTree, hashes: Sequence[int], sliding_window_size: int
-) -> tuple[int, int]:
-    """(held pages, SWA-usable pages) of the chain ``hashes`` in ``tree``."""
-    page_size = tree.meta.page_size if tree.meta is not None else 1
-    return usable_prefix(_pages_held(tree, hashes, page_size), sliding_window_size)
 
 
 class PrefixIndex:
@@ -98,25 +83,5 @@ class PrefixIndex:
         self, token_ids: Sequence[int], extra_key: str | None = None
     ) -> dict[str, PrefixMatch]:
         """Per source, the held and the SWA-usable prefix lengths of ``token_ids``."""
-        prior = namespace_prior(extra_key)
-        chains: dict[int, list[int]] = {}
-        result: dict[str, PrefixMatch] = {}
-        for source in self._replicas:
-            tree = self._replicas[source]
-            if tree.diverged is not None:
-                result[source] = PrefixMatch.unknown()
-                continue
-            if not len(tree):
-                continue
-            if tree.meta is None:
-                result[source] = PrefixMatch.unknown()
-                continue
-            page_size = tree.meta.page_size
-            hashes = chains.get(page_size)
-            if hashes is None:
-                digests = chain_page_digests(prior, token_ids, page_size)
-                hashes = chains[page_size] = block_hashes_of(digests)
-            held, usable = match_pages(tree, hashes, tree.meta.sliding_window_size)
-            if held:
-                result[source] = PrefixMatch(held * page_size, usable * page_size)
-        return result
+        rows = self._replicas.store.match_prefix(token_ids, extra_key)
+        return {source: PrefixMatch(held, usable) for source, held, usable in rows}

@@ -1,37 +1,28 @@
 """Replica trees: per source, the blocks its primary holds, rebuilt from events.
 
-A ``ReplicaTree`` keeps blocks in parallel arrays indexed by a slot number, with one dict from
-block hash to slot. Per block that is the dict entry (key int, slot int), the parent hash
-(8 bytes), a flag byte, a child count (4 bytes) and the page's token ids (4 bytes each): about
-140 + 4 * page_size bytes. Freed slots are reused.
+The blocks live in the native core (``cache.events.replica_store.ReplicaStore``): per source,
+compact arrays indexed by slot (hash, parent slot, child count and tombstone flag, token ids) and
+an open-addressing index from block hash to slot, about 30 bytes per page-1 block. Batches are
+applied there without a Python object per event, and a snapshot is one checksummed bulk copy of
+the arrays. ``ReplicaSet`` and ``ReplicaTree`` are the Python face; the pure-Python twin that
+tests hold them equal to is ``cache.events.reference.replica``.
 """
 
 from __future__ import annotations
 
-import itertools
-from array import array
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
-from cache.events import (
-    AllBlocksCleared,
-    BlockRemoved,
-    BlockStored,
-    BlockSWAEvicted,
-    BlockSWARestored,
-    Event,
-    EventBatch,
-    StateDigest,
-    block_term,
+import orjson
+
+from cache.events import DIGEST_ALGORITHM, Event, EventBatch
+from cache.events.replica_store import (
+    ReplicaConsistencyError,
+    ReplicaSnapshotError,
+    ReplicaStore,
 )
 from consumers.errors import ViewConsistencyError, ViewStateError
-from consumers.views.replica_codec import ReplicaState, decode_replica_states, encode_replica_states
-
-_RESIDENT: Final = 1
-_HAS_PARENT: Final = 2
-_MASK: Final = (1 << 64) - 1
-_ALWAYS_RESIDENT: Final = itertools.repeat(True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,311 +38,152 @@ class ReplicaBlock:
 @dataclass(frozen=True, slots=True)
 class SourceMeta:
     """What a consumer needs to interpret a source: from the ``meta`` of its epoch's first
-    batch."""
+    batch. ``swa_events`` is False for a stream that carries no tombstone events (an engine's
+    stream bridged from ZMQ): its SWA-usable lengths are unknown."""
 
     page_size: int
     sliding_window_size: int
     raw: Mapping[str, Any]
+    swa_events: bool = True
+    digest_alg: str | None = None
+
+    @property
+    def digest_verifiable(self) -> bool:
+        """Whether this build computes the source's digest the way its primary does."""
+        return self.digest_alg == DIGEST_ALGORITHM
 
     @classmethod
     def parse(cls, source: str, meta: Mapping[str, Any]) -> SourceMeta:
-        """Validate ``meta``; a missing or non-positive field raises ``ViewConsistencyError``."""
+        """Validate ``meta``; a missing or non-positive size, or a non-bool ``swa_events``,
+        raises ``ViewConsistencyError``."""
         values: list[int] = []
         for key in ("page_size", "sliding_window_size"):
             value = meta.get(key)
-            if type(value) is not int or value <= 0:
+            if type(value) is not int or value <= 0 or value >= 1 << 32:
                 raise ViewConsistencyError(
                     source, f"meta.{key} must be a positive int, got {value!r}"
                 )
             values.append(value)
-        return cls(page_size=values[0], sliding_window_size=values[1], raw=dict(meta))
+        swa_events = meta.get("swa_events", True)
+        if type(swa_events) is not bool:
+            raise ViewConsistencyError(
+                source, f"meta.swa_events must be a bool, got {swa_events!r}"
+            )
+        digest_alg = meta.get("digest_alg")
+        if digest_alg is not None and type(digest_alg) is not str:
+            raise ViewConsistencyError(
+                source, f"meta.digest_alg must be a string, got {digest_alg!r}"
+            )
+        return cls(values[0], values[1], dict(meta), swa_events, digest_alg)
+
+
+def _consistency(exc: ReplicaConsistencyError) -> ViewConsistencyError:
+    return ViewConsistencyError(exc.source, exc.reason)
 
 
 class ReplicaTree:
-    """The blocks of one source: hash -> (parent, token ids, SWA residency), compactly."""
+    """The blocks of one source: hash -> (parent, token ids, SWA residency).
 
-    __slots__ = (
-        "_block_size",
-        "_children",
-        "_digest",
-        "_diverged",
-        "_flags",
-        "_free",
-        "_parents",
-        "_slot_of",
-        "_tokens",
-        "_tombstones",
-        "meta",
-        "source",
-    )
+    A handle on one source of a ``ReplicaSet`` (``ReplicaTree(source)`` alone makes a set of
+    its own).
+    """
 
-    def __init__(self, source: str) -> None:
+    __slots__ = ("_owner", "source")
+
+    def __init__(self, source: str, *, owner: ReplicaSet | None = None) -> None:
         self.source = source
-        self.meta: SourceMeta | None = None
-        self._diverged: str | None = None
-        self._reset_blocks()
+        self._owner = owner if owner is not None else ReplicaSet()
+        self._owner.store.add_source(source)
 
-    def _reset_blocks(self) -> None:
-        self._slot_of: dict[int, int] = {}
-        self._parents = array("q")
-        self._flags = array("B")
-        self._children = array("I")
-        self._tokens = array("I")
-        self._free = array("q")
-        self._block_size: int | None = None
-        self._digest = StateDigest()
-        self._tombstones = 0
+    @property
+    def _store(self) -> ReplicaStore:
+        return self._owner.store
 
     # --- reading --------------------------------------------------------------------------
 
+    @property
+    def meta(self) -> SourceMeta | None:
+        """The source's meta, from its epoch's first batch (None until one arrives)."""
+        return self._owner.meta_of(self.source)
+
     def __len__(self) -> int:
-        return len(self._slot_of)
+        return self._store.block_count(self.source)
 
     def __contains__(self, block_hash: object) -> bool:
-        return block_hash in self._slot_of
+        if type(block_hash) is not int or not -(1 << 63) <= block_hash < 1 << 63:
+            return False
+        return self._store.residency(self.source, block_hash) is not None
 
     @property
     def diverged(self) -> str | None:
         """Why this replica is diverged, or None when it is in sync."""
-        return self._diverged
+        return self._store.diverged(self.source)
 
     @property
     def tombstone_count(self) -> int:
         """Blocks whose SWA KV is freed (full KV kept)."""
-        return self._tombstones
+        return self._store.tombstone_count(self.source)
 
     @property
     def block_size(self) -> int | None:
         """Tokens per block (None until the first block arrives)."""
-        return self._block_size
+        return self._store.block_size(self.source)
 
     def residency(self, block_hash: int) -> bool | None:
         """True: held and SWA-resident; False: held as a tombstone; None: not held."""
-        slot = self._slot_of.get(block_hash)
-        if slot is None:
-            return None
-        return bool(self._flags[slot] & _RESIDENT)
+        return self._store.residency(self.source, block_hash)
 
     def block(self, block_hash: int) -> ReplicaBlock:
         """The block with ``block_hash``; ``KeyError`` when not held."""
-        slot = self._slot_of[block_hash]
-        size = self._block_size or 0
-        flags = self._flags[slot]
-        return ReplicaBlock(
-            block_hash=block_hash,
-            parent_block_hash=self._parents[slot] if flags & _HAS_PARENT else None,
-            token_ids=tuple(self._tokens[slot * size : (slot + 1) * size]),
-            swa_resident=bool(flags & _RESIDENT),
-        )
+        found = self._store.block(self.source, block_hash)
+        if found is None:
+            raise KeyError(block_hash)
+        parent, token_ids, resident = found
+        return ReplicaBlock(block_hash, parent, token_ids, resident)
 
     def blocks(self) -> Iterator[ReplicaBlock]:
         """Every block held, in no particular order."""
-        return (self.block(h) for h in list(self._slot_of))
+        for block_hash, parent, token_ids, resident in self._store.blocks(self.source):
+            yield ReplicaBlock(block_hash, parent, token_ids, resident)
 
     def digest_value(self) -> str:
         """The digest of the blocks held, even while diverged (for checks, not for answers)."""
-        return self._digest.hexdigest()
+        return self._store.digest_value(self.source)
 
     def state_digest(self) -> str | None:
         """The state digest, equal to the primary's ``state_digest()`` when in sync; None while
         the source is diverged (its state is unknown, so there is nothing to compare)."""
-        if self._diverged is not None:
-            return None
-        return self._digest.hexdigest()
+        return self._store.state_digest(self.source)
 
     # --- changing -------------------------------------------------------------------------
 
     def mark_diverged(self, reason: str) -> None:
         """Answer "unknown" until the next ``AllBlocksCleared`` (the first reason is kept)."""
-        if self._diverged is None:
-            self._diverged = reason
+        self._store.mark_diverged(self.source, reason)
 
     def set_meta(self, meta: Mapping[str, Any]) -> None:
         """Record the source's meta (page size, window) from an epoch's first batch."""
-        self.meta = SourceMeta.parse(self.source, meta)
+        self._owner.set_meta(self.source, meta)
 
     def apply_event(self, event: Event) -> None:
-        """Apply one event; ``ViewConsistencyError`` when it refers to what is not held."""
-        match event:
-            case BlockStored():
-                self._store(event)
-            case BlockRemoved():
-                self._remove(event.block_hashes)
-            case BlockSWAEvicted():
-                self._set_residency(event.block_hashes, resident=False)
-            case BlockSWARestored():
-                self._set_residency(event.block_hashes, resident=True)
-            case AllBlocksCleared():
-                self.clear()
+        """Apply one event; ``ViewConsistencyError`` (and no change) when it does not fit."""
+        try:
+            self._store.apply_events(self.source, (event,))
+        except ReplicaConsistencyError as exc:
+            raise _consistency(exc) from None
 
     def clear(self) -> None:
         """Drop every block; this also ends a divergence (the source starts over)."""
-        self._reset_blocks()
-        self._diverged = None
-
-    def _fail(self, reason: str) -> ViewConsistencyError:
-        return ViewConsistencyError(self.source, reason)
-
-    def _check_block_size(self, block_size: int) -> None:
-        if self._block_size is None:
-            if self.meta is not None and self.meta.page_size != block_size:
-                raise self._fail(
-                    f"block_size {block_size} differs from meta.page_size {self.meta.page_size}"
-                )
-            self._block_size = block_size
-        elif block_size != self._block_size:
-            raise self._fail(f"block_size {block_size} differs from earlier {self._block_size}")
-
-    def _new_slot(self, parent: int | None, tokens: tuple[int, ...]) -> int:
-        flags = _RESIDENT | (0 if parent is None else _HAS_PARENT)
-        if self._free:
-            slot = self._free.pop()
-            self._parents[slot] = parent or 0
-            self._flags[slot] = flags
-            self._children[slot] = 0
-            size = len(tokens)
-            self._tokens[slot * size : (slot + 1) * size] = array("I", tokens)
-            return slot
-        self._parents.append(parent or 0)
-        self._flags.append(flags)
-        self._children.append(0)
-        self._tokens.extend(tokens)
-        return len(self._flags) - 1
-
-    def _store(self, event: BlockStored) -> None:
-        size = event.block_size
-        self._check_block_size(size)
-        slot_of = self._slot_of
-        parent = event.parent_block_hash
-        parent_slot = -1
-        if parent is not None:
-            found = slot_of.get(parent)
-            if found is None:
-                raise self._fail(f"BlockStored names unknown parent block {parent}")
-            parent_slot = found
-        hashes = event.block_hashes
-        for block_hash in hashes:
-            if block_hash in slot_of:
-                raise self._fail(f"BlockStored for block {block_hash}, which is already held")
-        if len(set(hashes)) != len(hashes):
-            raise self._fail("BlockStored names one block twice")
-        if parent_slot >= 0:
-            self._children[parent_slot] += 1
-        parents = (parent, *hashes[:-1])
-        self._digest.value = (
-            self._digest.value + sum(map(block_term, hashes, parents, _ALWAYS_RESIDENT))
-        ) & _MASK
-        if self._free:
-            self._store_in_free_slots(hashes, parents, event.token_ids, size)
-        else:
-            self._store_appended(hashes, parents, event.token_ids)
-
-    def _store_appended(
-        self, hashes: tuple[int, ...], parents: tuple[int | None, ...], tokens: tuple[int, ...]
-    ) -> None:
-        start = len(self._flags)
-        self._parents.extend([p or 0 for p in parents])
-        self._flags.extend([_RESIDENT | _HAS_PARENT] * len(hashes))
-        if parents[0] is None:
-            self._flags[start] = _RESIDENT
-        self._children.extend([1] * (len(hashes) - 1))
-        self._children.append(0)
-        self._tokens.extend(tokens)
-        self._slot_of.update(zip(hashes, range(start, start + len(hashes)), strict=True))
-
-    def _store_in_free_slots(
-        self,
-        hashes: tuple[int, ...],
-        parents: tuple[int | None, ...],
-        tokens: tuple[int, ...],
-        size: int,
-    ) -> None:
-        for index, (block_hash, parent) in enumerate(zip(hashes, parents, strict=True)):
-            slot = self._new_slot(parent, tokens[index * size : (index + 1) * size])
-            self._children[slot] = 0 if index == len(hashes) - 1 else 1
-            self._slot_of[block_hash] = slot
-
-    def _remove(self, block_hashes: tuple[int, ...]) -> None:
-        slot_of = self._slot_of
-        removed: dict[int, int] = {}
-        for block_hash in block_hashes:
-            slot = slot_of.pop(block_hash, None)
-            if slot is None:
-                raise self._fail(f"BlockRemoved names unknown block {block_hash}")
-            removed[block_hash] = slot
-        for block_hash, slot in removed.items():
-            flags = self._flags[slot]
-            parent = self._parents[slot] if flags & _HAS_PARENT else None
-            if parent is not None:
-                parent_slot = slot_of.get(parent, removed.get(parent))
-                if parent_slot is not None:
-                    self._children[parent_slot] -= 1
-            resident = bool(flags & _RESIDENT)
-            self._digest.remove(block_hash, parent, resident)
-            self._tombstones -= not resident
-        for block_hash, slot in removed.items():
-            if self._children[slot]:
-                raise self._fail(f"BlockRemoved for block {block_hash}, which still has children")
-            self._flags[slot] = 0
-            self._free.append(slot)
-
-    def _set_residency(self, block_hashes: tuple[int, ...], *, resident: bool) -> None:
-        for block_hash in block_hashes:
-            slot = self._slot_of.get(block_hash)
-            if slot is None:
-                kind = "BlockSWARestored" if resident else "BlockSWAEvicted"
-                raise self._fail(f"{kind} names unknown block {block_hash}")
-            flags = self._flags[slot]
-            if bool(flags & _RESIDENT) == resident:
-                continue  # already in that state: applying it again changes nothing
-            self._flags[slot] = flags ^ _RESIDENT
-            parent = self._parents[slot] if flags & _HAS_PARENT else None
-            self._digest.set_residency(block_hash, parent, resident)
-            self._tombstones += -1 if resident else 1
-
-    # --- snapshot parts (see replica_codec) -----------------------------------------------
-
-    def export_state(self) -> ReplicaState:
-        """(header, arrays) that ``import_state`` turns back into this tree."""
-        header = {
-            "source": self.source,
-            "meta": None if self.meta is None else dict(self.meta.raw),
-            "block_size": self._block_size,
-            "slots": len(self._flags),
-            "live": len(self._slot_of),
-            "free": len(self._free),
-            "digest": self._digest.value,
-            "tombstones": self._tombstones,
-            "diverged": self._diverged,
-        }
-        keys = array("q", self._slot_of.keys())
-        slots = array("q", self._slot_of.values())
-        arrays = [keys, slots, self._parents, self._flags, self._children, self._tokens]
-        return ReplicaState(header, [*arrays, self._free])
-
-    @classmethod
-    def import_state(cls, state: ReplicaState) -> ReplicaTree:
-        """The tree ``export_state`` described (arrays already length-checked)."""
-        header = state.header
-        keys, slots, parents, flags, children, tokens, free = state.arrays
-        tree = cls(header["source"])
-        if header["meta"] is not None:
-            tree.set_meta(header["meta"])
-        tree._slot_of = dict(zip(keys, slots, strict=True))
-        tree._parents, tree._flags, tree._children = parents, flags, children
-        tree._tokens, tree._free = tokens, free
-        tree._block_size = header["block_size"]
-        tree._digest = StateDigest(header["digest"])
-        tree._tombstones = header["tombstones"]
-        tree._diverged = header["diverged"]
-        return tree
+        self._store.clear(self.source)
 
 
 class ReplicaSet:
-    """The ``replicas`` view: source -> ``ReplicaTree``."""
+    """The ``replicas`` view: source -> ``ReplicaTree``, all held in one native store."""
 
     def __init__(self, name: str = "replicas") -> None:
         self._name = name
+        self._store = ReplicaStore()
+        self._metas: dict[str, SourceMeta] = {}
         self._trees: dict[str, ReplicaTree] = {}
 
     @property
@@ -359,59 +191,102 @@ class ReplicaSet:
         """This view's name in snapshots."""
         return self._name
 
+    @property
+    def store(self) -> ReplicaStore:
+        """The native store (for views that read it, like ``PrefixIndex``)."""
+        return self._store
+
+    def meta_of(self, source: str) -> SourceMeta | None:
+        """The meta of ``source`` (None until its epoch's first batch)."""
+        return self._metas.get(source)
+
     def __getitem__(self, source: str) -> ReplicaTree:
-        return self._trees[source]
+        tree = self._trees.get(source)
+        if tree is None:
+            if not self._store.has_source(source):
+                raise KeyError(source)
+            tree = self._trees[source] = ReplicaTree(source, owner=self)
+        return tree
 
     def __contains__(self, source: object) -> bool:
-        return source in self._trees
+        return type(source) is str and self._store.has_source(source)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._trees)
+        return iter(self._store.sources())
 
     def __len__(self) -> int:
-        return len(self._trees)
+        return len(self._store.sources())
 
     def get(self, source: str) -> ReplicaTree | None:
         """The replica of ``source``, or None when the source was never seen."""
-        return self._trees.get(source)
+        if source not in self:
+            return None
+        return self[source]
 
     def sources(self) -> list[str]:
         """Every source seen, sorted."""
-        return sorted(self._trees)
+        return sorted(self._store.sources())
 
     def tree(self, source: str) -> ReplicaTree:
         """The replica of ``source``, created empty when new."""
-        tree = self._trees.get(source)
-        if tree is None:
-            tree = self._trees[source] = ReplicaTree(source)
-        return tree
+        self._store.add_source(source)
+        return self[source]
+
+    def set_meta(self, source: str, meta: Mapping[str, Any]) -> None:
+        """Validate and record ``source``'s meta; ``ViewConsistencyError`` when it is bad."""
+        self._store.add_source(source)
+        parsed = SourceMeta.parse(source, meta)
+        self._store.set_meta(
+            source,
+            parsed.page_size,
+            parsed.sliding_window_size,
+            parsed.swa_events,
+            orjson.dumps(parsed.raw).decode(),
+        )
+        self._metas[source] = parsed
 
     def apply(self, batch: EventBatch) -> None:
-        """Apply one in-order batch to its source's replica."""
-        tree = self.tree(batch.source)
+        """Apply one in-order batch to its source's replica (meta first, then its events)."""
+        source = batch.source
         if batch.meta is not None:
-            tree.set_meta(batch.meta)
-        for event in batch.events:
-            tree.apply_event(event)
+            self.set_meta(source, batch.meta)
+        try:
+            self._store.apply_events(source, batch.events)
+        except ReplicaConsistencyError as exc:
+            raise _consistency(exc) from None
 
     def mark_diverged(self, source: str, reason: str) -> None:
         """Mark ``source``'s replica diverged until it is cleared by a resync."""
-        self.tree(source).mark_diverged(reason)
+        self._store.mark_diverged(source, reason)
 
     def source_digest(self, source: str) -> str | None:
-        """The digest of ``source``'s replica as held (None when never seen)."""
-        tree = self._trees.get(source)
-        return None if tree is None else tree.digest_value()
+        """The digest of ``source``'s replica as held; None when the source was never seen or
+        its digests cannot be verified (its meta names another algorithm, or none: records
+        from before ``mix64-v1``)."""
+        meta = self._metas.get(source)
+        if meta is None or not meta.digest_verifiable:
+            return None
+        return self._store.digest_value(source)
 
     def snapshot(self) -> bytes:
-        """Every replica, in the binary form of ``consumers.views.replica_codec``."""
-        return encode_replica_states([tree.export_state() for tree in self._trees.values()])
+        """Every replica, as the native store's checksummed bytes."""
+        return self._store.snapshot()
 
     def load(self, data: bytes) -> None:
-        """Replace every replica with the ones ``snapshot`` wrote."""
-        states = decode_replica_states(self._name, data)
+        """Replace every replica with the ones ``snapshot`` wrote; ``ViewStateError`` (and no
+        change) when ``data`` is not such a snapshot."""
+        store = ReplicaStore()
         try:
-            trees = [ReplicaTree.import_state(state) for state in states]
-        except ViewConsistencyError as exc:
-            raise ViewStateError(self._name, str(exc)) from None
-        self._trees = {tree.source: tree for tree in trees}
+            store.load(data)
+        except ReplicaSnapshotError as exc:
+            raise ViewStateError(self._name, exc.reason) from None
+        metas: dict[str, SourceMeta] = {}
+        for source in store.sources():
+            meta_json = store.meta_json(source)
+            if meta_json is None:
+                continue
+            try:
+                metas[source] = SourceMeta.parse(source, orjson.loads(meta_json))
+            except (orjson.JSONDecodeError, ViewConsistencyError, AttributeError) as exc:
+                raise ViewStateError(self._name, f"meta of {source!r}: {exc}") from None
+        self._store, self._metas, self._trees = store, metas, {}

@@ -11,6 +11,7 @@ pub mod digest;
 pub mod events;
 pub mod hashing;
 pub mod recorder;
+pub mod replica;
 
 #[cfg(feature = "python")]
 mod py;

@@ -1,19 +1,13 @@
-"""The ``swa-es`` command line: ``main`` parses, ``commands`` dispatches, one module per command.
+"""The ``swa-es`` command line: ``main`` assembles one module per command.
 
-``config`` builds each command's settings from flags and ``SWA_ES_*`` variables; ``demo``,
-``serve``, ``follow``, ``inspect``, ``route``, ``snapshot`` and ``bench`` run the commands;
-``live_view`` draws the demo's terminal table.
+``settings`` declares every setting once (options, ``SWA_ES_*`` variables, defaults, the README
+table) and ``values`` parses them; ``demo``, ``serve``, ``follow``, ``inspect``, ``route``,
+``snapshot``, ``restore`` and ``bench`` each declare and run one command; ``live_view`` and
+``progress`` draw on the terminal; ``exit_codes`` are the statuses.
 """
 
-from swa_es.cli.main import (
-    EXIT_FAILED,
-    EXIT_INTERRUPTED,
-    EXIT_OK,
-    EXIT_USAGE,
-    UsageError,
-    build_parser,
-    main,
-)
+from swa_es.cli.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from swa_es.cli.main import UsageError, build_parser, main
 
 __all__ = [
     "main",

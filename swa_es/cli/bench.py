@@ -2,14 +2,47 @@
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
-from swa_es.cli.config import SettingError
+from swa_es.cli import settings
+from swa_es.cli.values import SettingError
 
-BENCHMARKS: Final = ("cache", "log", "replica")
+BENCHMARKS: Final = ("cache", "log", "replica", "codec")
+
+
+@dataclass(frozen=True, slots=True)
+class BenchConfig:
+    """``swa-es bench NAME ARGS...``: which benchmark and the arguments passed through."""
+
+    name: str
+    args: tuple[str, ...]
+
+
+def _configure(flags: Mapping[str, object]) -> BenchConfig:
+    extra = flags.get("args") or []
+    assert isinstance(extra, list)
+    return BenchConfig(str(flags.get("name") or "all"), tuple(str(a) for a in extra))
+
+
+def add_parser(subparsers: Any) -> None:
+    """Add ``bench`` (no settings: a name and the arguments for the script)."""
+    parser = settings.add_command(
+        subparsers,
+        "bench",
+        help="run the benchmarks in bench/",
+        description="Run bench/<NAME>_bench.py with the remaining arguments.",
+        config_type=BenchConfig,
+        run=run,
+        configure=_configure,
+    )
+    parser.add_argument("name", nargs="?", default="all", help="cache, log, replica, codec or all")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the benchmark")
 
 
 def bench_dir() -> Path:
@@ -33,10 +66,11 @@ def scripts_for(name: str, directory: Path) -> list[Path]:
     return present
 
 
-def run_bench(name: str, args: list[str]) -> int:
-    """Run the chosen benchmarks one after another with ``args``; the worst exit status."""
+def run(config: BenchConfig) -> int:
+    """Run the chosen benchmarks one after another with their arguments; the worst status."""
     status = 0
-    for script in scripts_for(name, bench_dir()):
-        print(f"== {script.name} {' '.join(args)}", flush=True)
-        status = max(status, subprocess.run([sys.executable, str(script), *args]).returncode)
+    for script in scripts_for(config.name, bench_dir()):
+        print(f"== {script.name} {' '.join(config.args)}", flush=True)
+        command = [sys.executable, str(script), *config.args]
+        status = max(status, subprocess.run(command).returncode)
     return status

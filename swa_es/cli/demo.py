@@ -15,19 +15,71 @@ import time
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
 from rich.console import Console
 
 from consumers import Follower, SnapshotStore
 from log import EventLog
-from swa_es.cli.config import DemoConfig
+from swa_es.cli import settings
+from swa_es.cli.cache_options import CacheOptions
+from swa_es.cli.exit_codes import EXIT_FAILED, EXIT_OK
 from swa_es.cli.live_view import Frame, WorkerRow, show_live
 from swa_es.engine.engine import SyntheticEngine, synthetic_engine
 from swa_es.engine.primary import PrimaryProgress, run_primary
 from swa_es.publish.publisher import Publisher
 from swa_es.service.log_access import open_log_within, redact
 from swa_es.service.views import StandardViews
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DemoConfig(CacheOptions):
+    """``swa-es demo`` (each field is a row of ``settings.SETTINGS``)."""
+
+    data_dir: Path
+    log_url: str | None
+    workers: int
+    duration_s: float
+    refresh_s: float
+    open_timeout_s: float
+
+    @property
+    def own_log_url(self) -> str:
+        """The demo's own FileLog, ``DATA/log``."""
+        return (self.data_dir / "log").resolve().as_uri()
+
+    @property
+    def log(self) -> str:
+        """The log URL the demo uses: ``--log``, else ``DATA/log``."""
+        return self.log_url or self.own_log_url
+
+
+def add_parser(subparsers: Any) -> None:
+    """Add ``demo`` to the ``swa-es`` parser."""
+    settings.add_command(
+        subparsers,
+        "demo",
+        help="simulated workers + follower, verified (the first command)",
+        description="Run W simulated serving workers publishing to a log, a follower beside "
+        "them, a live view, and verify replica == primary (exit 1 if not). Each run starts "
+        "from an empty DATA/log and DATA/snapshots.",
+        config_type=DemoConfig,
+        run=run,
+    )
+
+
+def run(config: DemoConfig) -> int:
+    """Run the demo and print the verdict; exit 1 when a replica differs."""
+    console = Console(highlight=False)
+
+    async def main() -> int:
+        ok = await run_demo(config, console)
+        verdict = "all replicas equal their primaries" if ok else "VERIFICATION FAILED"
+        console.print(f"verified: {verdict}", soft_wrap=True)
+        return EXIT_OK if ok else EXIT_FAILED
+
+    return anyio.run(main, backend="asyncio")
 
 
 @dataclass(slots=True)
@@ -116,9 +168,8 @@ class Demo:
 
     async def _prepare_data_dir(self) -> None:
         """Start from an empty log and snapshot store (only the demo's own sub-directories)."""
-        own_log = (self.config.data_dir / "log").resolve().as_uri()
         stale = [self.snapshot_dir] + (
-            [self.config.data_dir / "log"] if self.config.log_url == own_log else []
+            [self.config.data_dir / "log"] if self.config.log == self.config.own_log_url else []
         )
         for directory in stale:
             await anyio.to_thread.run_sync(shutil.rmtree, directory, True)
@@ -156,7 +207,7 @@ class Demo:
         self.console.print(
             f"swa-es demo: {c.workers} workers, window {c.cache.window_tokens} tokens, page "
             f"{c.cache.page_size}, pools {c.cache.full_size} full / {c.cache.swa_size} SWA "
-            f"slots, {c.cache.device}, {c.duration_s:g} s, log {redact(c.log_url)}",
+            f"slots, {c.cache.device}, {c.duration_s:g} s, log {redact(c.log)}",
             highlight=False,
             soft_wrap=True,
         )
@@ -192,10 +243,10 @@ class Demo:
         await self._prepare_data_dir()
         self._banner()
         async with AsyncExitStack() as stack:
-            log = await open_log_within(self.config.log_url, self.config.open_timeout_s)
+            log = await open_log_within(self.config.log, self.config.open_timeout_s)
             await stack.enter_async_context(log)
             self.follower = Follower(
-                log, self.views.all, snapshots=SnapshotStore(self.snapshot_dir), progress=False
+                log, self.views.all, snapshots=SnapshotStore(self.snapshot_dir)
             )
             await self._open_workers(stack, log)
             self.started_s = time.monotonic()
@@ -235,9 +286,7 @@ class Demo:
         if self.follower.metrics.snapshots_written == 0:
             await self.follower.snapshot()
         fresh = StandardViews.create()
-        second = Follower(
-            log, fresh.all, snapshots=SnapshotStore(self.snapshot_dir), progress=False
-        )
+        second = Follower(log, fresh.all, snapshots=SnapshotStore(self.snapshot_dir))
         info = await second.restore()
         ok = info is not None and all(v.ok for v in verify(self.workers, fresh))
         loaded = (

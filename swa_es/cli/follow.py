@@ -11,12 +11,16 @@ import math
 import os
 import time
 from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
 
 from consumers import Follower, SnapshotStore
-from swa_es.cli.config import FollowConfig
+from swa_es.cli import settings
+from swa_es.cli.exit_codes import EXIT_OK
+from swa_es.cli.progress import terminal_progress
 from swa_es.service.http import start_metrics_server
 from swa_es.service.log_access import open_reader
 from swa_es.service.prometheus import render
@@ -24,6 +28,42 @@ from swa_es.service.service_metrics import follower_families
 from swa_es.service.signals import cancel_on_signal
 from swa_es.service.status_file import write_status, write_status_every
 from swa_es.service.views import StandardViews
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FollowConfig:
+    """``swa-es follow``: one long-running follower (each field is a row of
+    ``settings.SETTINGS``)."""
+
+    log_url: str
+    snapshot_dir: Path | None
+    snapshot_every_batches: int
+    snapshot_every_s: float
+    keep_snapshots: int
+    metrics_host: str
+    metrics_port: int | None
+    status_file: Path | None
+    status_every_s: float
+    duration_s: float | None
+    open_timeout_s: float
+
+
+def add_parser(subparsers: Any) -> None:
+    """Add ``follow`` to the ``swa-es`` parser."""
+    settings.add_command(
+        subparsers,
+        "follow",
+        help="long-running follower with snapshots and /metrics",
+        description="Restore the newest snapshot, replay the tail, then apply live records; "
+        "serve Prometheus /metrics and /healthz.",
+        config_type=FollowConfig,
+        run=run,
+    )
+
+
+def run(config: FollowConfig) -> int:
+    """Run ``follow`` on the asyncio backend; the exit status."""
+    return anyio.run(follow, config, backend="asyncio")
 
 
 class FollowerService:
@@ -91,8 +131,8 @@ class FollowerService:
             await write_status(c.status_file, self.status())
 
 
-async def run_follow(config: FollowConfig) -> int:
-    """Run ``follow``; the exit status."""
+async def follow(config: FollowConfig) -> int:
+    """Restore, follow until the duration or a signal, snapshot, report; the exit status."""
     views = StandardViews.create()
     store = None
     if config.snapshot_dir is not None:
@@ -107,6 +147,7 @@ async def run_follow(config: FollowConfig) -> int:
             snapshots=store,
             snapshot_every_batches=config.snapshot_every_batches,
             snapshot_every_s=config.snapshot_every_s,
+            progress=terminal_progress(),
         )
         service = FollowerService(config, follower, views)
         service.metrics_port = await start_metrics_server(
@@ -117,4 +158,4 @@ async def run_follow(config: FollowConfig) -> int:
             port=config.metrics_port,
         )
         await service.follow()
-    return 0
+    return EXIT_OK

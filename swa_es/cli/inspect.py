@@ -7,16 +7,54 @@ reported on stderr with its position and the scan goes on; a corrupt stretch of 
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+import anyio
 import orjson
 
 from cache.events import DecodeError, EventBatch, batch_to_dict, decode_batch
-from log import CorruptRecordError, Record
-from swa_es.cli.config import InspectConfig
+from log import CorruptRecordError, Position, Record
+from swa_es.cli import settings
+from swa_es.cli.exit_codes import EXIT_FAILED, EXIT_OK
 from swa_es.service.log_access import open_reader, redact
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InspectConfig:
+    """``swa-es inspect`` (each field is a row of ``settings.SETTINGS``)."""
+
+    log_url: str
+    start: Position | None
+    source: str | None
+    limit: int | None
+    brief: bool
+    open_timeout_s: float
+
+
+def add_parser(subparsers: Any) -> None:
+    """Add ``inspect`` to the ``swa-es`` parser."""
+    settings.add_command(
+        subparsers,
+        "inspect",
+        help="verify every record and print batches as JSON lines",
+        description="Decode every record strictly; print each batch as one JSON line on "
+        "stdout, problems on stderr; exit 1 if any record is bad.",
+        config_type=InspectConfig,
+        run=run,
+    )
+
+
+def run(config: InspectConfig) -> int:
+    """Run ``inspect`` on stdout/stderr; exit 1 when a record is bad."""
+
+    async def main() -> int:
+        report = await inspect(config, sys.stdout, sys.stderr)
+        return EXIT_OK if report.ok else EXIT_FAILED
+
+    return anyio.run(main, backend="asyncio")
 
 
 @dataclass(slots=True)
@@ -60,7 +98,7 @@ def batch_line(record: Record, batch: EventBatch, *, brief: bool) -> bytes:
     return orjson.dumps(body) + b"\n"
 
 
-async def run_inspect(config: InspectConfig, out: TextIO, err: TextIO) -> InspectReport:
+async def inspect(config: InspectConfig, out: TextIO, err: TextIO) -> InspectReport:
     """Scan the log of ``config``; write JSON lines to ``out`` and problems to ``err``."""
     report = InspectReport()
     log = await open_reader(config.log_url, config.open_timeout_s)

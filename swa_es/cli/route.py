@@ -7,14 +7,49 @@ diverged source), and ``best``, the source a router would send the request to.
 
 from __future__ import annotations
 
+import sys
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TextIO
 
+import anyio
 import orjson
 
 from consumers import Follower, PrefixMatch, SnapshotStore
-from swa_es.cli.config import RouteConfig
+from swa_es.cli import settings
+from swa_es.cli.exit_codes import EXIT_OK
+from swa_es.cli.progress import terminal_progress
 from swa_es.service.log_access import open_reader
 from swa_es.service.views import StandardViews
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RouteConfig:
+    """``swa-es route`` (each field is a row of ``settings.SETTINGS``)."""
+
+    log_url: str
+    tokens: tuple[int, ...]
+    extra_key: str | None
+    snapshot_dir: Path | None
+    open_timeout_s: float
+
+
+def add_parser(subparsers: Any) -> None:
+    """Add ``route`` to the ``swa-es`` parser."""
+    settings.add_command(
+        subparsers,
+        "route",
+        help="answer a prefix query from the log's views",
+        description="Restore views from the log (and snapshots), then print per source the "
+        "cached and SWA-usable prefix length of --tokens.",
+        config_type=RouteConfig,
+        run=run,
+    )
+
+
+def run(config: RouteConfig) -> int:
+    """Run ``route``, printing to stdout; the exit status."""
+    return anyio.run(route, config, sys.stdout, backend="asyncio")
 
 
 def best_source(matches: dict[str, PrefixMatch]) -> str | None:
@@ -45,14 +80,14 @@ def answer(tokens: tuple[int, ...], matches: dict[str, PrefixMatch]) -> dict[str
     }
 
 
-async def run_route(config: RouteConfig, out: TextIO) -> int:
+async def route(config: RouteConfig, out: TextIO) -> int:
     """Restore views (snapshot + tail, or the whole log), query, print; the exit status."""
     views = StandardViews.create()
     store = None if config.snapshot_dir is None else SnapshotStore(config.snapshot_dir)
     log = await open_reader(config.log_url, config.open_timeout_s)
     async with log:
-        follower = Follower(log, views.all, snapshots=store, progress=False)
+        follower = Follower(log, views.all, snapshots=store, progress=terminal_progress())
         await follower.restore()
     matches = views.prefix.match(config.tokens, extra_key=config.extra_key)
     out.write(orjson.dumps(answer(config.tokens, matches)).decode() + "\n")
-    return 0
+    return EXIT_OK

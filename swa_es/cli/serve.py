@@ -13,12 +13,15 @@ import math
 import os
 import time
 from contextlib import AsyncExitStack
-from dataclasses import asdict
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
 
-from swa_es.cli.config import ServeConfig
+from swa_es.cli import settings
+from swa_es.cli.cache_options import CacheOptions
+from swa_es.cli.exit_codes import EXIT_OK
 from swa_es.engine.engine import Engine, synthetic_engine
 from swa_es.engine.primary import PrimaryProgress, run_primary
 from swa_es.publish.publisher import Publisher
@@ -30,6 +33,40 @@ from swa_es.service.signals import cancel_on_signal
 from swa_es.service.status_file import write_status, write_status_every
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServeConfig(CacheOptions):
+    """``swa-es serve``: one primary (each field is a row of ``settings.SETTINGS``)."""
+
+    log_url: str
+    source: str
+    duration_s: float | None
+    max_requests: int | None
+    rate_rps: float | None
+    metrics_host: str
+    metrics_port: int | None
+    status_file: Path | None
+    status_every_s: float
+    open_timeout_s: float
+
+
+def add_parser(subparsers: Any) -> None:
+    """Add ``serve`` to the ``swa-es`` parser."""
+    settings.add_command(
+        subparsers,
+        "serve",
+        help="one primary worker loop publishing to a log",
+        description="Serve the synthetic workload on one cache and publish its events. Stops "
+        "after --duration / --requests, or on SIGTERM/SIGINT, after flushing.",
+        config_type=ServeConfig,
+        run=run,
+    )
+
+
+def run(config: ServeConfig) -> int:
+    """Run ``serve`` on the asyncio backend (aiokafka needs asyncio); the exit status."""
+    return anyio.run(serve, config, backend="asyncio")
 
 
 class PrimaryService:
@@ -55,7 +92,7 @@ class PrimaryService:
             "digest": self.engine.cache.state_digest(),
             "flushed": self.flushed,
             "metrics_port": self.metrics_port,
-            "publisher": asdict(self.publisher.metrics),
+            "publisher": self.publisher.metrics.as_dict(),
         }
 
     def render_metrics(self) -> str:
@@ -101,8 +138,8 @@ class PrimaryService:
             await write_status(c.status_file, self.status())
 
 
-async def run_serve(config: ServeConfig) -> int:
-    """Run ``serve``; the exit status."""
+async def serve(config: ServeConfig) -> int:
+    """Serve until the limits or a signal, flush, report; the exit status."""
     engine = synthetic_engine(config.cache, config.seed)
     async with AsyncExitStack() as stack:
         log = await open_log_within(config.log_url, config.open_timeout_s)
@@ -123,4 +160,4 @@ async def run_serve(config: ServeConfig) -> int:
         f"digest {engine.cache.state_digest()}",
         flush=True,
     )
-    return 0
+    return EXIT_OK

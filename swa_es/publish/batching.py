@@ -21,12 +21,14 @@ from cache.events import (
     Event,
     EventBatch,
 )
-
-DEFAULT_DIGEST_EVERY_BATCHES = 16
-DEFAULT_MAX_EVENTS_PER_BATCH = 20_000
-DEFAULT_MAX_BATCH_BYTES = 4 * 1024 * 1024
-"""Well under the 16 MiB record limit of the logs and of ``decode_batch``."""
-_BATCH_OVERHEAD_BYTES = 4096  # the envelope and meta: a few hundred bytes, generously
+from swa_es.publish.config import (
+    BATCH_OVERHEAD_BYTES,
+    DEFAULT_DIGEST_EVERY_BATCHES,
+    DEFAULT_MAX_BATCH_BYTES,
+    DEFAULT_MAX_EVENTS_PER_BATCH,
+    at_least,
+    positive_int,
+)
 
 
 class PublishedCache(Protocol):
@@ -122,19 +124,9 @@ class BatchBuilder:
         clock: Callable[[], float] = time.time,
         epoch_ids: Callable[[], str] = new_epoch_id,
     ) -> None:
-        if type(digest_every_batches) is not int or digest_every_batches < 1:
-            raise ValueError(
-                f"digest_every_batches: expected a positive int, got {digest_every_batches!r}"
-            )
-        if type(max_events_per_batch) is not int or max_events_per_batch < 1:
-            raise ValueError(
-                f"max_events_per_batch: expected a positive int, got {max_events_per_batch!r}"
-            )
-        if type(max_batch_bytes) is not int or max_batch_bytes < _BATCH_OVERHEAD_BYTES:
-            raise ValueError(
-                f"max_batch_bytes: expected an int >= {_BATCH_OVERHEAD_BYTES}, "
-                f"got {max_batch_bytes!r}"
-            )
+        positive_int("digest_every_batches", digest_every_batches)
+        positive_int("max_events_per_batch", max_events_per_batch)
+        at_least("max_batch_bytes", max_batch_bytes, BATCH_OVERHEAD_BYTES)
         self.source = source
         self.meta = meta if isinstance(meta, BatchMeta) else BatchMeta.from_dict(meta)
         self.max_batch_bytes = max_batch_bytes
@@ -159,7 +151,7 @@ class BatchBuilder:
     @property
     def max_split_bytes(self) -> int:
         """The bound ``split_events`` cuts a batch's events by (the envelope set aside)."""
-        return self.max_batch_bytes - _BATCH_OVERHEAD_BYTES
+        return self.max_batch_bytes - BATCH_OVERHEAD_BYTES
 
     def now(self) -> float:
         """The batch timestamp now (the builder's clock)."""

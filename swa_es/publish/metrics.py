@@ -1,46 +1,28 @@
-"""Counters of one publisher: what it published, what it discarded and why."""
+"""The counters of one publisher, as one live dataclass (``pub.metrics``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-
-@dataclass(frozen=True, slots=True)
-class PublisherMetrics:
-    """A point-in-time copy of a publisher's counters (``pub.metrics``).
-
-    ``batches_queued`` counts every batch ``step()`` built (epoch openings included);
-    ``batches_published`` / ``events_published`` / ``bytes_published`` count what the log
-    acknowledged as durable. Every overflow is counted: ``overflows`` (full queue met),
-    ``discarded_batches`` / ``discarded_events`` (dropped by a resync and superseded by the new
-    epoch), ``resyncs`` (epochs opened by an overflow), ``backpressure`` (``Backpressure``
-    raised). ``queue_depth`` is the number of batches not yet handed to the log.
-    """
-
-    source: str
-    epoch: str
-    epochs_started: int
-    batches_queued: int
-    batches_published: int
-    events_published: int
-    bytes_published: int
-    appends: int
-    overflows: int
-    discarded_batches: int
-    discarded_events: int
-    resyncs: int
-    backpressure: int
-    append_errors: int
-    append_retries: int
-    queue_depth: int
-    max_queue_batches: int
-    failed: bool
+from dataclasses import asdict, dataclass
 
 
 @dataclass(slots=True)
-class PublisherCounters:
-    """The live, mutable counters a publisher updates (one instance per publisher)."""
+class PublisherMetrics:
+    """What a publisher published, what it discarded and why; the publisher updates this one
+    object as it works (read it any time; ``as_dict()`` or ``dataclasses.replace`` for a copy).
 
+    ``epoch`` is the epoch being published. ``batches_queued`` counts every batch ``step()``
+    built (epoch openings included); ``batches_published`` / ``events_published`` /
+    ``bytes_published`` count what the log acknowledged as durable, in ``appends`` calls. Every
+    overflow is counted: ``overflows`` (full queue met), ``discarded_batches`` /
+    ``discarded_events`` (dropped by a resync and superseded by the new epoch), ``resyncs``
+    (epochs opened by an overflow), ``backpressure`` (``Backpressure`` raised).
+    ``queue_depth`` is the number of batches not yet handed to the log, out of
+    ``max_queue_batches``; ``failed`` turns true when the append task died.
+    """
+
+    source: str
+    max_queue_batches: int
+    epoch: str = ""
     epochs_started: int = 0
     batches_queued: int = 0
     batches_published: int = 0
@@ -54,3 +36,9 @@ class PublisherCounters:
     backpressure: int = 0
     append_errors: int = 0
     append_retries: int = 0
+    queue_depth: int = 0
+    failed: bool = False
+
+    def as_dict(self) -> dict[str, str | int | bool]:
+        """Every field, for a status document."""
+        return asdict(self)

@@ -6,8 +6,8 @@ encoder thread hashes and encodes the cut steps in order without the GIL, and a 
 collects the records when it signals, so the serving loop pays for neither
 (``swa_es.publish.feeds``). For any other cache it takes the events and encodes them at once.
 A second background task appends the encoded batches to the log, several per
-``append_batch`` call, strictly in queue order. The queue is bounded; when
-it is full the overflow policy decides (see ``OverflowPolicy``), and every overflow is counted.
+``append_batch`` call, strictly in queue order. The queue is bounded; when it is full the
+overflow policy decides (see ``OverflowPolicy``), and every overflow is counted.
 """
 
 from __future__ import annotations
@@ -23,49 +23,27 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from log import EventLog, LogError
-from swa_es.publish.batching import (
-    DEFAULT_DIGEST_EVERY_BATCHES,
-    DEFAULT_MAX_BATCH_BYTES,
-    DEFAULT_MAX_EVENTS_PER_BATCH,
-    BatchBuilder,
-    PublishedCache,
-    cache_meta,
-)
+from swa_es.publish.batching import BatchBuilder, PublishedCache, cache_meta
+from swa_es.publish.config import PublisherConfig
 from swa_es.publish.errors import PublisherClosedError, PublisherFailedError
 from swa_es.publish.feeds import QueuedBatch, feed_for
-from swa_es.publish.metrics import PublisherCounters, PublisherMetrics
+from swa_es.publish.metrics import PublisherMetrics
 from swa_es.publish.overflow import Backpressure, OverflowPolicy
 
 logger = logging.getLogger(__name__)
 
 
-def _positive_int(name: str, value: int) -> int:
-    if type(value) is not int or value < 1:
-        raise ValueError(f"{name}: expected a positive int, got {value!r}")
-    return value
-
-
-def _non_negative_number(name: str, value: float | None, *, optional: bool = False) -> None:
-    if value is None and optional:
-        return
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-        raise ValueError(f"{name}: expected a number >= 0, got {value!r}")
-
-
 class Publisher:
     """Publishes ``cache``'s events to ``log`` under the key ``source`` (an async context manager).
 
-    ``max_queue_batches`` bounds the batches waiting for the log; ``overflow`` is ``"resync"``
-    (default) or ``"block"``; ``digest_every_batches`` sets the in-band digest cadence;
-    ``max_append_batch`` / ``max_append_bytes`` bound one ``append_batch`` call;
-    ``max_events_per_batch`` and ``max_batch_bytes`` split a huge step (or epoch opening) over
-    several batches, so no record nears the logs' 16 MiB limit;
-    retriable log errors are retried ``append_retries`` times (duplicates that a partly failed
-    call may leave are skipped by followers, which track ``(epoch, seq)``). Leaving the context
-    cleanly takes a last step and flushes within ``close_timeout_s`` (else ``TimeoutError``);
-    leaving it on an exception does not wait. ``step()``, ``flush()`` and ``wait_ready()`` must be
-    called from the event loop's thread, and the serving loop must yield to the event loop (any
-    ``await``) between steps, or the append task never runs and the queue overflows.
+    ``config`` (a ``PublisherConfig``) bounds the queue and the batches, picks the overflow
+    policy and the digest cadence, and sets retries and the close timeout. Retried appends may
+    leave duplicates, which followers skip (they track ``(epoch, seq)``). Leaving the context
+    cleanly takes a last step and flushes within ``config.close_timeout_s`` (else
+    ``TimeoutError``); leaving it on an exception does not wait. ``step()``, ``flush()`` and
+    ``wait_ready()`` must be called from the event loop's thread, and the serving loop must
+    yield to the event loop (any ``await``) between steps, or the append task never runs and
+    the queue overflows.
     """
 
     def __init__(
@@ -74,45 +52,26 @@ class Publisher:
         log: EventLog,
         source: str,
         *,
-        max_queue_batches: int = 1024,
-        overflow: OverflowPolicy | str = OverflowPolicy.RESYNC,
-        digest_every_batches: int = DEFAULT_DIGEST_EVERY_BATCHES,
-        max_append_batch: int = 64,
-        max_append_bytes: int = 4 * 1024 * 1024,
-        max_events_per_batch: int = DEFAULT_MAX_EVENTS_PER_BATCH,
-        max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
-        append_retries: int = 3,
-        retry_backoff_s: float = 0.05,
-        close_timeout_s: float | None = 30.0,
+        config: PublisherConfig | None = None,
     ) -> None:
         if type(source) is not str or not source:
             raise ValueError(f"source: expected a non-empty str, got {source!r}")
-        if type(append_retries) is not int or append_retries < 0:
-            raise ValueError(f"append_retries: expected an int >= 0, got {append_retries!r}")
         # Not part of PublishedCache (a cache without the switch always records events).
         if getattr(cache, "events_enabled", True) is False:
             raise ValueError("cache: events are disabled (enable_events=False): nothing to publish")
-        _non_negative_number("retry_backoff_s", retry_backoff_s)
-        _non_negative_number("close_timeout_s", close_timeout_s, optional=True)
         self.cache = cache
         self.log = log
         self.source = source
-        self.max_queue_batches = _positive_int("max_queue_batches", max_queue_batches)
-        self.overflow = OverflowPolicy.parse(overflow)
-        self.max_append_batch = _positive_int("max_append_batch", max_append_batch)
-        self.max_append_bytes = _positive_int("max_append_bytes", max_append_bytes)
-        self.append_retries = append_retries
-        self.retry_backoff_s = float(retry_backoff_s)
-        self.close_timeout_s = close_timeout_s
+        self.config = config = PublisherConfig() if config is None else config
         self._builder = BatchBuilder(
             source,
-            cache_meta(cache, digest_every_batches=digest_every_batches),
-            digest_every_batches=digest_every_batches,
-            max_events_per_batch=max_events_per_batch,
-            max_batch_bytes=max_batch_bytes,
+            cache_meta(cache, digest_every_batches=config.digest_every_batches),
+            digest_every_batches=config.digest_every_batches,
+            max_events_per_batch=config.max_events_per_batch,
+            max_batch_bytes=config.max_batch_bytes,
         )
         self._feed = feed_for(cache, self._builder)
-        self._counters = PublisherCounters()
+        self._metrics = PublisherMetrics(source, config.max_queue_batches)
         # Batches not yet handed to the log, in order; a cut step's wait for the worker's bytes.
         self._pending: deque[QueuedBatch] = deque()
         self._in_flight: Sequence[tuple[QueuedBatch, bytes]] = ()
@@ -135,33 +94,13 @@ class Publisher:
 
     @property
     def metrics(self) -> PublisherMetrics:
-        """A copy of the counters now."""
-        c = self._counters
-        return PublisherMetrics(
-            source=self.source,
-            epoch=self.epoch,
-            epochs_started=c.epochs_started,
-            batches_queued=c.batches_queued,
-            batches_published=c.batches_published,
-            events_published=c.events_published,
-            bytes_published=c.bytes_published,
-            appends=c.appends,
-            overflows=c.overflows,
-            discarded_batches=c.discarded_batches,
-            discarded_events=c.discarded_events,
-            resyncs=c.resyncs,
-            backpressure=c.backpressure,
-            append_errors=c.append_errors,
-            append_retries=c.append_retries,
-            queue_depth=len(self._pending),
-            max_queue_batches=self.max_queue_batches,
-            failed=self._failure is not None,
-        )
+        """The live counters (one object, updated as the publisher works)."""
+        return self._metrics
 
     @property
     def ready(self) -> bool:
         """Whether ``step()`` would find room in the queue now."""
-        return len(self._pending) < self.max_queue_batches
+        return len(self._pending) < self.config.max_queue_batches
 
     def step(self) -> int:
         """Queue the cache's changes since the last step as one batch (or a few, for a huge
@@ -235,7 +174,7 @@ class Publisher:
             return
         try:
             if exc_type is None:
-                with anyio.fail_after(self.close_timeout_s):
+                with anyio.fail_after(self.config.close_timeout_s):
                     await self._final_step()
                     await self.flush()
         finally:
@@ -287,34 +226,37 @@ class Publisher:
             self._last_ticket += 1
             batch.ticket = self._last_ticket
         self._pending.extend(batches)
-        self._counters.batches_queued += len(batches)
+        self._metrics.batches_queued += len(batches)
+        self._metrics.queue_depth = len(self._pending)
         if batches[0].payload is not None:
             self._wake_worker()
         else:
             # A cut step: wake the collecting task if it sleeps (it then waits for the encoder's
             # signal); setting an event nobody awaits costs next to nothing.
             self._encode_work.set()
-            if 2 * len(self._pending) >= self.max_queue_batches:
+            if 2 * len(self._pending) >= self.config.max_queue_batches:
                 self._feed.hurry()
 
     def _open_epoch(self) -> None:
         # The opening covers every change not yet published: the feed drops those.
         self._enqueue(self._feed.reopen())
-        self._counters.epochs_started += 1
+        self._metrics.epoch = self._builder.epoch
+        self._metrics.epochs_started += 1
 
     def _overflow(self) -> int:
-        self._counters.overflows += 1
-        if self.overflow is OverflowPolicy.BLOCK:
+        metrics = self._metrics
+        metrics.overflows += 1
+        if self.config.overflow is OverflowPolicy.BLOCK:
             # The events stay where they are (the recorder, or the feed's carry) for later.
-            self._counters.backpressure += 1
-            raise Backpressure(self.source, len(self._pending), self.max_queue_batches)
+            metrics.backpressure += 1
+            raise Backpressure(self.source, len(self._pending), self.config.max_queue_batches)
         discarded = list(self._pending)
         self._pending.clear()
-        self._counters.discarded_batches += len(discarded)
-        self._counters.discarded_events += sum(item.events for item in discarded)
-        self._counters.resyncs += 1
+        metrics.discarded_batches += len(discarded)
+        metrics.discarded_events += sum(item.events for item in discarded)
+        metrics.resyncs += 1
         old_epoch = self.epoch
-        before = self._counters.batches_queued
+        before = metrics.batches_queued
         self._open_epoch()
         logger.warning(
             "publisher %r: queue full, discarded %d batch(es) of epoch %s, resync as epoch %s",
@@ -324,7 +266,7 @@ class Publisher:
             self.epoch,
         )
         self._notify()
-        return self._counters.batches_queued - before
+        return metrics.batches_queued - before
 
     # --- the append task ------------------------------------------------------------------
 
@@ -349,12 +291,15 @@ class Publisher:
     def _take_group(self) -> list[tuple[QueuedBatch, bytes]]:
         group: list[tuple[QueuedBatch, bytes]] = []
         size_bytes = 0
-        while self._pending and len(group) < self.max_append_batch:
+        while self._pending and len(group) < self.config.max_append_batch:
             payload = self._pending[0].payload
-            if payload is None or (group and size_bytes + len(payload) > self.max_append_bytes):
+            if payload is None or (
+                group and size_bytes + len(payload) > self.config.max_append_bytes
+            ):
                 break
             group.append((self._pending.popleft(), payload))
             size_bytes += len(payload)
+        self._metrics.queue_depth = len(self._pending)
         return group
 
     async def _collect_loop(
@@ -380,6 +325,7 @@ class Publisher:
     def _fail(self, exc: BaseException) -> None:
         if self._failure is None:
             self._failure = exc
+        self._metrics.failed = True
         self._wake_worker()
         self._encode_work.set()
         self._notify()
@@ -413,16 +359,16 @@ class Publisher:
                 await self.log.append_batch(records)
                 break
             except LogError as exc:
-                self._counters.append_errors += 1
-                if not exc.retriable or attempt >= self.append_retries:
+                self._metrics.append_errors += 1
+                if not exc.retriable or attempt >= self.config.append_retries:
                     raise
-                self._counters.append_retries += 1
+                self._metrics.append_retries += 1
                 logger.warning("publisher %r: retrying append after %r", self.source, exc)
-                await anyio.sleep(self.retry_backoff_s * math.pow(2, attempt))
+                await anyio.sleep(self.config.retry_backoff_s * math.pow(2, attempt))
                 attempt += 1
-        counters = self._counters
-        counters.appends += 1
-        counters.batches_published += len(group)
-        counters.events_published += sum(item.events for item, _ in group)
-        counters.bytes_published += sum(len(payload) for _, payload in group)
+        metrics = self._metrics
+        metrics.appends += 1
+        metrics.batches_published += len(group)
+        metrics.events_published += sum(item.events for item, _ in group)
+        metrics.bytes_published += sum(len(payload) for _, payload in group)
         self._durable_ticket = group[-1][0].ticket

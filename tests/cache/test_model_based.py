@@ -19,7 +19,8 @@ from hypothesis.stateful import (
 )
 
 from cache import LockError, LockHandle, MatchResult, SWAKVAllocator, SWARadixCache
-from tests.cache.reference import ReferenceBlocks
+from cache.events import BlockStored
+from swa_es.testing import BlockModel
 
 NAMESPACES = [None, "lora-a"]
 PROMPTS = [[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12], [1, 2, 3, 4, 9, 9, 9, 9, 7, 7, 7, 7], [5] * 12]
@@ -82,7 +83,7 @@ class CacheMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.reference = ReferenceBlocks()
+        self.reference = BlockModel()
         self.in_flight: list[InFlight] = []
         self.generation = 0
 
@@ -104,7 +105,9 @@ class CacheMachine(RuleBasedStateMachine):
     def _drain(self) -> None:
         events = self.cache.take_events()
         if self.events:
-            self.reference.apply(events)
+            stored = [e for e in events if isinstance(e, BlockStored)]
+            assert all(len(e.block_hashes) == 1 for e in stored), "one BlockStored per page"
+            self.reference.apply_all(events)
         else:
             assert events == []
 

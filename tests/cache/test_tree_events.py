@@ -17,8 +17,8 @@ from cache.events import (
     namespace_prior,
     page_digest,
 )
+from swa_es.testing import BlockModel
 from tests.cache.helpers import fill, make_cache, serve
-from tests.cache.reference import ReferenceBlocks
 
 H1, H2 = 7470307888890966271, -1634645291211865391
 H1234 = -3488128144981237669
@@ -110,19 +110,19 @@ def test_namespace_root_hash_is_salted(device: str) -> None:
 def test_swa_events_and_digest_follow_residency(device: str) -> None:
     """Tombstoning and restoring record SWA events; a replica's digest tracks the tree's."""
     cache = make_cache(device, window=4)
-    reference = ReferenceBlocks()
+    reference = BlockModel()
     fill(cache, [1, 2, 3, 4, 5])
     fill(cache, [1, 2, 3, 4, 6])
     cache.match_prefix([1, 2, 3, 4, 5])
     cache.evict(swa_tokens=2)
     events = cache.take_events()
     assert [type(e) for e in events][-2:] == [BlockRemoved, BlockSWAEvicted]
-    reference.apply(events)
+    reference.apply_all(events)
     assert reference.hexdigest() == cache.state_digest()
     serve(cache, [1, 2, 3, 4, 5])  # match stops before the tombstone: insert restores it
     events = cache.take_events()
     assert [type(e).__name__ for e in events] == ["BlockSWARestored"]
-    reference.apply(events)
+    reference.apply_all(events)
     assert reference.hexdigest() == cache.state_digest()
     cache.sanity_check(caller_held_full=0, caller_held_swa=0)
 
@@ -149,11 +149,11 @@ def test_snapshot_events_rebuild_the_same_digest(device: str, page_size: int) ->
     _busy_tree(cache)
     snapshot = cache.snapshot_events()
     assert any(isinstance(e, BlockSWAEvicted) for e in snapshot)
-    reference = ReferenceBlocks()
-    reference.apply([AllBlocksCleared(), *snapshot])
+    reference = BlockModel()
+    reference.apply_all([AllBlocksCleared(), *snapshot])
     assert reference.hexdigest() == cache.state_digest()
-    live = ReferenceBlocks()
-    live.apply(cache.take_events())
+    live = BlockModel()
+    live.apply_all(cache.take_events())
     assert live.blocks == reference.blocks
 
 

@@ -31,7 +31,6 @@ async def main(log_dir: str, snap_dir: str, out: str) -> None:
             [replicas, Stats(replicas)],
             snapshots=store,
             snapshot_every_batches=SNAPSHOT_EVERY_BATCHES,
-            progress=False,
         )
         restored = await follower.restore()
         report = {

@@ -1,7 +1,8 @@
 """A tiny model of a primary for consumer tests: real block hashes, real digests, no tree.
 
-It emits the events a primary would for simple operations and numbers its batches like a
-publisher, so tests can write well-formed (or deliberately broken) streams through a real log.
+It emits the events a primary would for simple operations (applying each to its ``BlockModel``,
+which is what it holds) and numbers its batches like a publisher, so tests can write
+well-formed (or deliberately broken) streams through a real log.
 """
 
 from __future__ import annotations
@@ -27,14 +28,7 @@ from cache.events import (
     encode_batch,
     namespace_prior,
 )
-
-
-@dataclass
-class ModelBlock:
-    """One block the model holds."""
-
-    parent: int | None
-    resident: bool = True
+from swa_es.testing import BlockModel, ModelBlock
 
 
 @dataclass
@@ -44,10 +38,24 @@ class PrimaryModel:
     source: str
     page_size: int = 1
     sliding_window_size: int = 4
-    blocks: dict[int, ModelBlock] = field(default_factory=dict)
-    digest: StateDigest = field(default_factory=StateDigest)
+    # Tests may repeat a residency change (a replica accepts it), so the model does too.
+    model: BlockModel = field(default_factory=lambda: BlockModel(strict_residency=False))
     epoch: str = ""
     seq: int = 0
+
+    @property
+    def blocks(self) -> dict[int, ModelBlock]:
+        """The blocks held, by hash."""
+        return self.model.blocks
+
+    @property
+    def digest(self) -> StateDigest:
+        """The state digest of the blocks held."""
+        return self.model.digest
+
+    def _emit(self, event: Event) -> list[Event]:
+        self.model.apply(event)
+        return [event]
 
     def hashes(self, token_ids: Sequence[int], extra_key: str | None = None) -> list[int]:
         """The block hashes of the whole pages of ``token_ids``."""
@@ -58,49 +66,29 @@ class PrimaryModel:
         """Events that store every page of ``token_ids`` not held yet (one BlockStored)."""
         hashes = self.hashes(token_ids, extra_key)
         held = 0
-        while held < len(hashes) and hashes[held] in self.blocks:
+        while held < len(hashes) and hashes[held] in self.model:
             held += 1
-        new = hashes[held:]
-        if not new:
+        if held == len(hashes):
             return []
-        parent = hashes[held - 1] if held else None
         tokens = tuple(token_ids[held * self.page_size : len(hashes) * self.page_size])
-        for block_hash in new:
-            self.blocks[block_hash] = ModelBlock(parent)
-            self.digest.add(block_hash, parent, True)
-            parent = block_hash
-        return [BlockStored(tuple(new), hashes[held - 1] if held else None, tokens, self.page_size)]
+        parent = hashes[held - 1] if held else None
+        return self._emit(BlockStored(tuple(hashes[held:]), parent, tokens, self.page_size))
 
     def tombstone(self, hashes: Sequence[int]) -> list[Event]:
         """Events that free the SWA KV of ``hashes``."""
-        for block_hash in hashes:
-            block = self.blocks[block_hash]
-            if block.resident:
-                block.resident = False
-                self.digest.set_residency(block_hash, block.parent, False)
-        return [BlockSWAEvicted(tuple(hashes))]
+        return self._emit(BlockSWAEvicted(tuple(hashes)))
 
     def revive(self, hashes: Sequence[int]) -> list[Event]:
         """Events that give ``hashes`` SWA KV again."""
-        for block_hash in hashes:
-            block = self.blocks[block_hash]
-            if not block.resident:
-                block.resident = True
-                self.digest.set_residency(block_hash, block.parent, True)
-        return [BlockSWARestored(tuple(hashes))]
+        return self._emit(BlockSWARestored(tuple(hashes)))
 
     def remove(self, hashes: Sequence[int]) -> list[Event]:
         """Events that drop ``hashes`` (a leaf chain, deepest last)."""
-        for block_hash in hashes:
-            block = self.blocks.pop(block_hash)
-            self.digest.remove(block_hash, block.parent, block.resident)
-        return [BlockRemoved(tuple(hashes))]
+        return self._emit(BlockRemoved(tuple(hashes)))
 
     def clear(self) -> list[Event]:
         """Events of ``reset()``."""
-        self.blocks.clear()
-        self.digest.clear()
-        return [AllBlocksCleared()]
+        return self._emit(AllBlocksCleared())
 
     def meta(self) -> BatchMeta:
         """The meta of this source's epoch."""

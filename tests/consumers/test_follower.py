@@ -8,7 +8,7 @@ import anyio
 import orjson
 import pytest
 
-from cache.events import BlockStored, EventBatch, encode_batch
+from cache.events import BatchMeta, BlockStored, EventBatch, encode_batch
 from consumers import (
     Follower,
     PrefixIndex,
@@ -16,6 +16,7 @@ from consumers import (
     ReplicaSet,
     Stats,
 )
+from consumers.progress import ADVANCE_EVERY_RECORDS
 from log import EventLog
 from tests.consumers.primary_model import PrimaryModel, record
 
@@ -156,6 +157,29 @@ async def test_a_digest_mismatch_diverges_the_source(event_log: EventLog) -> Non
     assert replicas["w"].state_digest() == model.digest.hexdigest()
 
 
+@pytest.mark.parametrize("digest_alg", ["blake2b-v0", None])
+async def test_a_digest_of_an_unknown_algorithm_is_unverifiable_not_divergent(
+    event_log: EventLog, digest_alg: str | None
+) -> None:
+    """An epoch whose meta names another digest algorithm (or none, as records written before
+    the algorithm was named) has its digests counted as unverifiable; the source stays healthy."""
+    model = PrimaryModel("w")
+    start = model.start_epoch("e")
+    meta = BatchMeta(model.page_size, model.sliding_window_size, digest_alg=digest_alg)
+    start = EventBatch(start.source, start.epoch, 0, start.ts, start.events, None, meta)
+    foreign = model.batch(model.store([2]), with_digest=True)
+    foreign = EventBatch("w", "e", foreign.seq, foreign.ts, foreign.events, "0" * 16)
+    await _append(event_log, start, foreign)
+    follower, replicas, _ = await _follow(event_log)
+    assert follower.metrics.digests_unverifiable == 1
+    assert follower.metrics.digests_checked == follower.metrics.digest_mismatches == 0
+    assert follower.diverged() == {}
+    assert replicas["w"].state_digest() == model.digest.hexdigest()
+    await _good_stream(event_log, model, epoch="e2")
+    await follower.catch_up()
+    assert follower.metrics.digests_checked == 1 and follower.diverged() == {}
+
+
 async def test_undecodable_records_are_counted_logged_and_skipped(
     event_log: EventLog, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -233,3 +257,40 @@ def test_views_must_be_uniquely_named_and_shared_replicas_present() -> None:
         Follower(log, [replicas, ReplicaSet()])  # type: ignore[arg-type]  # never read
     with pytest.raises(ValueError, match="not one of"):
         Follower(log, [PrefixIndex(replicas)])  # type: ignore[arg-type]  # never read
+
+
+class RecordedProgress:
+    """A ``ReplayProgress`` that keeps every call."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[object, ...]] = []
+
+    def started(self, description: str, total_records: int) -> None:
+        """Keep the call."""
+        self.calls.append(("started", description, total_records))
+
+    def advanced(self, done_records: int) -> None:
+        """Keep the call."""
+        self.calls.append(("advanced", done_records))
+
+    def finished(self, done_records: int) -> None:
+        """Keep the call."""
+        self.calls.append(("finished", done_records))
+
+
+async def test_a_replay_reports_its_progress_to_the_callback(event_log: EventLog) -> None:
+    """restore() tells its progress the total, every ADVANCE_EVERY_RECORDS records, and the end."""
+    model = PrimaryModel("w0")
+    await _append(event_log, model.start_epoch("e1"))
+    records = 2 * ADVANCE_EVERY_RECORDS + 5
+    for step in range(records - 1):
+        await _append(event_log, model.batch(model.store([step, step + 1])))
+    progress = RecordedProgress()
+    follower = Follower(event_log, [ReplicaSet()], progress=progress)
+    await follower.restore()
+    assert progress.calls == [
+        ("started", "restore", records),
+        ("advanced", ADVANCE_EVERY_RECORDS),
+        ("advanced", 2 * ADVANCE_EVERY_RECORDS),
+        ("finished", records),
+    ]

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from cache.events import BatchMeta, BlockRemoved, BlockStored, BlockSWAEvicted, Event
+from cache.events import BatchMeta, BlockRemoved, BlockStored, BlockSWAEvicted, Event, EventBatch
 from consumers import (
     PrefixIndex,
     PrefixMatch,
@@ -275,3 +275,18 @@ def test_a_replica_block_costs_at_most_200_bytes() -> None:
         tracemalloc.stop()
     assert len(replicas["w"]) == blocks == 50_000
     assert (after - before) / blocks <= 200
+
+
+def test_a_source_without_swa_events_reports_its_usable_length_as_unknown() -> None:
+    """meta "swa_events": false (a stream bridged from an engine): held length, usable None."""
+    model, replicas = PrimaryModel("w", page_size=1, sliding_window_size=3), ReplicaSet()
+    index = PrefixIndex(replicas)
+    first = model.start_epoch("e")
+    assert first.meta is not None
+    meta = BatchMeta.from_dict({**first.meta, "swa_events": False})
+    replicas.apply(EventBatch(first.source, first.epoch, 0, first.ts, first.events, None, meta))
+    replicas.apply(model.batch(model.store(list(range(5)))))
+    assert index.match(list(range(8))) == {"w": PrefixMatch(5, None)}
+    bad = {**meta, "swa_events": "no"}  # what BatchMeta refuses; the view refuses it too
+    with pytest.raises(ViewConsistencyError, match="swa_events"):
+        replicas.apply(EventBatch("x", "e", 0, 0.0, (), meta=bad))  # type: ignore[arg-type]

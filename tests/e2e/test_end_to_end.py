@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from consumers import PrefixIndex, ReplicaSet
 from log import EventLog
-from swa_es import Publisher
+from swa_es import Publisher, PublisherConfig
 from tests.e2e.conftest import LogFactory
 from tests.e2e.harness import (
     Primary,
@@ -49,7 +49,9 @@ async def test_one_primary_replica_and_prefix_index_match(event_log: EventLog, d
     """One primary under the chat workload: replica digest and prefix lengths equal the tree's."""
     primary = Primary.create("worker-0", device)
     workload = make_workload(seed=11)
-    async with Publisher(primary.cache, event_log, primary.source, digest_every_batches=8) as pub:
+    async with Publisher(
+        primary.cache, event_log, primary.source, config=PublisherConfig(digest_every_batches=8)
+    ) as pub:
         await drive([primary], [pub], workload, requests=150)
         await pub.flush()
     assert pub.metrics.overflows == 0 and pub.metrics.batches_published > 100

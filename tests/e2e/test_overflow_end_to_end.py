@@ -7,7 +7,7 @@ import anyio
 
 from consumers import ReplicaSet
 from log import EventLog
-from swa_es import Backpressure, Publisher
+from swa_es import Backpressure, Publisher, PublisherConfig
 from swa_es.testing import SlowLog
 from tests.e2e.harness import Primary, follow, make_workload
 
@@ -23,7 +23,9 @@ async def test_resync_after_overflow_leaves_the_follower_equal(event_log: EventL
     primary = Primary.create("worker-0", "cpu")
     workload = make_workload(seed=21)
     slow = SlowLog(event_log, held=True)
-    async with Publisher(primary.cache, slow, primary.source, max_queue_batches=8) as pub:
+    async with Publisher(
+        primary.cache, slow, primary.source, config=PublisherConfig(max_queue_batches=8)
+    ) as pub:
         await slow.wait_blocked()
         for i in range(120):
             if i == 60:
@@ -45,7 +47,10 @@ async def test_block_policy_hands_the_caller_backpressure(event_log: EventLog) -
     slow = SlowLog(event_log, held=True, append_delay_s=0.001)
     pressured = 0
     async with Publisher(
-        primary.cache, slow, primary.source, max_queue_batches=4, overflow="block"
+        primary.cache,
+        slow,
+        primary.source,
+        config=PublisherConfig(max_queue_batches=4, overflow="block"),
     ) as pub:
         await slow.wait_blocked()
         for _ in range(60):

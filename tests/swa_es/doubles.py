@@ -1,4 +1,5 @@
-"""A tiny fake cache that emits hand-made events, and a strict reference replay of a log."""
+"""A tiny fake cache that emits hand-made events, and a strict reference replay of a log
+(both hold their blocks in a ``swa_es.testing.BlockModel``)."""
 
 from __future__ import annotations
 
@@ -17,53 +18,46 @@ from cache.events import (
     decode_batch,
 )
 from log import EventLog
-
-
-@dataclass
-class _Block:
-    parent: int | None
-    tokens: tuple[int, ...]
-    swa_resident: bool = True
+from swa_es.testing import BlockModel, ModelBlock
 
 
 class FakeCache:
-    """Blocks keyed by hash with parent and residency; every mutation buffers its event."""
+    """Blocks keyed by hash with parent and residency; every mutation buffers its event and
+    applies it to the ``BlockModel`` that is the fake's state."""
 
     def __init__(self, *, page_size: int = 1, sliding_window_size: int = 4) -> None:
         self.page_size = page_size
         self.sliding_window_size = sliding_window_size
         self.device = "cpu"
-        self.blocks: dict[int, _Block] = {}
+        self.model = BlockModel()
         self.events: list[Event] = []
-        self.digest = StateDigest()
         self.take_calls = 0
+
+    @property
+    def blocks(self) -> dict[int, ModelBlock]:
+        """The blocks held, by hash."""
+        return self.model.blocks
+
+    def _emit(self, event: Event) -> None:
+        self.model.apply(event)
+        self.events.append(event)
 
     def store(self, block_hash: int, parent: int | None = None) -> None:
         """A page enters the tree."""
         tokens = tuple(range(self.page_size))
-        self.blocks[block_hash] = _Block(parent, tokens)
-        self.digest.add(block_hash, parent, True)
-        self.events.append(BlockStored((block_hash,), parent, tokens, self.page_size))
+        self._emit(BlockStored((block_hash,), parent, tokens, self.page_size))
 
     def tombstone(self, block_hash: int) -> None:
         """A page loses its SWA KV."""
-        block = self.blocks[block_hash]
-        block.swa_resident = False
-        self.digest.set_residency(block_hash, block.parent, False)
-        self.events.append(BlockSWAEvicted((block_hash,)))
+        self._emit(BlockSWAEvicted((block_hash,)))
 
     def restore(self, block_hash: int) -> None:
         """A tombstoned page gets its SWA KV back."""
-        block = self.blocks[block_hash]
-        block.swa_resident = True
-        self.digest.set_residency(block_hash, block.parent, True)
-        self.events.append(BlockSWARestored((block_hash,)))
+        self._emit(BlockSWARestored((block_hash,)))
 
     def remove(self, block_hash: int) -> None:
         """A page leaves the tree."""
-        block = self.blocks.pop(block_hash)
-        self.digest.remove(block_hash, block.parent, block.swa_resident)
-        self.events.append(BlockRemoved((block_hash,)))
+        self._emit(BlockRemoved((block_hash,)))
 
     def take_events(self) -> list[Event]:
         """The buffered events; clears the buffer."""
@@ -73,17 +67,11 @@ class FakeCache:
 
     def snapshot_events(self) -> list[Event]:
         """Every block, parents first (insertion order), tombstones as ``BlockSWAEvicted``."""
-        stored: list[Event] = [
-            BlockStored((h,), b.parent, b.tokens, self.page_size) for h, b in self.blocks.items()
-        ]
-        evicted: list[Event] = [
-            BlockSWAEvicted((h,)) for h, b in self.blocks.items() if not b.swa_resident
-        ]
-        return stored + evicted
+        return self.model.snapshot_events(self.page_size)
 
     def state_digest(self) -> str:
         """The digest of the blocks held now."""
-        return self.digest.hexdigest()
+        return self.model.hexdigest()
 
 
 def random_mutation(cache: FakeCache, rng: random.Random, next_hash: list[int]) -> None:
@@ -97,9 +85,9 @@ def random_mutation(cache: FakeCache, rng: random.Random, next_hash: list[int]) 
         return
     h = rng.choice(hashes)
     parents = {b.parent for b in cache.blocks.values()}
-    if choice < 0.7 and cache.blocks[h].swa_resident:
+    if choice < 0.7 and cache.blocks[h].resident:
         cache.tombstone(h)
-    elif choice < 0.8 and not cache.blocks[h].swa_resident:
+    elif choice < 0.8 and not cache.blocks[h].resident:
         cache.restore(h)
     elif h not in parents:
         cache.remove(h)
@@ -111,34 +99,20 @@ class ReplayState:
 
     epoch: str = ""
     next_seq: int = 0
-    blocks: dict[int, tuple[int | None, bool]] = field(default_factory=dict)
-    digest: StateDigest = field(default_factory=StateDigest)
+    model: BlockModel = field(default_factory=BlockModel)
     batches: list[EventBatch] = field(default_factory=list)
     epochs: list[str] = field(default_factory=list)
     digests_checked: int = 0
 
+    @property
+    def blocks(self) -> dict[int, tuple[int | None, bool]]:
+        """``{hash: (parent, resident)}`` of the blocks held."""
+        return self.model.residency()
 
-def _apply(state: ReplayState, event: Event) -> None:
-    match event:
-        case AllBlocksCleared():
-            state.blocks.clear()
-            state.digest.clear()
-        case BlockStored(block_hashes=hashes, parent_block_hash=parent):
-            for h in hashes:
-                assert h not in state.blocks, f"block {h} stored twice"
-                state.blocks[h] = (parent, True)
-                state.digest.add(h, parent, True)
-                parent = h
-        case BlockRemoved(block_hashes=hashes):
-            for h in hashes:
-                p, resident = state.blocks.pop(h)
-                state.digest.remove(h, p, resident)
-        case BlockSWAEvicted(block_hashes=hashes) | BlockSWARestored(block_hashes=hashes):
-            resident = isinstance(event, BlockSWARestored)
-            for h in hashes:
-                p, _ = state.blocks[h]
-                state.blocks[h] = (p, resident)
-                state.digest.set_residency(h, p, resident)
+    @property
+    def digest(self) -> StateDigest:
+        """The state digest of the blocks held."""
+        return self.model.digest
 
 
 def apply_batch(state: ReplayState, batch: EventBatch) -> None:
@@ -152,10 +126,9 @@ def apply_batch(state: ReplayState, batch: EventBatch) -> None:
         state.epochs.append(batch.epoch)
     assert batch.seq == state.next_seq, f"seq gap: got {batch.seq}, want {state.next_seq}"
     state.next_seq += 1
-    for event in batch.events:
-        _apply(state, event)
+    state.model.apply_all(batch.events)
     if batch.digest is not None:
-        assert batch.digest == state.digest.hexdigest(), "in-band digest mismatch"
+        assert batch.digest == state.model.hexdigest(), "in-band digest mismatch"
         state.digests_checked += 1
     state.batches.append(batch)
 

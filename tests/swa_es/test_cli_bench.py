@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from swa_es.cli.bench import BENCHMARKS, bench_dir, scripts_for
-from swa_es.cli.config import SettingError
+from swa_es.cli.values import SettingError
 from tests.compose.services import swa_es_command
 
 
@@ -19,7 +19,7 @@ def test_every_benchmark_name_has_its_script() -> None:
 
 def test_unknown_benchmark_is_a_setting_error() -> None:
     """A name that is not a benchmark is refused, naming the choices."""
-    with pytest.raises(SettingError, match="cache, log, replica"):
+    with pytest.raises(SettingError, match="cache, log, replica, codec"):
         scripts_for("gpu", bench_dir())
 
 

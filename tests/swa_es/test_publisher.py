@@ -12,8 +12,10 @@ from cache.events import AllBlocksCleared, BlockStored, BlockSWAEvicted, decode_
 from log import LogUnavailableError, LogWriteError, MemoryLog
 from swa_es import (
     Backpressure,
+    OverflowPolicy,
     Publisher,
     PublisherClosedError,
+    PublisherConfig,
     PublisherFailedError,
 )
 from swa_es.testing import FailingLog, SlowLog
@@ -75,7 +77,9 @@ async def test_digest_rides_every_n_batches_and_matches_the_cache() -> None:
     cache = FakeCache()
     log = MemoryLog()
     expected: dict[int, str] = {}
-    async with Publisher(cache, log, source="w0", digest_every_batches=3) as pub:
+    async with Publisher(
+        cache, log, source="w0", config=PublisherConfig(digest_every_batches=3)
+    ) as pub:
         expected[0] = cache.state_digest()
         for h in range(1, 8):
             cache.store(h)
@@ -93,7 +97,9 @@ async def test_random_workload_replays_to_the_primary_state() -> None:
     cache = FakeCache()
     log = MemoryLog()
     next_hash = [1]
-    async with Publisher(cache, log, source="w0", digest_every_batches=5) as pub:
+    async with Publisher(
+        cache, log, source="w0", config=PublisherConfig(digest_every_batches=5)
+    ) as pub:
         for _ in range(300):
             for _ in range(rng.randrange(4)):
                 random_mutation(cache, rng, next_hash)
@@ -102,7 +108,7 @@ async def test_random_workload_replays_to_the_primary_state() -> None:
                 await pub.flush()
     state = (await replay(log))["w0"]
     assert state.digest.hexdigest() == cache.state_digest()
-    assert {h: (b.parent, b.swa_resident) for h, b in cache.blocks.items()} == state.blocks
+    assert cache.model.residency() == state.blocks
     assert state.digests_checked > 10
 
 
@@ -110,7 +116,9 @@ async def test_flush_waits_for_durability_and_appends_are_batched() -> None:
     """Queued batches are durable only after flush; one append call carries several of them."""
     cache = FakeCache()
     slow = SlowLog(MemoryLog(), held=True)
-    async with Publisher(cache, slow, source="w0", max_append_batch=8) as pub:
+    async with Publisher(
+        cache, slow, source="w0", config=PublisherConfig(max_append_batch=8)
+    ) as pub:
         await slow.wait_blocked()  # the opening batch is in flight, held
         for h in range(1, 11):
             cache.store(h)
@@ -143,7 +151,9 @@ async def test_overflow_resync_discards_counts_and_opens_a_new_epoch() -> None:
     """A full queue under `resync` drops queued batches, counts them, republishes the tree."""
     cache = FakeCache()
     slow = SlowLog(MemoryLog(), held=True)
-    async with Publisher(cache, slow, source="w0", max_queue_batches=4) as pub:
+    async with Publisher(
+        cache, slow, source="w0", config=PublisherConfig(max_queue_batches=4)
+    ) as pub:
         first_epoch = pub.epoch
         await slow.wait_blocked()
         for h in range(1, 5):
@@ -170,7 +180,9 @@ async def test_repeated_overflow_keeps_the_replica_exact() -> None:
     cache = FakeCache()
     slow = SlowLog(MemoryLog())
     next_hash = [1]
-    async with Publisher(cache, slow, source="w0", max_queue_batches=3, max_append_batch=2) as pub:
+    async with Publisher(
+        cache, slow, source="w0", config=PublisherConfig(max_queue_batches=3, max_append_batch=2)
+    ) as pub:
         for i in range(200):
             if i % 50 == 0:
                 slow.hold()
@@ -190,7 +202,9 @@ async def test_overflow_block_raises_backpressure_and_loses_nothing() -> None:
     """Under `block` a full queue raises Backpressure and keeps the events; wait_ready recovers."""
     cache = FakeCache()
     slow = SlowLog(MemoryLog(), held=True)
-    async with Publisher(cache, slow, source="w0", max_queue_batches=2, overflow="block") as pub:
+    async with Publisher(
+        cache, slow, source="w0", config=PublisherConfig(max_queue_batches=2, overflow="block")
+    ) as pub:
         await slow.wait_blocked()
         for h in range(1, 3):
             cache.store(h)
@@ -219,7 +233,9 @@ async def test_an_empty_step_never_overflows(overflow: str) -> None:
     """A step without events publishes nothing, even with the queue full."""
     cache = FakeCache()
     slow = SlowLog(MemoryLog(), held=True)
-    async with Publisher(cache, slow, "w0", max_queue_batches=1, overflow=overflow) as pub:
+    async with Publisher(
+        cache, slow, "w0", config=PublisherConfig(max_queue_batches=1, overflow=overflow)
+    ) as pub:
         await slow.wait_blocked()
         cache.store(1)
         pub.step()
@@ -264,7 +280,9 @@ async def test_retriable_errors_are_retried_and_counted() -> None:
     """Retriable log errors are retried with backoff; the log ends complete and in order."""
     cache = FakeCache()
     flaky = FailingLog(MemoryLog(), [None, LogUnavailableError("broker away"), None])
-    async with Publisher(cache, flaky, source="w0", retry_backoff_s=0) as pub:
+    async with Publisher(
+        cache, flaky, source="w0", config=PublisherConfig(retry_backoff_s=0)
+    ) as pub:
         await pub.flush()
         cache.store(1)
         pub.step()
@@ -280,7 +298,9 @@ async def test_retries_give_up_after_the_limit() -> None:
     flaky = FailingLog(MemoryLog(), errors)
     cache = FakeCache()
     with pytest.raises(PublisherFailedError):
-        async with Publisher(cache, flaky, "w0", append_retries=2, retry_backoff_s=0) as pub:
+        async with Publisher(
+            cache, flaky, "w0", config=PublisherConfig(append_retries=2, retry_backoff_s=0)
+        ) as pub:
             await pub.flush()
             cache.store(1)
             pub.step()
@@ -305,7 +325,10 @@ async def test_huge_steps_are_split_with_the_digest_on_the_last_part() -> None:
     _chain(cache, 1, 5)
     log = MemoryLog()
     async with Publisher(
-        cache, log, source="w0", max_events_per_batch=2, digest_every_batches=1
+        cache,
+        log,
+        source="w0",
+        config=PublisherConfig(max_events_per_batch=2, digest_every_batches=1),
     ) as pub:
         _chain(cache, 100, 3)
         pub.step()
@@ -332,20 +355,52 @@ async def test_sources_are_keys_and_stay_separate() -> None:
     }
 
 
-def test_bad_arguments_name_what_is_wrong() -> None:
-    """Each bad argument is a ValueError naming the argument."""
-    cache, log = FakeCache(), MemoryLog()
-    for kwargs, name in [
-        ({"max_queue_batches": 0}, "max_queue_batches"),
-        ({"overflow": "drop"}, "overflow"),
-        ({"digest_every_batches": 0}, "digest_every_batches"),
-        ({"max_append_batch": -1}, "max_append_batch"),
-        ({"retry_backoff_s": -1.0}, "retry_backoff_s"),
-    ]:
-        with pytest.raises(ValueError, match=name):
-            Publisher(cache, log, "w0", **kwargs)  # type: ignore[arg-type]  # deliberately bad
+@pytest.mark.parametrize(
+    ("field", "bad"),
+    [
+        ("max_queue_batches", 0),
+        ("overflow", "drop"),
+        ("digest_every_batches", 0),
+        ("max_append_batch", -1),
+        ("max_append_bytes", True),
+        ("max_events_per_batch", 1.5),
+        ("max_batch_bytes", 100),
+        ("append_retries", -1),
+        ("retry_backoff_s", -1.0),
+        ("close_timeout_s", "soon"),
+    ],
+)
+def test_a_bad_config_value_names_its_field(field: str, bad: object) -> None:
+    """Each bad PublisherConfig value is a ValueError naming the field."""
+    with pytest.raises(ValueError, match=field):
+        PublisherConfig(**{field: bad})  # type: ignore[arg-type]  # deliberately bad
+
+
+def test_a_bad_source_is_refused() -> None:
+    """An empty source is a ValueError naming the argument."""
     with pytest.raises(ValueError, match="source"):
-        Publisher(cache, log, "")
+        Publisher(FakeCache(), MemoryLog(), "")
+
+
+def test_config_is_frozen_and_names_policies_as_enums() -> None:
+    """A PublisherConfig cannot change after it was built; a policy given by name is the enum."""
+    config = PublisherConfig(overflow="block")
+    assert config.overflow is OverflowPolicy.BLOCK
+    with pytest.raises(AttributeError):
+        config.max_queue_batches = 1  # type: ignore[misc]  # the point: frozen
+
+
+async def test_metrics_are_one_live_object() -> None:
+    """pub.metrics is the same object throughout, updated as batches become durable."""
+    cache, log = FakeCache(), MemoryLog()
+    async with Publisher(cache, log, "w0") as pub:
+        metrics = pub.metrics
+        cache.store(1)
+        pub.step()
+        await pub.flush()
+        assert pub.metrics is metrics
+        assert (metrics.batches_published, metrics.epoch, metrics.source) == (2, pub.epoch, "w0")
+        assert metrics.as_dict()["events_published"] == 2
 
 
 async def test_step_before_start_is_refused() -> None:
@@ -361,7 +416,7 @@ async def test_a_stuck_log_at_exit_times_out_loudly() -> None:
     """A clean exit on a log that never acknowledges raises TimeoutError (close_timeout_s)."""
     slow = SlowLog(MemoryLog(), held=True)
     with pytest.raises(TimeoutError):
-        async with Publisher(FakeCache(), slow, "w0", close_timeout_s=0.01):
+        async with Publisher(FakeCache(), slow, "w0", config=PublisherConfig(close_timeout_s=0.01)):
             await slow.wait_blocked()
 
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from log import MemoryLog
-from swa_es import Backpressure, Publisher
+from swa_es import Backpressure, Publisher, PublisherConfig
 from swa_es.testing import SlowLog
 from tests.swa_es.doubles import FakeCache, random_mutation, replay
 
@@ -27,7 +27,10 @@ async def _run(ops: list[str], overflow: str, seed: int) -> None:
     slow = SlowLog(MemoryLog())
     next_hash = [1]
     async with Publisher(
-        cache, slow, "w0", max_queue_batches=3, max_append_batch=2, overflow=overflow
+        cache,
+        slow,
+        "w0",
+        config=PublisherConfig(max_queue_batches=3, max_append_batch=2, overflow=overflow),
     ) as pub:
         for op in ops:
             if op == "mutate":

@@ -111,6 +111,9 @@ def compact_events(events: tuple[Event, ...]) -> list[dict[str, Any]]:
 
 
 def _check_encodable(batch: EventBatch) -> None:
+    if batch.meta is not None and not isinstance(batch.meta, BatchMeta):
+        kind = type(batch.meta).__name__
+        raise TypeError(f"EventBatch.meta must be a BatchMeta or None, got {kind}")
     if batch.v not in SUPPORTED_VERSIONS:
         raise ValueError(f"v: unsupported batch version {batch.v}")
     if not math.isfinite(batch.ts):

@@ -419,6 +419,11 @@ fn scan_int_list<T>(
     while scanner.next_element(&mut first)? {
         if bad.is_some() {
             scanner.skip_value()?;
+        } else if let Some(number) = scanner.plain_int() {
+            match accept(number) {
+                Some(item) => out.push(item),
+                None => bad = Some((index, number.to_string())),
+            }
         } else if matches!(scanner.peek_value()?, b'-' | b'0'..=b'9') {
             match scanner.number()? {
                 Number::Int(number) => match accept(number) {

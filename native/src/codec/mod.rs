@@ -22,7 +22,7 @@ mod scan;
 mod text;
 
 pub use decode::{decode, decode_event, decode_with_meta};
-pub use encode::{encode, EncodeError};
+pub use encode::{encode, encode_into, EncodeError};
 pub use meta::Meta;
 
 /// The record size limit used when the caller names none: 16 MiB.

@@ -257,6 +257,15 @@ impl<'a> Scanner<'a> {
     /// closing bracket (consumed). `first` as for `next_key`.
     #[inline]
     pub fn next_element(&mut self, first: &mut bool) -> Result<bool, SyntaxError> {
+        // The common case first: a comma directly followed by the next value.
+        if !*first && self.bytes.get(self.pos) == Some(&b',') {
+            if let Some(&next) = self.bytes.get(self.pos + 1) {
+                if !is_ws(next) && next != b']' {
+                    self.pos += 1;
+                    return Ok(true);
+                }
+            }
+        }
         self.skip_ws();
         let Some(&byte) = self.bytes.get(self.pos) else {
             return self.fail("unexpected end of data");
@@ -450,6 +459,42 @@ impl<'a> Scanner<'a> {
         self.float(start)
     }
 
+    /// The common case of an int list item, read without the general number path: at most 19
+    /// digits (no overflow), no fraction or exponent, directly followed by `,` or `]`. None
+    /// (cursor unmoved) for anything else, which the caller reads with `number`.
+    #[inline]
+    pub fn plain_int(&mut self) -> Option<i128> {
+        let bytes = self.bytes;
+        let negative = bytes.get(self.pos) == Some(&b'-');
+        let start = self.pos + usize::from(negative);
+        let mut at = start;
+        let mut magnitude: u64 = 0;
+        while let Some(&byte) = bytes.get(at) {
+            let digit = byte.wrapping_sub(b'0');
+            if digit > 9 {
+                break;
+            }
+            if at - start == 19 {
+                return None;
+            }
+            magnitude = magnitude * 10 + u64::from(digit);
+            at += 1;
+        }
+        let length = at - start;
+        if length == 0 || (length > 1 && bytes[start] == b'0') {
+            return None;
+        }
+        if !matches!(bytes.get(at), Some(b',' | b']')) {
+            return None;
+        }
+        if negative && magnitude > 1 << 63 {
+            return None; // below i64::MIN: a double, as `number` reads it
+        }
+        self.pos = at;
+        let magnitude = i128::from(magnitude);
+        Some(if negative { -magnitude } else { magnitude })
+    }
+
     fn digits(&mut self, missing: &'static str) -> Result<(), SyntaxError> {
         match self.bytes.get(self.pos) {
             Some(b'0'..=b'9') => {}
@@ -609,6 +654,25 @@ mod tests {
         );
         assert!(whole(&[b'1'; 400]).is_err());
         assert_eq!(whole(b"1E2").unwrap(), Value::Float(100.0));
+    }
+
+    #[test]
+    fn plain_ints_take_only_the_common_case() {
+        let read = |text: &[u8]| Scanner::new(text).plain_int();
+        assert_eq!(read(b"-0,"), Some(0));
+        assert_eq!(read(b"1234567890123456789]"), Some(1234567890123456789));
+        assert_eq!(read(b"-9223372036854775808,"), Some(i64::MIN.into()));
+        for text in [
+            &b"-9223372036854775809,"[..],
+            b"12345678901234567890,",
+            b"01,",
+            b"1.5,",
+            b"1 ,",
+            b"1",
+            b"-,",
+        ] {
+            assert_eq!(read(text), None, "{:?}", String::from_utf8_lossy(text));
+        }
     }
 
     #[test]

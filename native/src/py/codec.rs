@@ -161,6 +161,28 @@ pub(crate) fn push_events<'py>(
     }
 }
 
+/// A Python `BlockStored` with these fields.
+fn new_stored<'py>(
+    py: Python<'py>,
+    classes: &Classes,
+    fields: [&Bound<'py, PyAny>; 6],
+) -> PyResult<Bound<'py, PyAny>> {
+    let names = [
+        intern!(py, "block_hashes"),
+        intern!(py, "parent_block_hash"),
+        intern!(py, "token_ids"),
+        intern!(py, "block_size"),
+        intern!(py, "lora_id"),
+        intern!(py, "medium"),
+    ];
+    let instance = new_instance(py, classes, &classes.stored)?;
+    for (name, value) in names.into_iter().zip(fields) {
+        set_field(&instance, name, value)?;
+    }
+    Ok(instance)
+}
+
+/// Append one Python `BlockStored` per page of `stored`.
 fn push_pages<'py>(
     py: Python<'py>,
     classes: &Classes,
@@ -168,6 +190,9 @@ fn push_pages<'py>(
     out: &mut Vec<Bound<'py, PyAny>>,
 ) -> PyResult<()> {
     let size = stored.block_size as usize;
+    if size == 0 {
+        return Err(PyValueError::new_err("a store of block_size 0")); // never decoded
+    }
     let block_size = size.into_bound_py_any(py)?;
     let lora_id = optional(py, stored.lora_id)?;
     let medium = optional(py, stored.medium.as_deref())?;
@@ -175,22 +200,10 @@ fn push_pages<'py>(
     let pages = stored.hashes.iter().zip(stored.tokens.chunks_exact(size));
     for (&hash, tokens) in pages {
         let hash = hash.into_bound_py_any(py)?;
-        let instance = new_instance(py, classes, &classes.stored)?;
-        set_field(
-            &instance,
-            intern!(py, "block_hashes"),
-            PyTuple::new(py, [&hash])?.as_any(),
-        )?;
-        set_field(&instance, intern!(py, "parent_block_hash"), &parent)?;
-        set_field(
-            &instance,
-            intern!(py, "token_ids"),
-            PyTuple::new(py, tokens)?.as_any(),
-        )?;
-        set_field(&instance, intern!(py, "block_size"), &block_size)?;
-        set_field(&instance, intern!(py, "lora_id"), &lora_id)?;
-        set_field(&instance, intern!(py, "medium"), &medium)?;
-        out.push(instance);
+        let hashes = PyTuple::new(py, [&hash])?.into_any();
+        let tokens = PyTuple::new(py, tokens)?.into_any();
+        let fields = [&hashes, &parent, &tokens, &block_size, &lora_id, &medium];
+        out.push(new_stored(py, classes, fields)?);
         parent = hash;
     }
     Ok(())
@@ -369,38 +382,15 @@ fn decode_event(py: Python<'_>, data: &[u8], path: &str) -> PyResult<Py<PyAny>> 
     match &event {
         // A multi-page store stays one event here.
         Event::Stored(stored) => {
-            let instance = new_instance(py, classes, &classes.stored)?;
-            set_field(
-                &instance,
-                intern!(py, "block_hashes"),
-                PyTuple::new(py, &stored.hashes)?.as_any(),
-            )?;
-            set_field(
-                &instance,
-                intern!(py, "parent_block_hash"),
+            let fields = [
+                &PyTuple::new(py, &stored.hashes)?.into_any(),
                 &optional(py, stored.parent)?,
-            )?;
-            set_field(
-                &instance,
-                intern!(py, "token_ids"),
-                PyTuple::new(py, &stored.tokens)?.as_any(),
-            )?;
-            set_field(
-                &instance,
-                intern!(py, "block_size"),
+                &PyTuple::new(py, &stored.tokens)?.into_any(),
                 &stored.block_size.into_bound_py_any(py)?,
-            )?;
-            set_field(
-                &instance,
-                intern!(py, "lora_id"),
                 &optional(py, stored.lora_id)?,
-            )?;
-            set_field(
-                &instance,
-                intern!(py, "medium"),
                 &optional(py, stored.medium.as_deref())?,
-            )?;
-            items.push(instance);
+            ];
+            items.push(new_stored(py, classes, fields)?);
         }
         other => push_events(py, classes, other, &mut items)?,
     }

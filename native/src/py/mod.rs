@@ -9,6 +9,7 @@ pub(crate) mod codec;
 mod digest;
 mod hashing;
 mod recorder;
+mod replica;
 
 #[pymodule]
 #[pyo3(name = "_native")]
@@ -17,5 +18,6 @@ fn native_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
     digest::register(module)?;
     codec::register(module)?;
     recorder::register(module)?;
+    replica::register(module)?;
     Ok(())
 }

@@ -1,0 +1,49 @@
+"""The native replica block store, typed: every source's blocks in compact arrays.
+
+``ReplicaStore`` (from the native core) applies batches to per-source block tables, answers
+residency and block lookups, keeps each source's state digest, writes and loads its whole state
+as checksummed bytes, and matches a prompt against every source in one walk. Consumers reach it
+through this module (never ``cache.events._native``); ``consumers.views`` wraps it in the public
+``ReplicaSet`` / ``PrefixIndex`` API. The pure-Python twin is ``cache.events.reference.replica``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from cache.events import _native
+
+ReplicaStore = _native.ReplicaStore
+
+
+class ReplicaConsistencyError(ValueError):
+    """An event does not fit a source's replica; the failing event changed nothing."""
+
+    def __init__(self, source: str, reason: str) -> None:
+        self.source = source
+        self.reason = reason
+        super().__init__(f"source {source!r}: {reason}")
+
+
+class ReplicaSnapshotError(ValueError):
+    """Bytes that are not a replica snapshot this build can load (corrupt, foreign, truncated)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"bad replica snapshot: {reason}")
+
+
+def swa_usable_prefix(
+    segments: Sequence[tuple[int, bool]], sliding_window_size: int
+) -> tuple[int, int]:
+    """The native SWA rule: (segments walked, leading segments usable) of a path of
+    ``(tokens, resident)`` segments (twin of ``cache.events.swa_rule.usable_prefix``)."""
+    return _native.swa_usable_prefix(list(segments), sliding_window_size)
+
+
+__all__ = [
+    "ReplicaConsistencyError",
+    "ReplicaSnapshotError",
+    "ReplicaStore",
+    "swa_usable_prefix",
+]

@@ -1,0 +1,156 @@
+//! Micro-benchmark of the replica store (no Python): apply, prefix match, snapshot bytes.
+//!
+//!     cargo bench --bench replica
+//!
+//! The Python-level figures, side by side with their baselines, come from
+//! `bench/replica_bench.py`; this one isolates the core.
+
+use std::time::Instant;
+
+use swa_es_native::digest::mix64;
+use swa_es_native::events::{Event, Stored};
+use swa_es_native::hashing::{block_hash, chain_page_digests};
+use swa_es_native::replica::{self, ReplicaStore, SourceMeta};
+
+fn meta(page_size: u32) -> SourceMeta {
+    SourceMeta {
+        page_size,
+        sliding_window_size: 4,
+        swa_events: true,
+        json: "{}".to_owned(),
+    }
+}
+
+/// Page-1 branches of `pages` blocks each under one root block, `chains` of them.
+fn page1_events(chains: usize, pages: usize, per_event: usize) -> Vec<Event> {
+    let mut events = Vec::new();
+    let mut seed = 1u64;
+    let mut next = || {
+        seed += 1;
+        mix64(seed) as i64
+    };
+    for _ in 0..chains {
+        let mut parent = None;
+        let mut left = pages;
+        while left > 0 {
+            let count = per_event.min(left);
+            let hashes: Vec<i64> = (0..count).map(|_| next()).collect();
+            let tokens = hashes.iter().map(|&h| h as u32).collect();
+            parent = hashes.last().copied().or(parent);
+            let first_parent = if left == pages { None } else { parent };
+            events.push(Event::Stored(Stored {
+                hashes,
+                parent: first_parent,
+                tokens,
+                block_size: 1,
+                lora_id: None,
+                medium: None,
+            }));
+            left -= count;
+        }
+    }
+    // fix the parents: each event chains onto the previous one of its branch
+    let mut previous_tip = None;
+    for event in &mut events {
+        if let Event::Stored(stored) = event {
+            if stored.parent.is_some() {
+                stored.parent = previous_tip;
+            }
+            previous_tip = stored.hashes.last().copied();
+        }
+    }
+    events
+}
+
+fn bench_apply(blocks: usize, per_event: usize) -> ReplicaStore {
+    let events = page1_events(blocks / 4096, 4096, per_event);
+    let total: usize = events
+        .iter()
+        .map(|e| match e {
+            Event::Stored(s) => s.hashes.len(),
+            _ => 0,
+        })
+        .sum();
+    let mut best = f64::MAX;
+    let mut kept = ReplicaStore::new();
+    for _ in 0..3 {
+        let mut store = ReplicaStore::new();
+        store.replica_mut("w").meta = Some(meta(1));
+        let started = Instant::now();
+        store.apply_events("w", &events).unwrap();
+        best = best.min(started.elapsed().as_secs_f64());
+        kept = store;
+    }
+    println!(
+        "apply {total} page-1 blocks, {per_event} per event: {:.1} M blocks/s, {:.1} heap B/block",
+        total as f64 / best / 1e6,
+        kept.heap_bytes() as f64 / total as f64
+    );
+    kept
+}
+
+fn bench_snapshot(store: &ReplicaStore) {
+    let blocks = store.replicas()[0].blocks.len();
+    let started = Instant::now();
+    let bytes = replica::to_bytes(store);
+    let write_s = started.elapsed().as_secs_f64();
+    let started = Instant::now();
+    let loaded = replica::from_bytes(&bytes).unwrap();
+    let read_s = started.elapsed().as_secs_f64();
+    assert_eq!(loaded.replicas()[0].blocks.len(), blocks);
+    println!(
+        "snapshot {blocks} blocks: {} MB, to_bytes {:.1} ms, from_bytes {:.1} ms",
+        bytes.len() / 1_000_000,
+        write_s * 1e3,
+        read_s * 1e3
+    );
+}
+
+fn bench_prefix(sources: usize, prompt_tokens: usize, page_size: usize) {
+    let prompt: Vec<u32> = (0..prompt_tokens as u32).map(|t| t * 7 + 3).collect();
+    let hashes: Vec<i64> = chain_page_digests(&[], &prompt, page_size)
+        .iter()
+        .map(block_hash)
+        .collect();
+    let mut store = ReplicaStore::new();
+    for source in 0..sources {
+        let name = format!("w{source}");
+        store.replica_mut(&name).meta = Some(meta(page_size as u32));
+        let event = Event::Stored(Stored {
+            hashes: hashes.clone(),
+            parent: None,
+            tokens: prompt.clone(),
+            block_size: page_size as u32,
+            lora_id: None,
+            medium: None,
+        });
+        store.apply_events(&name, &[event]).unwrap();
+    }
+    let mut samples = Vec::new();
+    for _ in 0..2000 {
+        let started = Instant::now();
+        let answers = replica::match_prefix(&store, &[], &prompt);
+        samples.push(started.elapsed().as_secs_f64() * 1e6);
+        assert_eq!(answers.len(), sources);
+    }
+    samples.sort_by(f64::total_cmp);
+    let hash_started = Instant::now();
+    for _ in 0..200 {
+        std::hint::black_box(chain_page_digests(&[], &prompt, page_size));
+    }
+    let hash_us = hash_started.elapsed().as_secs_f64() * 1e6 / 200.0;
+    println!(
+        "prefix match {prompt_tokens} tokens, page {page_size}, {sources} sources: p50 {:.1} us, \
+         p99 {:.1} us (hashing alone {hash_us:.1} us)",
+        samples[samples.len() / 2],
+        samples[samples.len() * 99 / 100]
+    );
+}
+
+fn main() {
+    let store = bench_apply(1 << 20, 1);
+    bench_apply(1 << 20, 64);
+    bench_snapshot(&store);
+    bench_prefix(64, 4096, 16);
+    bench_prefix(1, 4096, 16);
+}

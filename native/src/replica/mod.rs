@@ -1,0 +1,34 @@
+//! The replica block store: every source's blocks, rebuilt from decoded batches, in compact
+//! arrays (no object per event or block), with residency lookups, the state digest, snapshots
+//! as bytes and prefix matching across all sources in one walk of the prompt.
+//!
+//! The Python face is `cache.events.replica_store`; the readable reference and test oracle is
+//! `cache.events.reference.replica` (the pure-Python replica tree and prefix index).
+
+pub mod blocks;
+pub mod index;
+pub mod prefix;
+pub mod snapshot;
+pub mod store;
+pub mod swa_rule;
+
+pub use prefix::{match_prefix, Answer};
+pub use snapshot::{from_bytes, to_bytes, SnapshotError};
+pub use store::{Replica, ReplicaStore, SourceMeta};
+
+/// An event that does not fit a replica (unknown parent or block, a block stored twice, removing
+/// a block that still has children, a block size that differs from the meta's): `reason` is
+/// worded as the Python reference words it. The replica is unchanged by the failing event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConsistencyError {
+    pub source: String,
+    pub reason: String,
+}
+
+impl std::fmt::Display for ConsistencyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "source {:?}: {}", self.source, self.reason)
+    }
+}
+
+impl std::error::Error for ConsistencyError {}
