@@ -54,7 +54,7 @@ class TwinMachine(CacheMachine):
     def _drain(self) -> None:
         native = self.cache.take_events()
         assert native == self.twin.take()
-        self.reference.apply(native)
+        self.reference.apply_all(native)
         assert self.cache.state_digest() == format_digest(self.twin.digest_value())
         assert self.cache.snapshot_events() == self.twin.snapshot()
 

@@ -26,6 +26,7 @@ from swa_es import Backpressure, Publisher
 from swa_es.engine.worker import CacheWorker
 from swa_es.engine.workload import ChatWorkload
 from swa_es.publish.batching import BatchBuilder, cache_meta
+from swa_es.publish.config import PublisherConfig
 from swa_es.testing import SlowLog
 from tests.swa_es.doubles import replay
 
@@ -101,7 +102,7 @@ async def test_records_equal_the_reference_path_byte_for_byte(page_size: int) ->
     log = MemoryLog()
     requests = workload(page_size, 80)
     worker.serve(requests[0])  # changes before the start are covered by the opening
-    async with Publisher(cache, log, "w0", **limits) as pub:
+    async with Publisher(cache, log, "w0", config=PublisherConfig(**limits)) as pub:
         reference.open_epoch()
         for request in requests[1:]:
             worker.serve(request)  # type: ignore[arg-type]  # a ChatRequest
@@ -154,7 +155,7 @@ async def test_overflow_resync_on_a_real_tree_replays_exactly() -> None:
     worker = CacheWorker(cache)
     slow = SlowLog(MemoryLog(), held=True)
     requests = workload(5, 30)
-    async with Publisher(cache, slow, "w0", max_queue_batches=4) as pub:
+    async with Publisher(cache, slow, "w0", config=PublisherConfig(max_queue_batches=4)) as pub:
         first = pub.epoch
         await slow.wait_blocked()
         for request in requests[:4]:
@@ -181,7 +182,8 @@ async def test_backpressure_on_a_real_tree_keeps_every_change() -> None:
     worker = CacheWorker(cache)
     slow = SlowLog(MemoryLog(), held=True)
     requests = workload(9, 6)
-    async with Publisher(cache, slow, "w0", max_queue_batches=2, overflow="block") as pub:
+    config = PublisherConfig(max_queue_batches=2, overflow="block")
+    async with Publisher(cache, slow, "w0", config=config) as pub:
         await slow.wait_blocked()
         for request in requests[:2]:
             worker.serve(request)  # type: ignore[arg-type]  # a ChatRequest
@@ -209,9 +211,8 @@ async def _interleaving(ops: list[str], overflow: str, page_size: int, seed: int
     worker = CacheWorker(cache)
     requests = iter(workload(seed, len(ops)))
     slow = SlowLog(MemoryLog())
-    async with Publisher(
-        cache, slow, "w0", max_queue_batches=3, max_append_batch=2, overflow=overflow
-    ) as pub:
+    config = PublisherConfig(max_queue_batches=3, max_append_batch=2, overflow=overflow)
+    async with Publisher(cache, slow, "w0", config=config) as pub:
         for op in ops:
             if op == "serve":
                 worker.serve(next(requests))  # type: ignore[arg-type]  # a ChatRequest
