@@ -378,11 +378,13 @@ def summarize_publish(
         blocks = sum(s.stored_blocks for s in page1)
         all_in = sum(s.record_bytes for s in page1) / blocks
         stored = sum(s.stored_bytes for s in page1) / blocks
+        # The target (issues 9 and 10) is what a stored block costs: its BlockStored bytes.
+        # All-in also counts every removal, tombstone and batch envelope, per block stored.
         wire = {
-            "wire_bytes_per_block_p1_all_in": all_in,
             "wire_bytes_per_block_p1_stored_only": stored,
+            "wire_bytes_per_block_p1_all_in": all_in,
             "target": TARGET_WIRE_BYTES_PER_BLOCK,
-            "met": all_in <= TARGET_WIRE_BYTES_PER_BLOCK,
+            "met": stored <= TARGET_WIRE_BYTES_PER_BLOCK,
         }
     return {"clock": clock, "medians": medians, "ratios": ratios, "wire": wire}
 
@@ -407,9 +409,11 @@ def print_publish(summary: dict[str, Any]) -> None:
     if wire:
         verdict = "  ok" if wire["met"] else "  MISSED"
         print(
-            f"wire bytes per page-1 block: {wire['wire_bytes_per_block_p1_all_in']:.1f} all-in "
-            f"(target <= {wire['target']:.0f}){verdict}, "
-            f"{wire['wire_bytes_per_block_p1_stored_only']:.1f} BlockStored only"
+            "wire bytes per page-1 block: "
+            f"{wire['wire_bytes_per_block_p1_stored_only']:.1f} as BlockStored "
+            f"(target <= {wire['target']:.0f}){verdict}; "
+            f"{wire['wire_bytes_per_block_p1_all_in']:.1f} all-in (every record byte per block "
+            "stored: removals, tombstones and envelopes included)"
         )
 
 
