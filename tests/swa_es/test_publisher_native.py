@@ -19,10 +19,11 @@ from hypothesis import strategies as st
 
 from cache import SWAKVAllocator, SWARadixCache
 from cache.events import EventBatch, decode_batch, format_digest
+from cache.events.recorder import EventRecorderError
 from cache.events.reference.codec import encode_batch as reference_encode
 from cache.tree.reference_sink import ReferenceSink, attach_reference
 from log import MemoryLog
-from swa_es import Backpressure, Publisher
+from swa_es import Backpressure, Publisher, PublisherFailedError
 from swa_es.engine.worker import CacheWorker
 from swa_es.engine.workload import ChatWorkload
 from swa_es.publish.batching import BatchBuilder, cache_meta
@@ -146,6 +147,28 @@ async def test_the_native_path_never_takes_python_events_and_encodes_off_the_loo
             await anyio.lowlevel.checkpoint()
     assert not _threads() - before, "the encoder thread stopped with the publisher"
     assert pub.metrics.batches_published == 21
+
+
+async def test_a_recorder_that_loses_track_fails_the_publisher_loudly() -> None:
+    """An op the recorder's table cannot follow fails the encoder's job: flush, step and the
+    exit raise PublisherFailedError naming the recorder's error; what was durable stays."""
+    cache = small_tree(1)
+    log = MemoryLog()
+    with pytest.raises(PublisherFailedError) as at_exit:
+        async with Publisher(cache, log, "w0") as pub:
+            await pub.flush()
+            recorder = cache.event_recorder
+            assert recorder is not None
+            recorder.removed(10**9, 1)  # a node the tree never had
+            pub.step()
+            with pytest.raises(PublisherFailedError) as info:
+                await pub.flush()
+            assert isinstance(info.value.cause, EventRecorderError)
+            with pytest.raises(PublisherFailedError):
+                pub.step()
+    assert isinstance(at_exit.value.cause, EventRecorderError)
+    assert pub.metrics.failed
+    assert len([r async for r in log.read()]) == 1, "the opening stays"
 
 
 async def test_overflow_resync_on_a_real_tree_replays_exactly() -> None:
