@@ -16,7 +16,10 @@ checkpoint per request, no publisher). Its clocks: wall time (flush included), a
 thread's CPU time (what the serving loop itself pays; the publisher's worker thread hashes and
 encodes beside it). The process's CPU time, all threads, is shown too. It also reports the wire
 bytes per page-1 block: every record byte over the blocks stored, and the ``BlockStored`` events'
-bytes alone.
+bytes alone. ``--neighbour`` adds a control: the events-off loop with a busy thread beside it
+that never holds the GIL (SHA-256 of 16 MiB buffers), which shows what any work on the other
+core costs the serving loop on this machine (on a VM whose two vCPUs share a physical core it is
+not free).
 
     .venv/bin/python bench/cache_bench.py --requests 2000 --repeat 3
 """
@@ -25,11 +28,13 @@ from __future__ import annotations
 
 import argparse
 import gc
+import hashlib
 import json
 import math
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -134,6 +139,7 @@ class PublishSample:
 
     page_size: int
     events: bool
+    neighbour: bool
     elapsed_s: float
     loop_cpu_s: float
     process_cpu_s: float
@@ -156,8 +162,15 @@ def _stored_only_bytes(batch: EventBatch) -> int:
     return len(encode_batch(with_stored)) - len(encode_batch(empty))
 
 
+def _busy_neighbour(stop: threading.Event) -> None:
+    """Hash 16 MiB buffers until told to stop: hashlib drops the GIL for each buffer."""
+    buffer = bytes(16 * 1024 * 1024)
+    while not stop.is_set():
+        hashlib.sha256(buffer).digest()
+
+
 async def _publish_run(
-    requests: list[ChatRequest], page_size: int, events: bool, device: str
+    requests: list[ChatRequest], page_size: int, events: bool, neighbour: bool, device: str
 ) -> PublishSample:
     allocator = SWAKVAllocator(FULL_SIZE, SWA_SIZE, page_size=page_size, device=device)
     cache = SWARadixCache(
@@ -165,6 +178,10 @@ async def _publish_run(
     )
     worker = CacheWorker(cache)
     checkpoint = anyio.lowlevel.checkpoint
+    stop = threading.Event()
+    busy = threading.Thread(target=_busy_neighbour, args=(stop,), daemon=True)
+    if neighbour:
+        busy.start()
     async with await open_log("memory://bench") as log:
         async with Publisher(cache, log, "bench") if events else _no_publisher() as pub:
             _freeze_heap()
@@ -183,11 +200,15 @@ async def _publish_run(
             end = time.perf_counter(), time.thread_time(), time.process_time()
             gc.unfreeze()
         records = [record.payload async for record in log.read()]
+    stop.set()
+    if neighbour:
+        busy.join()
     cache.sanity_check(caller_held_full=0, caller_held_swa=0)  # untimed: the run was valid
     batches = [decode_batch(payload) for payload in records]
     return PublishSample(
         page_size=page_size,
         events=events,
+        neighbour=neighbour,
         elapsed_s=end[0] - start[0],
         loop_cpu_s=end[1] - start[1],
         process_cpu_s=end[2] - start[2],
@@ -208,10 +229,10 @@ class _no_publisher:  # noqa: N801 -- reads as the context manager it stands in 
 
 
 def measure_publish(
-    requests: list[ChatRequest], page_size: int, events: bool, device: str
+    requests: list[ChatRequest], page_size: int, events: bool, device: str, *, neighbour: bool
 ) -> PublishSample:
-    """Time the publish-overhead case on a fresh cache of ours."""
-    return anyio.run(_publish_run, requests, page_size, events, device)
+    """Time the publish-overhead case on a fresh cache of ours (``neighbour``: the control)."""
+    return anyio.run(_publish_run, requests, page_size, events, neighbour, device)
 
 
 class SglangProcess:
@@ -310,8 +331,15 @@ def run_all(
                         samples.append(sglang.measure(args.seed, args.requests, page, events))
                         _progress(samples[-1], rep)
                     if not args.no_publish:
-                        published.append(measure_publish(requests, page, events, args.device))
+                        published.append(
+                            measure_publish(requests, page, events, args.device, neighbour=False)
+                        )
                         _progress_publish(published[-1], rep)
+                if args.neighbour and not args.no_publish:
+                    published.append(
+                        measure_publish(requests, page, False, args.device, neighbour=True)
+                    )
+                    _progress_publish(published[-1], rep)
     finally:
         if sglang is not None:
             sglang.close()
@@ -329,7 +357,7 @@ def _progress(sample: Sample, rep: int) -> None:
 
 
 def _progress_publish(sample: PublishSample, rep: int) -> None:
-    state = "on" if sample.events else "off"
+    state = "on" if sample.events else ("off+n" if sample.neighbour else "off")
     print(
         f"  rep {rep}: publish page {sample.page_size:2} events {state:3} "
         f"{sample.elapsed_s * 1e3:9.1f} ms wall {sample.loop_cpu_s * 1e3:9.1f} ms loop CPU "
@@ -344,15 +372,21 @@ def summarize_publish(
 ) -> dict[str, Any]:
     """Median times of the publish case per configuration, its ratios, and the wire size."""
     groups: dict[tuple[int, bool], list[PublishSample]] = {}
+    neighbours: dict[int, list[PublishSample]] = {}
     for s in published:
-        groups.setdefault((s.page_size, s.events), []).append(s)
+        if s.neighbour:
+            neighbours.setdefault(s.page_size, []).append(s)
+        else:
+            groups.setdefault((s.page_size, s.events), []).append(s)
+    named = {(page, "on" if on else "off"): runs for (page, on), runs in groups.items()}
+    named |= {(page, "off_busy_neighbour"): runs for page, runs in neighbours.items()}
     medians = {
-        f"publish/p{page}/events_{'on' if on else 'off'}": {
+        f"publish/p{page}/events_{state}": {
             "wall_s": statistics.median(s.elapsed_s for s in runs),
             "loop_cpu_s": statistics.median(s.loop_cpu_s for s in runs),
             "process_cpu_s": statistics.median(s.process_cpu_s for s in runs),
         }
-        for (page, on), runs in groups.items()
+        for (page, state), runs in named.items()
     }
     ratios: dict[str, dict[str, Any]] = {}
     for page in page_sizes:
@@ -371,6 +405,17 @@ def summarize_publish(
                 "target": target if name == clock else None,
                 "at_least": False,
                 "met": met,
+            }
+        busy = neighbours.get(page)
+        if busy:
+            value = statistics.median(s.seconds(clock) for s in busy) / statistics.median(
+                s.seconds(clock) for s in off
+            )
+            ratios[f"neighbour_off_p{page}_{clock}"] = {
+                "value": value,
+                "target": None,
+                "at_least": False,
+                "met": None,
             }
     wire: dict[str, Any] = {}
     page1 = groups.get((1, True))
@@ -503,6 +548,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--no-sglang", action="store_true", help="measure only ours")
     parser.add_argument("--no-publish", action="store_true", help="skip the publish-overhead case")
+    parser.add_argument(
+        "--neighbour",
+        action="store_true",
+        help="publish case control: events off with a busy GIL-free thread beside the loop",
+    )
     parser.add_argument(
         "--clock",
         choices=("cpu", "wall"),

@@ -1,5 +1,6 @@
 //! Micro-benchmark of the recorder: what the serving loop pays to record a request, and what the
-//! worker pays to process it (hash, digest, events). `cargo bench --bench recorder`.
+//! encoder thread pays to process it (hash, digest, events) and to write its v2 record.
+//! `cargo bench --bench recorder`.
 //!
 //! A request stores a 512-token suffix under the previous request's prefix (a growing chain of
 //! nodes), cuts, and is claimed; the same work is timed page by page for SHA-256 alone, the floor.
@@ -8,7 +9,7 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use swa_es_native::hashing;
-use swa_es_native::recorder::{BatchLimits, Recorder};
+use swa_es_native::recorder::{step_records, BatchLimits, Numbering, Recorder};
 
 const REQUESTS: u64 = 2_000;
 const TOKENS_PER_REQUEST: usize = 512;
@@ -38,12 +39,25 @@ fn bench(page_size: usize) {
     let record = start.elapsed();
     let start = Instant::now();
     let mut pages = 0usize;
+    let mut outcomes = Vec::with_capacity(cuts.len());
     for cut in &cuts {
-        let outcome = recorder.claim(cut.id).expect("ops apply").expect("kept");
+        outcomes.push(recorder.claim(cut.id).expect("ops apply").expect("kept"));
         pages += cut.events;
-        black_box(outcome);
     }
     let process = start.elapsed();
+    let numbering = Numbering {
+        source: "bench",
+        epoch: "0123456789abcdef0123456789abcdef",
+        first_seq: 0,
+        ts: 1.0,
+    };
+    let start = Instant::now();
+    let mut bytes = 0usize;
+    for (cut, outcome) in cuts.iter().zip(outcomes) {
+        let records = step_records(outcome, &cut.batch_ends, &numbering, true).expect("encodes");
+        bytes += records.iter().map(|r| r.bytes.len()).sum::<usize>();
+    }
+    let encode = start.elapsed();
     let start = Instant::now();
     let mut prior = [0u8; 32];
     for tokens in &requests {
@@ -57,11 +71,13 @@ fn bench(page_size: usize) {
     let per_page = |d: std::time::Duration| d.as_secs_f64() * 1e9 / pages as f64;
     println!(
         "page {page_size:2}: record+cut {:6.2} us/request ({:5.1} ns/page) | process {:7.1} ns/page \
-         (sha256 alone {:6.1} ns/page)",
+         (sha256 alone {:6.1} ns/page) | encode {:6.1} ns/page, {:5.1} bytes/page",
         per_request(record),
         per_page(record),
         per_page(process),
         per_page(sha),
+        per_page(encode),
+        bytes as f64 / pages as f64,
     );
 }
 

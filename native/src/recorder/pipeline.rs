@@ -6,9 +6,9 @@
 //!   size bounds are counted as they come, so a cut knows its batches without hashing anything;
 //! - **queue**: a cut (or a read that needs the table current) hands the recorded ops over as
 //!   a chunk tagged with their owner;
-//! - **processing** (the publisher's worker thread, or whoever needs a result first): chunks are
-//!   applied strictly in order to the node table, which hashes pages and keeps the digest; the
-//!   events of each owner wait in an outcome until their owner claims them.
+//! - **processing** (the publisher's encoder thread, `worker`, or whoever needs a result first):
+//!   chunks are applied strictly in order to the node table, which hashes pages and keeps the
+//!   digest; the events of each owner wait in an outcome until their owner claims them.
 //!
 //! Whoever processes, the order is the recording order, so the table is the same. Owners that
 //! were discarded (a publisher's resync) are still applied to the table but make no events.
