@@ -16,15 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from prometheus_client.core import Metric
 
 from consumers import Follower, SnapshotStore
 from swa_es.cli import settings
 from swa_es.cli.exit_codes import EXIT_OK
 from swa_es.cli.progress import terminal_progress
-from swa_es.service.http import start_metrics_server
+from swa_es.service.http_app import AppParts, start_http_server
 from swa_es.service.log_access import open_reader
-from swa_es.service.prometheus import render
-from swa_es.service.service_metrics import follower_families
+from swa_es.service.routing import FollowerRouting
+from swa_es.service.service_metrics import follower_families, registry_of
 from swa_es.service.signals import cancel_on_signal
 from swa_es.service.status_file import write_status, write_status_every
 from swa_es.service.views import StandardViews
@@ -46,6 +47,13 @@ class FollowConfig:
     status_every_s: float
     duration_s: float | None
     open_timeout_s: float
+    http_host: str
+    http_port: int | None
+    http_max_request_bytes: int
+    zmq_publish: str | None
+    zmq_replay: str | None
+    zmq_format: str
+    zmq_tombstones: str
 
 
 def add_parser(subparsers: Any) -> None:
@@ -75,6 +83,7 @@ class FollowerService:
         self.views = views
         self.restored = False
         self.metrics_port: int | None = None
+        self.http_port: int | None = None
 
     def status(self) -> dict[str, Any]:
         """The status document: per-source digests and the follower's counters."""
@@ -92,14 +101,15 @@ class FollowerService:
             "updated_at": time.time(),
             "restored": self.restored,
             "metrics_port": self.metrics_port,
+            "http_port": self.http_port,
             "position": self.follower.position.offsets,
             "metrics": self.follower.metrics.as_dict(),
             "replicas": replicas,
         }
 
-    def render_metrics(self) -> str:
-        """``/metrics``."""
-        return render(follower_families(self.follower.metrics, self.views))
+    def metric_families(self) -> list[Metric]:
+        """What ``/metrics`` exports."""
+        return follower_families(self.follower.metrics, self.views)
 
     def health(self) -> tuple[bool, str]:
         """``/healthz``: ready once restored; diverged sources are named but not fatal."""
@@ -150,12 +160,36 @@ async def follow(config: FollowConfig) -> int:
             progress=terminal_progress(),
         )
         service = FollowerService(config, follower, views)
-        service.metrics_port = await start_metrics_server(
+        registry = registry_of(service.metric_families)
+        service.metrics_port = await start_http_server(
             stack,
-            service.render_metrics,
-            service.health,
+            AppParts(registry, service.health),
             host=config.metrics_host,
             port=config.metrics_port,
         )
+        service.http_port = await start_http_server(
+            stack,
+            AppParts(
+                registry,
+                service.health,
+                routing=FollowerRouting(follower, views),
+                max_request_bytes=config.http_max_request_bytes,
+            ),
+            host=config.http_host,
+            port=config.http_port,
+        )
+        if config.zmq_publish is not None:
+            from swa_es.egress.stream import EgressConfig, ZmqEgress
+
+            egress = ZmqEgress(
+                log,
+                EgressConfig(
+                    publish_endpoint=config.zmq_publish,
+                    replay_endpoint=config.zmq_replay,
+                    wire_format=config.zmq_format,
+                    tombstones=config.zmq_tombstones,
+                ),
+            )
+            await stack.enter_async_context(egress)
         await service.follow()
     return EXIT_OK

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Final, NoReturn
 
-from swa_es.cli import bench, demo, follow, inspect, restore, route, serve, snapshot
+from swa_es.cli import bench, bridge, demo, follow, inspect, restore, route, serve, snapshot
 from swa_es.cli.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
 from swa_es.cli.values import SettingError
 
@@ -25,6 +25,7 @@ COMMANDS: Final[tuple[ModuleType, ...]] = (
     demo,
     serve,
     follow,
+    bridge,
     inspect,
     route,
     snapshot,

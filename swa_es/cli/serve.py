@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from prometheus_client.core import Metric
 
 from swa_es.cli import settings
 from swa_es.cli.cache_options import CacheOptions
@@ -25,10 +26,9 @@ from swa_es.cli.exit_codes import EXIT_OK
 from swa_es.engine.engine import Engine, synthetic_engine
 from swa_es.engine.primary import PrimaryProgress, run_primary
 from swa_es.publish.publisher import Publisher
-from swa_es.service.http import start_metrics_server
+from swa_es.service.http_app import AppParts, start_http_server
 from swa_es.service.log_access import open_log_within
-from swa_es.service.prometheus import render
-from swa_es.service.service_metrics import publisher_families
+from swa_es.service.service_metrics import publisher_families, registry_of
 from swa_es.service.signals import cancel_on_signal
 from swa_es.service.status_file import write_status, write_status_every
 
@@ -95,16 +95,14 @@ class PrimaryService:
             "publisher": self.publisher.metrics.as_dict(),
         }
 
-    def render_metrics(self) -> str:
-        """``/metrics``."""
+    def metric_families(self) -> list[Metric]:
+        """What ``/metrics`` exports."""
         cache = self.engine.cache
-        return render(
-            publisher_families(
-                self.publisher.metrics,
-                self.progress.requests,
-                cache.total_size(),
-                cache.state_digest(),
-            )
+        return publisher_families(
+            self.publisher.metrics,
+            self.progress.requests,
+            cache.total_size(),
+            cache.state_digest(),
         )
 
     def health(self) -> tuple[bool, str]:
@@ -146,10 +144,9 @@ async def serve(config: ServeConfig) -> int:
         await stack.enter_async_context(log)
         publisher = await stack.enter_async_context(Publisher(engine.cache, log, config.source))
         service = PrimaryService(config, engine, publisher)
-        service.metrics_port = await start_metrics_server(
+        service.metrics_port = await start_http_server(
             stack,
-            service.render_metrics,
-            service.health,
+            AppParts(registry_of(service.metric_families), service.health),
             host=config.metrics_host,
             port=config.metrics_port,
         )

@@ -51,7 +51,16 @@ class _Required:
 
 REQUIRED: Final = _Required()
 
-ALL_BUT_BENCH: Final = ("demo", "serve", "follow", "inspect", "route", "snapshot", "restore")
+ALL_BUT_BENCH: Final = (
+    "demo",
+    "serve",
+    "follow",
+    "inspect",
+    "route",
+    "snapshot",
+    "restore",
+    "bridge",
+)
 READS_A_LOG: Final = ("inspect", "route", "snapshot", "restore")
 """Commands that take the log as a positional ``LOG`` argument."""
 
@@ -130,7 +139,7 @@ SETTINGS: Final[tuple[Setting[Any], ...]] = (
         v.log_url,
         REQUIRED,
         "log URL (file:///dir, kafka://host:port/topic) or a directory (a FileLog there)",
-        ("serve", "follow", *READS_A_LOG),
+        ("serve", "follow", "bridge", *READS_A_LOG),
         metavar="URL",
         attr="log_url",
         positional_in=READS_A_LOG,
@@ -204,11 +213,19 @@ SETTINGS: Final[tuple[Setting[Any], ...]] = (
     # --- serve ---
     Setting("source", v.text_value, "worker-0", "source id, the record key", ("serve",), "ID"),
     Setting(
+        "source",
+        v.text_value,
+        REQUIRED,
+        "source id of the engine, the record key",
+        ("bridge",),
+        "ID",
+    ),
+    Setting(
         "duration",
         v.positive_float,
         None,
         "seconds to run, then flush and exit",
-        ("serve", "follow"),
+        ("serve", "follow", "bridge"),
         metavar="S",
         attr="duration_s",
         shown_default="no limit",
@@ -239,7 +256,7 @@ SETTINGS: Final[tuple[Setting[Any], ...]] = (
         v.text_value,
         "0.0.0.0",
         "address of /metrics and /healthz",
-        ("serve", "follow"),
+        ("serve", "follow", "bridge"),
         metavar="HOST",
     ),
     Setting(
@@ -247,7 +264,7 @@ SETTINGS: Final[tuple[Setting[Any], ...]] = (
         v.port,
         None,
         "port of /metrics and /healthz; 0 picks a free one",
-        ("serve", "follow"),
+        ("serve", "follow", "bridge"),
         metavar="PORT",
         shown_default="off",
     ),
@@ -354,6 +371,115 @@ SETTINGS: Final[tuple[Setting[Any], ...]] = (
         ("route",),
         metavar="KEY",
         shown_default="none",
+    ),
+    # --- bridge: an engine's ZMQ KV-event stream into the log ---
+    Setting(
+        "zmq",
+        v.zmq_endpoint,
+        REQUIRED,
+        "the engine's KV-event PUB endpoint to subscribe to",
+        ("bridge",),
+        metavar="ENDPOINT",
+        attr="endpoint",
+    ),
+    Setting(
+        "replay",
+        v.zmq_endpoint,
+        None,
+        "the engine's replay (ROUTER) endpoint; without it gaps cannot be filled",
+        ("bridge",),
+        metavar="ENDPOINT",
+        attr="replay_endpoint",
+        shown_default="none",
+    ),
+    Setting(
+        "format",
+        v.choice("sglang", "vllm", "auto"),
+        "auto",
+        "the engine's wire format: sglang, vllm or auto",
+        ("bridge",),
+        metavar="FMT",
+        attr="wire_format",
+    ),
+    Setting(
+        "page-size",
+        v.positive_int,
+        None,
+        "the engine's block size, for the epoch meta until the first stored block says it",
+        ("bridge",),
+        metavar="TOKENS",
+        shown_default="learned from the stream",
+    ),
+    Setting(
+        "replay-timeout",
+        v.positive_float,
+        5.0,
+        "seconds to wait for the engine's replay answer",
+        ("bridge",),
+        metavar="S",
+        attr="replay_timeout_s",
+    ),
+    # --- follow: the routing API and the ZMQ stream out ---
+    Setting(
+        "http-host",
+        v.text_value,
+        "127.0.0.1",
+        "address of the routing API (/v1/match, /v1/sources, /metrics, /healthz)",
+        ("follow",),
+        metavar="HOST",
+    ),
+    Setting(
+        "http-port",
+        v.port,
+        None,
+        "port of the routing API; 0 picks a free one",
+        ("follow",),
+        metavar="PORT",
+        shown_default="off",
+    ),
+    Setting(
+        "http-max-request-bytes",
+        v.positive_int,
+        4 * 1024 * 1024,
+        "largest request body the routing API reads (413 beyond)",
+        ("follow",),
+        metavar="N",
+    ),
+    Setting(
+        "zmq-publish",
+        v.zmq_endpoint,
+        None,
+        "PUB endpoint to republish every source's batches on, in --zmq-format (topic = source)",
+        ("follow",),
+        metavar="ENDPOINT",
+        shown_default="off",
+    ),
+    Setting(
+        "zmq-replay",
+        v.zmq_endpoint,
+        None,
+        "ROUTER endpoint answering replay requests from the durable log",
+        ("follow",),
+        metavar="ENDPOINT",
+        shown_default="off",
+    ),
+    Setting(
+        "zmq-format",
+        v.choice("sglang", "vllm"),
+        "sglang",
+        "wire format of the ZMQ stream out: sglang or vllm",
+        ("follow",),
+        metavar="FMT",
+    ),
+    Setting(
+        "zmq-tombstones",
+        v.choice("keep", "remove"),
+        "keep",
+        "what a tombstone (SWA KV freed, full KV kept) becomes on the ZMQ stream out: keep "
+        "(nothing is sent; the block stays cached for the consumer, as sglang's own stream "
+        "says) or remove (BlockRemoved; a later SWA restore is not sent)",
+        ("follow",),
+        metavar="MODE",
     ),
 )
 

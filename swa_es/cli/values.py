@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 from urllib.parse import urlsplit
@@ -136,3 +137,22 @@ def boolean(text: str, where: str) -> bool:
     if value in _FALSE:
         return False
     raise SettingError(where, f"expected 1/true/yes/on or 0/false/no/off, got {text!r}")
+
+
+def zmq_endpoint(text: str, where: str) -> str:
+    """A ZMQ endpoint: ``tcp://HOST:PORT`` or ``ipc://PATH``."""
+    if not text.startswith(("tcp://", "ipc://")) or len(text) <= len("tcp://"):
+        raise SettingError(where, f"expected a tcp:// or ipc:// endpoint, got {text!r}")
+    return text
+
+
+def choice(*allowed: str) -> Callable[[str, str], str]:
+    """A parser accepting exactly one of ``allowed``."""
+
+    def parse(text: str, where: str) -> str:
+        if text not in allowed:
+            raise SettingError(where, f"expected one of {', '.join(allowed)}, got {text!r}")
+        return text
+
+    parse.__name__ = f"choice({', '.join(allowed)})"
+    return parse

@@ -219,6 +219,23 @@ class BatchBuilder:
             for index, chunk in enumerate(chunks)
         ]
 
+    def open_unknown_epoch(self) -> list[EventBatch]:
+        """Start a new epoch whose state is unknown: one empty batch at seq 0, with ``meta`` and
+        without ``AllBlocksCleared``, so followers mark the source diverged (not guessed) until
+        an epoch that does begin with ``AllBlocksCleared``."""
+        self.new_epoch()
+        self.opened(1)
+        return [self._batch(0, (), digest=None, meta=self.meta)]
+
+    def gap_batch(self) -> EventBatch:
+        """An empty batch one seq past the next one: followers see a seq gap and mark the
+        source diverged until the next epoch (events were lost upstream)."""
+        if not self._epoch:
+            raise RuntimeError("open_epoch() must come before a gap")
+        seq = self._next_seq + 1
+        self._next_seq += 2
+        return self._batch(seq, (), digest=None, meta=None)
+
     def step_batches(self, events: Sequence[Event], digest: Callable[[], str]) -> list[EventBatch]:
         """The batches of one step's events (none for an empty step: nothing changed).
 

@@ -23,7 +23,7 @@ from typing import Protocol, runtime_checkable
 
 import anyio
 
-from cache.events import Event, encode_batch
+from cache.events import Event, EventBatch, encode_batch
 from cache.events.recorder import EventRecorder, RecordEncoder
 from swa_es.publish.batching import BatchBuilder, PublishedCache
 
@@ -51,6 +51,12 @@ class RecordingCache(Protocol):
 class Feed(Protocol):
     """What a publisher needs from its source of batches."""
 
+    @property
+    def upstream(self) -> bool:
+        """Whether the events come from elsewhere (and can be lost there: gaps, unknown
+        starts), rather than from the cache itself."""
+        ...
+
     def start(self) -> None:
         """Start what runs beside the serving loop (the publisher is starting)."""
 
@@ -64,6 +70,14 @@ class Feed(Protocol):
 
     def reopen(self) -> list[QueuedBatch]:
         """Drop what was taken or cut and not yet written; the batches opening a new epoch."""
+        ...
+
+    def reopen_unknown(self) -> list[QueuedBatch]:
+        """Drop the cache's pending events; an empty batch opening an epoch of unknown state."""
+        ...
+
+    def gap(self) -> list[QueuedBatch]:
+        """Drop the cache's pending events; an empty batch one seq past the next."""
         ...
 
     def writing(self) -> bool:
@@ -92,6 +106,19 @@ class RecorderFeed:
         self._encoder: RecordEncoder | None = None
         # Submitted jobs by id, with the batches their records fill.
         self._jobs: dict[int, list[QueuedBatch]] = {}
+
+    @property
+    def upstream(self) -> bool:
+        """No: the tree is the source of its own events."""
+        return False
+
+    def reopen_unknown(self) -> list[QueuedBatch]:
+        """Refused: the tree's state is always known."""
+        raise ValueError("a cache with a native recorder opens every epoch from its own state")
+
+    def gap(self) -> list[QueuedBatch]:
+        """Refused: the tree loses no events upstream."""
+        raise ValueError("a cache with a native recorder loses no events upstream: no gap")
 
     def start(self) -> None:
         """Start the encoder thread."""
@@ -202,16 +229,31 @@ class EventListFeed:
     def step(self) -> list[QueuedBatch]:
         """The waiting events as encoded batches."""
         events, self._carry = self._carry, []
-        batches = self._builder.step_batches(events, self._cache.state_digest)
-        return [QueuedBatch(len(b.events), encode_batch(b)) for b in batches]
+        return _encoded(self._builder.step_batches(events, self._cache.state_digest))
+
+    @property
+    def upstream(self) -> bool:
+        """Yes: the events come from ``take_events()`` (an engine's stream, for a bridge)."""
+        return True
 
     def reopen(self) -> list[QueuedBatch]:
         """Drop the waiting events (the snapshot covers them) and open a new epoch."""
         self._carry = []
         self._cache.take_events()
         snapshot = self._cache.snapshot_events()
-        batches = self._builder.open_epoch(snapshot, self._cache.state_digest())
-        return [QueuedBatch(len(b.events), encode_batch(b)) for b in batches]
+        return _encoded(self._builder.open_epoch(snapshot, self._cache.state_digest()))
+
+    def reopen_unknown(self) -> list[QueuedBatch]:
+        """Drop the waiting events; an epoch of unknown state (an empty batch with meta)."""
+        self._carry = []
+        self._cache.take_events()
+        return _encoded(self._builder.open_unknown_epoch())
+
+    def gap(self) -> list[QueuedBatch]:
+        """Drop the waiting events; an empty batch one seq past the next."""
+        self._carry = []
+        self._cache.take_events()
+        return _encoded([self._builder.gap_batch()])
 
     def start(self) -> None:
         """Nothing runs beside the loop."""
@@ -232,6 +274,10 @@ class EventListFeed:
 
     def close(self) -> None:
         """Nothing to stop."""
+
+
+def _encoded(batches: list[EventBatch]) -> list[QueuedBatch]:
+    return [QueuedBatch(len(batch.events), encode_batch(batch)) for batch in batches]
 
 
 def feed_for(cache: PublishedCache, builder: BatchBuilder) -> Feed:

@@ -15,9 +15,9 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
@@ -43,7 +43,12 @@ class Publisher:
     ``TimeoutError``); leaving it on an exception does not wait. ``step()``, ``flush()`` and
     ``wait_ready()`` must be called from the event loop's thread, and the serving loop must
     yield to the event loop (any ``await``) between steps, or the append task never runs and
-    the queue overflows.
+    the queue overflows. ``meta`` replaces the epoch meta built from the cache (a bridge
+    describes an engine it does not run); ``trusted_start=False`` opens the first epoch as
+    unknown (``BatchBuilder.open_unknown_epoch``): followers distrust the source until a later
+    epoch. Both, and ``publish_gap()``, are for sources whose events come from elsewhere; a
+    cache with a native recorder (``SWARadixCache``) refuses ``trusted_start=False`` and
+    ``publish_gap()`` with a ``ValueError``: it is its own source and loses nothing upstream.
     """
 
     def __init__(
@@ -53,6 +58,8 @@ class Publisher:
         source: str,
         *,
         config: PublisherConfig | None = None,
+        meta: Mapping[str, Any] | None = None,
+        trusted_start: bool = True,
     ) -> None:
         if type(source) is not str or not source:
             raise ValueError(f"source: expected a non-empty str, got {source!r}")
@@ -65,12 +72,22 @@ class Publisher:
         self.config = config = PublisherConfig() if config is None else config
         self._builder = BatchBuilder(
             source,
-            cache_meta(cache, digest_every_batches=config.digest_every_batches),
+            (
+                cache_meta(cache, digest_every_batches=config.digest_every_batches)
+                if meta is None
+                else meta
+            ),
             digest_every_batches=config.digest_every_batches,
             max_events_per_batch=config.max_events_per_batch,
             max_batch_bytes=config.max_batch_bytes,
         )
         self._feed = feed_for(cache, self._builder)
+        if not trusted_start and not self._feed.upstream:
+            raise ValueError(
+                "trusted_start=False: this cache is its own source (a native recorder), so its "
+                "first epoch is always known"
+            )
+        self._trusted_start = trusted_start
         self._metrics = PublisherMetrics(source, config.max_queue_batches)
         # Batches not yet handed to the log, in order; a cut step's wait for the worker's bytes.
         self._pending: deque[QueuedBatch] = deque()
@@ -121,6 +138,14 @@ class Publisher:
         self._enqueue(batches)
         return len(batches)
 
+    def publish_gap(self) -> None:
+        """Tell followers that events were lost upstream: skip one seq and queue an empty batch
+        (they mark the source diverged until the next epoch). The cache's pending events are
+        discarded: they describe a state followers can no longer reach. ``ValueError`` for a
+        cache with a native recorder, which has no upstream to lose events from."""
+        self._check_usable()
+        self._enqueue(self._feed.gap())
+
     async def flush(self, timeout_s: float | None = None) -> None:
         """Return once every batch queued so far is durable (or superseded by a durable resync).
 
@@ -151,7 +176,10 @@ class Publisher:
         await task_group.__aenter__()
         try:
             self._feed.start()
-            self._open_epoch()
+            if self._trusted_start:
+                self._open_epoch()
+            else:
+                self._open_unknown_epoch()
             await task_group.start(self._collect_loop)
             await task_group.start(self._append_loop)
         except BaseException:
@@ -240,6 +268,11 @@ class Publisher:
     def _open_epoch(self) -> None:
         # The opening covers every change not yet published: the feed drops those.
         self._enqueue(self._feed.reopen())
+        self._metrics.epoch = self._builder.epoch
+        self._metrics.epochs_started += 1
+
+    def _open_unknown_epoch(self) -> None:
+        self._enqueue(self._feed.reopen_unknown())
         self._metrics.epoch = self._builder.epoch
         self._metrics.epochs_started += 1
 

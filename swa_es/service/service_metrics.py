@@ -1,38 +1,83 @@
-"""What ``serve`` and ``follow`` export at ``/metrics`` (Prometheus families)."""
+"""What ``serve``, ``follow`` and ``bridge`` export at ``/metrics``, through prometheus_client.
+
+Each service registers one ``FamiliesCollector`` in its own ``CollectorRegistry``: at every
+scrape it reads the live counters (follower, replicas, publisher, bridge) and yields metric
+families; ``prometheus_client`` writes the exposition text.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import fields
 from typing import Final
 
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
 from consumers import FollowerMetrics
 from swa_es.publish.metrics import PublisherMetrics
-from swa_es.service.prometheus import Metric, counter, gauge
 from swa_es.service.views import StandardViews
 
 FOLLOWER_GAUGES: Final = frozenset(
     {"diverged_sources", "lag_records", "lag_s", "last_snapshot_at", "restored_generation"}
 )
 PUBLISHER_GAUGES: Final = frozenset({"queue_depth", "max_queue_batches"})
+BRIDGE_GAUGES: Final = frozenset({"unknown"})
 CHURN_FIELDS: Final = ("batches", "stored", "removed", "swa_evicted", "swa_restored", "cleared")
+
+
+class FamiliesCollector(Collector):
+    """A collector whose families come from a function, called at each scrape."""
+
+    def __init__(self, families: Callable[[], Iterable[Metric]]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterator[Metric]:
+        """The families now."""
+        yield from self._families()
+
+
+def registry_of(families: Callable[[], Iterable[Metric]]) -> CollectorRegistry:
+    """A registry holding only ``families`` (no process or platform collectors)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(FamiliesCollector(families))
+    return registry
+
+
+def _counter(name: str, doc: str, value: float | None = None) -> CounterMetricFamily:
+    # prometheus_client adds the ``_total`` suffix itself; names here keep it for grep-ability.
+    return CounterMetricFamily(name.removesuffix("_total"), doc, value=value)
+
+
+def _labelled_counter(name: str, doc: str, labels: list[str]) -> CounterMetricFamily:
+    return CounterMetricFamily(name.removesuffix("_total"), doc, labels=labels)
+
+
+def _scalar_families(
+    prefix: str, values: Mapping[str, float | int | None], gauges: frozenset[str]
+) -> list[Metric]:
+    families: list[Metric] = []
+    for name, value in values.items():
+        if value is None:
+            continue
+        if name in gauges:
+            families.append(GaugeMetricFamily(f"{prefix}_{name}", f"{name}", value=value))
+        else:
+            families.append(_counter(f"{prefix}_{name}_total", f"{name}", value))
+    return families
 
 
 def follower_families(metrics: FollowerMetrics, views: StandardViews) -> list[Metric]:
     """The follower's counters and gauges, plus per-source replica sizes and digests."""
-    families: list[Metric] = []
-    for name, value in metrics.as_dict().items():
-        if value is None or name == "snapshot_age_s":
-            continue
-        if name in FOLLOWER_GAUGES:
-            families.append(gauge(f"swa_es_follower_{name}", f"follower {name}", value))
-        else:
-            families.append(counter(f"swa_es_follower_{name}_total", f"follower {name}", value))
+    values = {k: v for k, v in metrics.as_dict().items() if k != "snapshot_age_s"}
+    families = _scalar_families("swa_es_follower", values, FOLLOWER_GAUGES)
     age = metrics.snapshot_age_s
     families.append(
-        gauge(
+        GaugeMetricFamily(
             "swa_es_follower_snapshot_age_seconds",
             "seconds since the last snapshot was written or restored (-1: never)",
-            -1.0 if age is None else age,
+            value=-1.0 if age is None else age,
         )
     )
     families.extend(replica_families(views))
@@ -41,25 +86,37 @@ def follower_families(metrics: FollowerMetrics, views: StandardViews) -> list[Me
 
 def replica_families(views: StandardViews) -> list[Metric]:
     """Per-source replica gauges and churn counters."""
-    blocks = gauge("swa_es_replica_blocks", "blocks held by the replica of a source")
-    tombstones = gauge("swa_es_replica_tombstones", "tombstoned blocks of a source's replica")
-    diverged = gauge("swa_es_replica_diverged", "1 when a source's replica is diverged")
-    digest = gauge("swa_es_replica_digest_info", "the replica's state digest, as a label")
+    blocks = GaugeMetricFamily(
+        "swa_es_replica_blocks", "blocks held by the replica of a source", labels=["source"]
+    )
+    tombstones = GaugeMetricFamily(
+        "swa_es_replica_tombstones", "tombstoned blocks of a source's replica", labels=["source"]
+    )
+    diverged = GaugeMetricFamily(
+        "swa_es_replica_diverged", "1 when a source's replica is diverged", labels=["source"]
+    )
+    digest = GaugeMetricFamily(
+        "swa_es_replica_digest_info",
+        "the replica's state digest, as a label",
+        labels=["source", "digest"],
+    )
     churn = {
-        name: counter(f"swa_es_replica_{name}_total", f"{name} per source (churn)")
+        name: _labelled_counter(
+            f"swa_es_replica_{name}_total", f"{name} per source (churn)", ["source"]
+        )
         for name in CHURN_FIELDS
     }
     for source in views.stats.sources():
         stats = views.stats.get(source)
-        blocks.add(stats.blocks, source=source)
-        tombstones.add(stats.tombstones, source=source)
-        diverged.add(0 if stats.diverged is None else 1, source=source)
+        blocks.add_metric([source], stats.blocks)
+        tombstones.add_metric([source], stats.tombstones)
+        diverged.add_metric([source], 0 if stats.diverged is None else 1)
         tree = views.replicas.get(source)
         held = None if tree is None else tree.state_digest()
         if held is not None:
-            digest.add(1, source=source, digest=held)
+            digest.add_metric([source, held], 1)
         for name in CHURN_FIELDS:
-            churn[name].add(getattr(stats.churn, name), source=source)
+            churn[name].add_metric([source], getattr(stats.churn, name))
     return [blocks, tombstones, diverged, digest, *churn.values()]
 
 
@@ -68,31 +125,64 @@ def publisher_families(
 ) -> list[Metric]:
     """A primary's request count, publisher counters, cache size and digest."""
     source = metrics.source
-    families = [
-        counter("swa_es_primary_requests_total", "requests served").add(requests, source=source),
-        gauge("swa_es_primary_cache_tokens", "tokens the tree holds per pool")
-        .add(cache_tokens[0], source=source, pool="full")
-        .add(cache_tokens[1], source=source, pool="swa"),
-        gauge("swa_es_primary_digest_info", "the primary's state digest and epoch, as labels").add(
-            1, source=source, digest=digest, epoch=metrics.epoch
-        ),
-        gauge("swa_es_publisher_failed", "1 once the append task died").add(
-            int(metrics.failed), source=source
-        ),
-    ]
+    served = _labelled_counter("swa_es_primary_requests_total", "requests served", ["source"])
+    served.add_metric([source], requests)
+    tokens = GaugeMetricFamily(
+        "swa_es_primary_cache_tokens", "tokens the tree holds per pool", labels=["source", "pool"]
+    )
+    tokens.add_metric([source, "full"], cache_tokens[0])
+    tokens.add_metric([source, "swa"], cache_tokens[1])
+    info = GaugeMetricFamily(
+        "swa_es_primary_digest_info",
+        "the primary's state digest and epoch, as labels",
+        labels=["source", "digest", "epoch"],
+    )
+    info.add_metric([source, digest, metrics.epoch], 1)
+    families: list[Metric] = [served, tokens, info]
+    families.extend(publisher_counter_families(metrics))
+    return families
+
+
+def publisher_counter_families(metrics: PublisherMetrics) -> list[Metric]:
+    """A publisher's counters and gauges, labelled by source."""
+    source = metrics.source
+    failed = GaugeMetricFamily(
+        "swa_es_publisher_failed", "1 once the append task died", labels=["source"]
+    )
+    failed.add_metric([source], int(metrics.failed))
+    families: list[Metric] = [failed]
     for name, value in vars_of(metrics).items():
         if name in ("source", "epoch", "failed"):
             continue
+        family: Metric
         if name in PUBLISHER_GAUGES:
-            families.append(
-                gauge(f"swa_es_publisher_{name}", f"publisher {name}").add(value, source=source)
+            family = GaugeMetricFamily(
+                f"swa_es_publisher_{name}", f"publisher {name}", labels=["source"]
             )
         else:
-            families.append(
-                counter(f"swa_es_publisher_{name}_total", f"publisher {name}").add(
-                    value, source=source
-                )
+            family = _labelled_counter(
+                f"swa_es_publisher_{name}_total", f"publisher {name}", ["source"]
             )
+        family.add_metric([source], value)
+        families.append(family)
+    return families
+
+
+def bridge_families(
+    source: str, counters: Mapping[str, int], publisher: PublisherMetrics | None
+) -> list[Metric]:
+    """A bridge's counters (``swa_es_bridge_*``), plus its current publisher's."""
+    families: list[Metric] = []
+    for name, value in counters.items():
+        family: Metric
+        if name in BRIDGE_GAUGES:
+            family = GaugeMetricFamily(f"swa_es_bridge_{name}", f"bridge {name}", labels=["source"])
+        else:
+            family = _labelled_counter(f"swa_es_bridge_{name}_total", f"bridge {name}", ["source"])
+        family.add_metric([source], value)
+        families.append(family)
+    if publisher is not None:
+        families.extend(publisher_counter_families(publisher))
     return families
 
 

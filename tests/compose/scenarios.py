@@ -10,7 +10,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from swa_es.service import prometheus
+from swa_es.testing.metrics import parse_samples
 from tests.compose.services import STARTUP_TIMEOUT_S, Service, follow_service, serve_service
 
 CONVERGE_TIMEOUT_S = 120.0
@@ -20,7 +20,7 @@ def scrape(status: dict[str, Any]) -> dict[str, float]:
     """The samples of the ``/metrics`` endpoint a status names."""
     url = f"http://127.0.0.1:{status['metrics_port']}/metrics"
     with urllib.request.urlopen(url, timeout=10) as response:
-        return prometheus.parse(response.read().decode())
+        return parse_samples(response.read().decode())
 
 
 def applied(status: dict[str, Any]) -> int:

@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from swa_es.service import prometheus
+from swa_es.testing.metrics import parse_samples
 
 pytestmark = pytest.mark.compose
 
@@ -40,7 +40,7 @@ def samples(base: str) -> dict[str, float]:
     """The /metrics samples of a service."""
     status, body = get(base + "/metrics")
     assert status == 200
-    return prometheus.parse(body)
+    return parse_samples(body)
 
 
 def wait_until(what: str, check: object, timeout_s: float = WAIT_S) -> None:

@@ -1,67 +1,49 @@
-"""The Prometheus text format and the tiny /metrics + /healthz HTTP server."""
+"""The HTTP face of the services: /metrics through prometheus_client, /healthz, on uvicorn."""
 
 from __future__ import annotations
 
-import anyio
+import httpx
 import pytest
+from prometheus_client.core import CounterMetricFamily, Metric
 
-from swa_es.service import prometheus
-from swa_es.service.http import MetricsServer, http_get
-from swa_es.service.prometheus import counter, gauge
-
-
-def test_render_has_help_type_and_escaped_labels() -> None:
-    """Families render as HELP, TYPE and one line per sample, label values escaped."""
-    text = prometheus.render(
-        [
-            counter("x_total", "things", 3),
-            gauge("y", "a gauge").add(1.5, source='a"b').add(2, source="c"),
-        ]
-    )
-    assert "# TYPE x_total counter\nx_total 3\n" in text
-    assert 'y{source="a\\"b"} 1.5' in text
-    assert prometheus.parse(text)['y{source="c"}'] == 2.0
+from swa_es.service.http_app import AppParts, HttpServer, build_app
+from swa_es.service.service_metrics import registry_of
+from swa_es.testing.metrics import parse_samples
 
 
 async def test_server_answers_metrics_health_and_errors() -> None:
-    """GET /metrics returns the rendered text, /healthz the health, others 404/405."""
+    """GET /metrics is read at each scrape, /healthz gives the health, others 404/405."""
     state = {"n": 0, "healthy": False}
 
-    def render() -> str:
+    def families() -> list[Metric]:
         state["n"] += 1
-        return prometheus.render([counter("hits_total", "renders", state["n"])])
+        family = CounterMetricFamily("hits", "scrapes", labels=["source"])
+        family.add_metric(["c"], state["n"])
+        return [family]
 
     def health() -> tuple[bool, str]:
         return bool(state["healthy"]), "ready" if state["healthy"] else "starting"
 
-    async with MetricsServer(render, health, host="127.0.0.1", port=0) as server:
-        status, body = await http_get("127.0.0.1", server.port, "/metrics")
-        assert status == 200
-        assert prometheus.parse(body)["hits_total"] == 1
-        _, body = await http_get("127.0.0.1", server.port, "/metrics")
-        assert prometheus.parse(body)["hits_total"] == 2
-        assert await http_get("127.0.0.1", server.port, "/healthz") == (503, "starting\n")
+    app = build_app(AppParts(registry_of(families), health))
+    async with HttpServer(app, port=0) as server, httpx.AsyncClient() as client:
+        base = f"http://127.0.0.1:{server.port}"
+        reply = await client.get(f"{base}/metrics")
+        assert reply.status_code == 200
+        assert "# TYPE hits_total counter" in reply.text
+        assert parse_samples(reply.text)['hits_total{source="c"}'] == 1
+        assert (
+            parse_samples((await client.get(f"{base}/metrics")).text)['hits_total{source="c"}'] == 2
+        )
+        reply = await client.get(f"{base}/healthz")
+        assert (reply.status_code, reply.text) == (503, "starting\n")
         state["healthy"] = True
-        assert await http_get("127.0.0.1", server.port, "/healthz") == (200, "ready\n")
-        assert (await http_get("127.0.0.1", server.port, "/nope"))[0] == 404
-
-
-async def test_server_rejects_other_methods_and_survives_garbage() -> None:
-    """A POST gets 405 and a client sending garbage does not stop the server."""
-    async with MetricsServer(lambda: "", lambda: (True, "ok"), host="127.0.0.1") as server:
-        async with await anyio.connect_tcp("127.0.0.1", server.port) as stream:
-            await stream.send(b"POST /metrics HTTP/1.1\r\n\r\n")
-            reply = await stream.receive()
-        assert reply.startswith(b"HTTP/1.1 405")
-        async with await anyio.connect_tcp("127.0.0.1", server.port) as stream:
-            await stream.send(b"\x00\x01garbage\r\n\r\n")
-            reply = await stream.receive()
-        assert reply.startswith(b"HTTP/1.1 400")
-        assert (await http_get("127.0.0.1", server.port, "/healthz"))[0] == 200
+        assert (await client.get(f"{base}/healthz")).status_code == 200
+        assert (await client.get(f"{base}/nope")).status_code == 404
+        assert (await client.post(f"{base}/metrics")).status_code == 405
 
 
 async def test_port_is_unknown_outside_the_context() -> None:
     """Asking for the port of a server that is not running is an error."""
-    server = MetricsServer(lambda: "", lambda: (True, "ok"))
+    server = HttpServer(build_app(AppParts(registry_of(list), lambda: (True, "ok"))))
     with pytest.raises(RuntimeError):
         _ = server.port

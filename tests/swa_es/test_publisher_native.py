@@ -272,3 +272,13 @@ def test_any_interleaving_on_a_real_tree_replays_to_it(
 ) -> None:
     """Random serving, steps, holds, resets and yields under both policies replay exactly."""
     anyio.run(_interleaving, ops, overflow, page_size, seed)
+
+
+async def test_a_tree_refuses_the_upstream_only_calls() -> None:
+    """A tree is its own source: an unknown start and a gap are refused with a ValueError."""
+    cache = small_tree(1)
+    with pytest.raises(ValueError, match="first epoch is always known"):
+        Publisher(cache, MemoryLog(), "w0", trusted_start=False)
+    async with Publisher(cache, MemoryLog(), "w0") as pub:
+        with pytest.raises(ValueError, match="no gap"):
+            pub.publish_gap()

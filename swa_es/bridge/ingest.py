@@ -1,0 +1,418 @@
+"""``Bridge``: subscribe to an engine's KV-event publisher and append its batches to our log.
+
+Each engine batch becomes one of our batches (``source``, ``epoch``, ``seq``) through a
+``Publisher`` driven by a ``MirrorCache``. The engine's seq decides the rest (see
+``sequencer``):
+
+- on connect, and on every seq gap, the bridge asks the replay socket for what it missed;
+- a gap the replay cannot fill (or a batch that cannot be decoded or translated) is passed on:
+  the epoch skips a seq, followers mark the source diverged, and the bridge waits for an
+  ``AllBlocksCleared`` or an engine restart to open a trusted epoch again;
+- history before the first seq it can get (a bridge started after the replay buffer rolled
+  over) opens an *unknown* epoch, which followers distrust the same way;
+- a seq going backwards is an engine restart: a new epoch, rebuilt from the new run's seq 0.
+
+It must run on the asyncio backend (pyzmq's asyncio sockets).
+"""
+
+from __future__ import annotations
+
+import logging
+from types import TracebackType
+from typing import Self
+
+import anyio
+import zmq
+import zmq.asyncio
+from anyio.abc import TaskGroup, TaskStatus
+
+from log import EventLog
+from swa_es.bridge.formats import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    EngineCleared,
+    WireFormat,
+    decode_batch,
+)
+from swa_es.bridge.metrics import BridgeMetrics
+from swa_es.bridge.mirror import MirrorCache, MirrorError
+from swa_es.bridge.sequencer import StreamTracker, Verdict
+from swa_es.bridge.wire import END_SEQ, Frame, FrameError, encode_seq, parse_live, parse_replay
+from swa_es.publish.config import PublisherConfig
+from swa_es.publish.overflow import Backpressure, OverflowPolicy
+from swa_es.publish.publisher import Publisher
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_REPLAY_TIMEOUT_S = 5.0
+DEFAULT_IDLE_PROBE_S = 2.0
+_SUB_HWM = 1_000_000
+
+
+class Bridge:
+    """Bridges one engine stream into ``log`` as ``source`` (an async context manager).
+
+    ``page_size`` is used in the epoch meta until the engine's first stored block tells it.
+    After ``idle_probe_s`` without a live message the bridge asks the replay socket for
+    anything newer (and re-checks the last batch it applied), so messages lost to a slow join
+    or an engine restart are not left unnoticed while the engine is quiet.
+    ``run()`` reads until cancelled; leaving the context flushes every batch appended so far.
+    """
+
+    def __init__(
+        self,
+        log: EventLog,
+        *,
+        endpoint: str,
+        source: str,
+        replay_endpoint: str | None = None,
+        wire_format: WireFormat | str = WireFormat.AUTO,
+        page_size: int | None = None,
+        replay_timeout_s: float = DEFAULT_REPLAY_TIMEOUT_S,
+        idle_probe_s: float = DEFAULT_IDLE_PROBE_S,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        max_queue_batches: int = 1024,
+    ) -> None:
+        if type(source) is not str or not source:
+            raise ValueError(f"source: expected a non-empty str, got {source!r}")
+        _check_endpoint("zmq", endpoint)
+        if replay_endpoint is not None:
+            _check_endpoint("replay", replay_endpoint)
+        if page_size is not None and (type(page_size) is not int or page_size < 1):
+            raise ValueError(f"page_size: expected a positive int, got {page_size!r}")
+        self.log = log
+        self.endpoint = endpoint
+        self.replay_endpoint = replay_endpoint
+        self.source = source
+        self.wire_format = WireFormat.parse(wire_format)
+        self.page_size = page_size
+        self.replay_timeout_s = replay_timeout_s
+        self.idle_probe_s = idle_probe_s
+        self.max_payload_bytes = max_payload_bytes
+        self.max_queue_batches = max_queue_batches
+        self.metrics = BridgeMetrics()
+        self.mirror = MirrorCache()
+        self.tracker = StreamTracker()
+        self._context = zmq.asyncio.Context()
+        self._sub: zmq.asyncio.Socket | None = None
+        self._dealer: zmq.asyncio.Socket | None = None
+        self._publisher: Publisher | None = None
+        self._hosts: TaskGroup | None = None
+        self._close_requested: anyio.Event | None = None
+        self._publisher_closed: anyio.Event | None = None
+        self._lost: str | None = None
+
+    # --- state ------------------------------------------------------------------------------
+
+    @property
+    def publisher(self) -> Publisher | None:
+        """The publisher of the current epoch (None before the first one)."""
+        return self._publisher
+
+    @property
+    def lost(self) -> str | None:
+        """Why the source's state is unknown now (None: followers can trust it)."""
+        return self._lost
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        sub = self._context.socket(zmq.SUB)
+        sub.setsockopt(zmq.RCVHWM, _SUB_HWM)
+        sub.setsockopt(zmq.LINGER, 0)
+        sub.subscribe(b"")
+        sub.connect(self.endpoint)
+        self._sub = sub
+        if self.replay_endpoint is not None:
+            self._dealer = self._new_dealer()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        for socket in (self._sub, self._dealer):
+            if socket is not None:
+                socket.close(linger=0)
+        self._context.term()
+
+    def _new_dealer(self) -> zmq.asyncio.Socket:
+        assert self.replay_endpoint is not None
+        dealer = self._context.socket(zmq.DEALER)
+        dealer.setsockopt(zmq.LINGER, 0)
+        dealer.setsockopt(zmq.RCVHWM, 0)
+        dealer.connect(self.replay_endpoint)
+        return dealer
+
+    async def run(self) -> None:
+        """Replay what the engine still has, then apply live messages until cancelled.
+
+        However it ends, what was appended is flushed first (cancellation included: SIGTERM
+        ends a bridge cleanly).
+        """
+        assert self._sub is not None, "use the bridge inside `async with`"
+        async with anyio.create_task_group() as hosts:
+            self._hosts = hosts
+            try:
+                await self._read()
+            finally:
+                # The host task flushes and closes the publisher; the group waits for it.
+                if self._close_requested is not None:
+                    self._close_requested.set()
+                self._publisher = None
+
+    async def _read(self) -> None:
+        assert self._sub is not None
+        await self._catch_up(0, until=None)
+        while True:
+            parts: list[bytes] | None = None
+            with anyio.move_on_after(self.idle_probe_s):
+                parts = await self._sub.recv_multipart()
+            if parts is None:
+                # Quiet: ask the replay socket whether something was published that never
+                # reached us (a slow join after an engine restart), and check the last batch.
+                if self._dealer is not None:
+                    await self._catch_up(self._expected(), until=None)
+                continue
+            self.metrics.received += 1
+            try:
+                frame = parse_live(parts)
+            except FrameError as exc:
+                self.metrics.undecodable += 1
+                logger.warning("bridge %r: unreadable live message: %s", self.source, exc)
+                continue
+            await self._on_live(frame)
+
+    # --- sequencing ---------------------------------------------------------------------------
+
+    async def _on_live(self, frame: Frame) -> None:
+        verdict = self.tracker.classify(frame.seq, frame.payload)
+        if verdict is Verdict.DUPLICATE:
+            self.metrics.duplicates += 1
+            return
+        if verdict is Verdict.RESTART:
+            await self._restart(frame.seq)
+            verdict = Verdict.FIRST
+        if verdict is Verdict.FIRST and frame.seq > 0:
+            await self._catch_up(0, until=frame.seq)
+        elif verdict is Verdict.GAP:
+            self.metrics.gaps += 1
+            await self._catch_up(self._expected(), until=frame.seq)
+        await self._handle(frame)
+
+    def _expected(self) -> int:
+        return 0 if self.tracker.expected is None else self.tracker.expected
+
+    async def _catch_up(self, start: int, *, until: int | None) -> None:
+        """Apply replayed batches from ``start`` (below ``until``); what stays missing is a gap
+        passed on.
+
+        A gap fill asks from the last batch already applied too: if the engine's batch at that
+        seq is not the one applied, the engine restarted (its new run got past our seq before
+        we heard from it), and the run is rebuilt from its seq 0 instead.
+        """
+        overlap = start > 0
+        frames = await self._replay(start - 1 if overlap else start)
+        first = frames[0] if frames else None
+        restarted = (
+            overlap
+            and first is not None
+            and first.seq == start - 1
+            and not self.tracker.matches(first.seq, first.payload)
+        )
+        if restarted and first is not None:
+            await self._restart(first.seq)
+            frames = await self._replay(0)
+        for frame in frames:
+            if (until is not None and frame.seq >= until) or frame.seq < self._expected():
+                continue
+            if frame.seq > self._expected():
+                self.metrics.gaps += 1
+                await self._give_up(
+                    f"engine batches {self._expected()}..{frame.seq - 1} are not replayable"
+                )
+                self.tracker.expected = frame.seq
+            await self._handle(frame)
+        if until is not None and self._expected() < until:
+            missing = f"{self._expected()}..{until - 1}"
+            await self._give_up(f"engine batches {missing} are not replayable")
+            self.tracker.expected = until
+
+    async def _restart(self, seq: int) -> None:
+        logger.warning(
+            "bridge %r: engine seq %d is not the batch applied (expected next %s): "
+            "the engine restarted",
+            self.source,
+            seq,
+            self.tracker.expected,
+        )
+        self.metrics.restarts += 1
+        await self._close_publisher()
+        self.mirror.reset()
+        self.tracker.reset()
+        self._lost = None
+        self.metrics.unknown = 0
+
+    async def _replay(self, start: int) -> list[Frame]:
+        """Every batch the replay socket has from ``start`` (none without a replay socket or
+        when it does not answer in time)."""
+        if self._dealer is None:
+            return []
+        self.metrics.replay_requests += 1
+        frames: list[Frame] = []
+        with anyio.move_on_after(self.replay_timeout_s) as scope:
+            await self._dealer.send_multipart([b"", encode_seq(start)])
+            while True:
+                parts = await self._dealer.recv_multipart()
+                try:
+                    frame = parse_replay(parts)
+                except FrameError as exc:
+                    self.metrics.undecodable += 1
+                    logger.warning("bridge %r: unreadable replay message: %s", self.source, exc)
+                    continue
+                if frame.seq == END_SEQ:
+                    return frames
+                self.metrics.replayed += 1
+                frames.append(frame)
+        if scope.cancelled_caught:
+            # A late answer must not be read as the next one: start a fresh socket.
+            self.metrics.replay_timeouts += 1
+            logger.warning(
+                "bridge %r: replay from %d timed out after %.1f s",
+                self.source,
+                start,
+                self.replay_timeout_s,
+            )
+            self._dealer.close(linger=0)
+            self._dealer = self._new_dealer()
+        return frames
+
+    # --- one engine batch ---------------------------------------------------------------------
+
+    async def _handle(self, frame: Frame) -> None:
+        self.tracker.accept(frame.seq, frame.payload)
+        try:
+            batch = decode_batch(
+                frame.payload, self.wire_format, max_payload_bytes=self.max_payload_bytes
+            )
+        except FrameError as exc:
+            self.metrics.undecodable += 1
+            logger.warning(
+                "bridge %r: undecodable engine batch at seq %d: %s", self.source, frame.seq, exc
+            )
+            await self._give_up(f"engine batch {frame.seq} could not be decoded: {exc}")
+            return
+        if batch.unknown_types:
+            self.metrics.unknown_events += len(batch.unknown_types)
+            logger.info(
+                "bridge %r: skipped event type(s) %s at seq %d",
+                self.source,
+                sorted(set(batch.unknown_types)),
+                frame.seq,
+            )
+        events = batch.events
+        if self._lost is not None:
+            clears = [i for i, event in enumerate(events) if isinstance(event, EngineCleared)]
+            if not clears:
+                return
+            await self._close_publisher()
+            self.mirror.reset()
+            self._lost = None
+            self.metrics.unknown = 0
+            logger.info("bridge %r: the engine cleared its cache; trusted again", self.source)
+            events = events[clears[-1] :]
+        try:
+            for event in events:
+                self.mirror.apply(event)
+        except MirrorError as exc:
+            await self._give_up(f"engine batch {frame.seq}: {exc}")
+            return
+        self.metrics.batches_applied += 1
+        await self._step()
+
+    async def _give_up(self, reason: str) -> None:
+        """The state can no longer be followed exactly: tell followers, wait for a clear."""
+        if self._lost is not None:
+            return
+        logger.warning("bridge %r: source state unknown: %s", self.source, reason)
+        self._lost = reason
+        self.metrics.unfilled_gaps += 1
+        self.metrics.unknown = 1
+        self.mirror.reset()
+        if self._publisher is not None:
+            self._publisher.publish_gap()
+        else:
+            await self._open_publisher(trusted=False)
+
+    # --- epochs -------------------------------------------------------------------------------
+
+    async def _step(self) -> None:
+        if self._publisher is None:
+            if not self.mirror.page_size and self.page_size is None:
+                return  # nothing stored yet: the epoch opens once the block size is known
+            await self._open_publisher(trusted=True)
+            return  # the epoch's opening is the mirror's snapshot: it holds this batch
+        while True:
+            try:
+                self._publisher.step()
+                return
+            except Backpressure:
+                await self._publisher.wait_ready()
+
+    async def _open_publisher(self, *, trusted: bool) -> None:
+        assert self._hosts is not None
+        self._close_requested, self._publisher_closed = anyio.Event(), anyio.Event()
+        await self._hosts.start(
+            self._host_publisher, trusted, self._close_requested, self._publisher_closed
+        )
+
+    async def _host_publisher(
+        self,
+        trusted: bool,
+        close_requested: anyio.Event,
+        closed: anyio.Event,
+        *,
+        task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Own one epoch's ``Publisher`` until asked to close; shielded, so a cancelled bridge
+        still flushes what it appended."""
+        publisher = Publisher(
+            self.mirror,
+            self.log,
+            self.source,
+            meta=self.mirror.meta(self.page_size),
+            trusted_start=trusted,
+            config=PublisherConfig(
+                overflow=OverflowPolicy.BLOCK, max_queue_batches=self.max_queue_batches
+            ),
+        )
+        try:
+            with anyio.CancelScope(shield=True):
+                async with publisher:
+                    self._publisher = publisher
+                    self.metrics.epochs += 1
+                    logger.info(
+                        "bridge %r: epoch %s opened (%s)",
+                        self.source,
+                        publisher.epoch,
+                        "trusted" if trusted else "unknown",
+                    )
+                    task_status.started()
+                    await close_requested.wait()
+        finally:
+            closed.set()
+
+    async def _close_publisher(self) -> None:
+        """Flush and close the current epoch's publisher (none: nothing to do)."""
+        if self._publisher is None:
+            return
+        assert self._close_requested is not None and self._publisher_closed is not None
+        self._publisher = None
+        self._close_requested.set()
+        await self._publisher_closed.wait()
+
+
+def _check_endpoint(name: str, endpoint: str) -> None:
+    if not isinstance(endpoint, str) or not endpoint.startswith(("tcp://", "ipc://")):
+        raise ValueError(f"{name}: expected a tcp:// or ipc:// endpoint, got {endpoint!r}")

@@ -1,0 +1,16 @@
+"""Reading a Prometheus exposition in tests and probes (prometheus_client's own parser)."""
+
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+
+
+def parse_samples(text: str) -> dict[str, float]:
+    """Samples as ``{'name{label="v",...}': value}``, labels sorted by name."""
+    samples: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+            key = f"{sample.name}{{{labels}}}" if labels else sample.name
+            samples[key] = float(sample.value)
+    return samples

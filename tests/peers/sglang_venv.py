@@ -1,0 +1,96 @@
+"""Locating bench/.venv-sglang, and driving the sglang KV-event engine script in it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SGLANG_PYTHON = ROOT / "bench" / ".venv-sglang" / "bin" / "python"
+VLLM_PYTHON = ROOT / "bench" / ".venv-vllm" / "bin" / "python"
+
+
+def require_sglang() -> Path:
+    """The sglang venv's python; skip (or fail with SWA_ES_REQUIRE_SGLANG=1) without it."""
+    if SGLANG_PYTHON.exists():
+        return SGLANG_PYTHON
+    message = "bench/.venv-sglang is missing (bash bench/setup_sglang.sh)"
+    if os.environ.get("SWA_ES_REQUIRE_SGLANG") == "1":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def require_vllm() -> Path:
+    """The vLLM venv's python; skip without it."""
+    if VLLM_PYTHON.exists():
+        return VLLM_PYTHON
+    pytest.skip("bench/.venv-vllm is missing (bash bench/setup_vllm.sh)")
+
+
+class SglangEngine:
+    """``tests/peers/sglang_kv_engine.py`` in the sglang venv: sglang's SWARadixCache publishing
+    through sglang's ZmqEventPublisher."""
+
+    def __init__(self, endpoint: str, replay_endpoint: str, *extra: str) -> None:
+        self.process = subprocess.Popen(
+            [
+                str(require_sglang()),
+                "-W",
+                "ignore",
+                "-m",
+                "tests.peers.sglang_kv_engine",
+                "--endpoint",
+                endpoint,
+                "--replay-endpoint",
+                replay_endpoint,
+                *extra,
+            ],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        ready = self._read()
+        assert ready.get("ready"), ready
+
+    def _read(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"sglang engine exited with {self.process.wait()}")
+        reply: dict[str, Any] = json.loads(line)
+        return reply
+
+    def command(self, **request: Any) -> dict[str, Any]:
+        """Send one command, return its reply."""
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        return self._read()
+
+    def serve(self, requests: int, seed: int = 0) -> int:
+        """Serve ``requests`` chat requests; the number of batches published so far."""
+        return int(self.command(cmd="serve", requests=requests, seed=seed)["published"])
+
+    def blocks(self) -> set[int]:
+        """Every block hash sglang's tree holds."""
+        return set(self.command(cmd="blocks")["blocks"])
+
+    def close(self) -> None:
+        """Shut the publisher down and wait for the process."""
+        if self.process.poll() is None:
+            with contextlib.suppress(RuntimeError, BrokenPipeError):
+                self.command(cmd="exit")
+        self.process.wait(timeout=30)
+
+    def kill(self) -> None:
+        """Kill the engine (no shutdown)."""
+        self.process.kill()
+        self.process.wait(timeout=30)
