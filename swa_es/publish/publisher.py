@@ -342,10 +342,11 @@ class Publisher:
         task_status.started()
         try:
             while True:
-                self._encode_work = anyio.Event()
                 if not self._feed.writing():
                     if self._closing or self._failure is not None:
                         return
+                    # No await between the check and the wait: a step cannot slip in between.
+                    self._encode_work = anyio.Event()
                     await self._encode_work.wait()
                     continue
                 await self._feed.wait_written()
