@@ -27,6 +27,8 @@ from cache.events import Event, EventBatch, encode_batch
 from cache.events.recorder import EventRecorder, RecordEncoder
 from swa_es.publish.batching import BatchBuilder, PublishedCache
 
+_SIGNAL_READ_BYTES = 4096
+
 
 @dataclass(slots=True, eq=False)
 class QueuedBatch:
@@ -188,9 +190,11 @@ class RecorderFeed:
         """Fill the batches of every finished job (those of discarded jobs are dropped)."""
         encoder = self._running()
         fd = encoder.fileno()
-        # Empty the signal before taking the jobs: a job finished in between signals again.
+        # Empty the signal before taking the jobs: a job finished in between signals again. A
+        # short read has emptied it (the thread writes a byte per round); that saves the call
+        # that would fail with EAGAIN.
         with contextlib.suppress(BlockingIOError):
-            while os.read(fd, 4096):
+            while len(os.read(fd, _SIGNAL_READ_BYTES)) == _SIGNAL_READ_BYTES:
                 pass
         for job, records in encoder.take_done():
             batches = self._jobs.pop(job, None)
