@@ -18,6 +18,7 @@ from cache import SWAKVAllocator, SWARadixCache
 from cache.events import BlockStored, format_digest
 from cache.events.recorder import EventRecorder, EventRecorderError
 from cache.tree.reference_sink import ReferenceSink, attach_reference
+from cache.tree.sink import RecorderSink
 from swa_es.engine.worker import CacheWorker
 from swa_es.engine.workload import ChatWorkload
 from tests.cache.test_model_based import CacheMachine, walk
@@ -102,6 +103,31 @@ def test_events_are_hashed_only_when_read() -> None:
         recorder.take_events()
     with pytest.raises(EventRecorderError):
         recorder.digest()
+
+
+class _NodeWithoutValue:
+    """A stand-in tree node whose KV value (a device tensor in the tree) must not be read."""
+
+    def __init__(self, node_id: int, parent: _NodeWithoutValue | None, tokens: tuple[int, ...]):
+        self.node_id = node_id
+        self._parent = parent
+        self._token_ids = tokens
+
+    @property
+    def _value(self) -> object:
+        raise AssertionError("the sink read a node's KV value (a device tensor)")
+
+
+def test_the_recorder_sink_never_reads_a_nodes_tensor() -> None:
+    """Recording reads node ids and token ids only, never the node's value, so it adds no
+    device-to-host copy or sync to the serving loop."""
+    sink = RecorderSink(2)
+    root = _NodeWithoutValue(1, None, ())
+    node = _NodeWithoutValue(2, root, (7, 8, 9, 10))
+    sink.root(root, None)  # type: ignore[arg-type]  # a stand-in node
+    for record in (sink.stored, sink.swa_evicted, sink.swa_restored, sink.removed):
+        record(node)  # type: ignore[arg-type]  # a stand-in node
+    assert sink.recorder.pending_events == 2 + 3
 
 
 def test_recorder_materialises_one_blockstored_per_page() -> None:

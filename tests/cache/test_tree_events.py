@@ -164,6 +164,7 @@ def test_events_off_records_nothing_but_digests_alike(device: str) -> None:
     _busy_tree(on)
     _busy_tree(off)
     assert off.take_events() == []
+    assert off.event_recorder is None  # the null sink: no recorder, nothing hashed
     assert off.state_digest() == on.state_digest()
     assert off.snapshot_events() == on.snapshot_events()
     off.sanity_check(caller_held_full=0, caller_held_swa=0)
