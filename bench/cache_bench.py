@@ -5,7 +5,8 @@ Every request does match → lock → alloc (evicting full/SWA tokens when short
 each page size asked for. Ours runs with events on and off; sglang's runs in its own venv
 (``bench/setup_sglang.sh``) as a subprocess speaking JSON lines (``bench/sglang_adapter.py``),
 on the CPU, fed the same request stream (same seed). Repetitions are interleaved (ours, sglang,
-ours, sglang, ...) and medians reported, because the machine is shared and noisy. Rates are
+ours, sglang, ...), because the machine is shared and noisy; each ratio is given of each side's
+best run (what the verdicts read: other load only ever slows a run) and of medians. Rates are
 taken by two clocks: wall time, and the measuring process's CPU time, which other load on a
 shared machine disturbs far less; ratios use CPU time on cpu (``--clock`` to choose).
 
