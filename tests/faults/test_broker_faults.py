@@ -20,6 +20,7 @@ import random
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import anyio
 import anyio.abc
@@ -33,6 +34,8 @@ from swa_es import Publisher
 from tests.faults.cache_driver import CacheDriver, CacheShape
 from tests.faults.knobs import seed
 from tests.fixtures.kafka import LocalKafka, close_all, factory_for
+
+KAFKA_RUN = Path(__file__).resolve().parents[2] / "tools" / "kafka" / "run"
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -87,7 +90,25 @@ async def _wait_fully_replicated(cluster: LocalKafka, topic: str) -> None:
 
 
 async def _node_call(cluster: LocalKafka, method: str, node: int, **kwargs: bool) -> None:
-    await anyio.to_thread.run_sync(functools.partial(getattr(cluster, method), node, **kwargs))
+    call = functools.partial(getattr(cluster, method), node, **kwargs)
+    try:
+        await anyio.to_thread.run_sync(call)
+    except RuntimeError:
+        if method != "start_node":
+            raise
+        # A JVM that dies while starting (seen once on a loaded 2-core VM) is the machine's
+        # trouble, not the log's: show why, then try that one restart once more.
+        tail = _node_log_tail(cluster, node)
+        print(f"broker node {node} failed to restart; its log ends:\n{tail}")
+        await anyio.to_thread.run_sync(call)
+
+
+def _node_log_tail(cluster: LocalKafka, node: int) -> str:
+    log = KAFKA_RUN / str(cluster.port) / f"n{node}" / "node.log"
+    try:
+        return "\n".join(log.read_text(errors="replace").splitlines()[-30:])
+    except OSError as exc:
+        return f"(no node log: {exc})"
 
 
 async def _converged(follower: Follower, replicas: ReplicaSet, log: KafkaLog, load: Load) -> None:
