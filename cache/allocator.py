@@ -88,29 +88,50 @@ class SWAKVAllocator:
         self._full_to_swa.index_copy_(0, full, self._slots_of(self._swa.take(pages)))
         return full
 
-    def free(self, indices: torch.Tensor, *, swa_resident: bool | None = None) -> None:
-        """Return full slots ``indices`` (whole pages) and the SWA slots still mapped to them.
+    def free(
+        self,
+        indices: torch.Tensor,
+        *,
+        swa_resident: bool | None = None,
+        whole_pages: bool = False,
+    ) -> None:
+        """Return every page ``indices`` touch to the full pool, with the SWA pages mapped to them.
 
-        ``swa_resident`` is a fast-path hint from a caller that knows the mapping: True means
-        every page still has its SWA slots, False means none has; None (the default) reads the
-        mapping. A wrong hint corrupts the SWA accounting.
+        A page is freed as a whole even when ``indices`` name only part of it, and once even
+        when they name it twice (as sglang's paged allocator does): an engine frees a request's
+        unaligned tail this way. ``swa_resident`` is a fast-path hint from a caller that knows
+        the mapping: True means every page still has its SWA slots, False means none has; None
+        (the default) reads the mapping. ``whole_pages=True`` promises ``indices`` are whole,
+        distinct pages in slot order (a tree node's value), which skips finding the pages. A
+        wrong hint or promise corrupts the accounting.
         """
         if indices.numel() == 0:
             return
-        first = self._first_slots(indices)
+        first = self._first_slots(indices, whole_pages)
         if swa_resident is not False:
-            self._release_swa(indices, first, checked=swa_resident is None)
+            slots = indices if whole_pages else self._slots_of(first)
+            self._release_swa(first, slots, checked=swa_resident is None)
         self._full.put(first)
 
-    def free_swa(self, indices: torch.Tensor, *, swa_resident: bool | None = None) -> None:
-        """Return the SWA slots mapped to full slots ``indices`` (whole pages), keep the full ones.
+    def free_swa(
+        self,
+        indices: torch.Tensor,
+        *,
+        swa_resident: bool | None = None,
+        whole_pages: bool = False,
+    ) -> None:
+        """Return the SWA pages mapped to the full pages ``indices`` touch; keep the full ones.
 
-        The mapping of those slots is cleared; pages whose SWA is already free are skipped.
-        ``swa_resident=True`` promises every page is still mapped and skips that check.
+        As in ``free``, a page is freed as a whole even when ``indices`` name part of it. The
+        mapping of those pages is cleared; pages whose SWA is already free are skipped.
+        ``swa_resident=True`` promises every page is still mapped and skips that check;
+        ``whole_pages`` is ``free``'s promise.
         """
         if indices.numel() == 0 or swa_resident is False:
             return
-        self._release_swa(indices, self._first_slots(indices), checked=swa_resident is None)
+        first = self._first_slots(indices, whole_pages)
+        slots = indices if whole_pages else self._slots_of(first)
+        self._release_swa(first, slots, checked=swa_resident is None)
 
     def move_swa(self, dst: torch.Tensor, src: torch.Tensor) -> None:
         """Give the SWA slots of full slots ``src`` to full slots ``dst``, then free ``src``.
@@ -122,7 +143,7 @@ class SWAKVAllocator:
             raise ValueError(f"move_swa: {dst.numel()} destination vs {src.numel()} source slots")
         if src.numel() == 0:
             return
-        first = self._first_slots(src)
+        first = self._first_slots(src, whole_pages=True)
         mapping = self._full_to_swa
         mapping.index_copy_(0, dst, mapping.index_select(0, src))
         mapping.index_fill_(0, src, 0)
@@ -141,24 +162,33 @@ class SWAKVAllocator:
             return first
         return (first[:, None] + self._offsets).reshape(-1)
 
-    def _first_slots(self, indices: torch.Tensor) -> torch.Tensor:
+    def _first_slots(self, indices: torch.Tensor, whole_pages: bool) -> torch.Tensor:
+        """The first slot of each distinct page ``indices`` touch."""
         if indices.dim() != 1:
             raise ValueError(f"slot indices must be 1-D, got shape {tuple(indices.shape)}")
-        if self._page_size == 1:
+        page = self._page_size
+        if page == 1:
             return indices
-        if indices.numel() % self._page_size:
-            raise ValueError(
-                f"{indices.numel()} slots is not a whole number of pages of {self._page_size}"
-            )
-        return indices[:: self._page_size]
+        if whole_pages:
+            if indices.numel() % page:
+                raise ValueError(
+                    f"{indices.numel()} slots is not a whole number of pages of {page}"
+                )
+            return indices[::page]
+        pages: torch.Tensor = torch.unique(torch.div(indices, page, rounding_mode="floor"))
+        return pages * page
 
-    def _release_swa(self, indices: torch.Tensor, first: torch.Tensor, *, checked: bool) -> None:
+    def _release_swa(self, first: torch.Tensor, slots: torch.Tensor, *, checked: bool) -> None:
+        """Free the SWA pages mapped to full pages ``first``; clear the mapping of ``slots``.
+
+        ``slots`` are every slot of those pages.
+        """
         swa_first = self._full_to_swa.index_select(0, first)
         if checked:
             mapped = swa_first != 0
             if not bool(mapped.all()):
                 swa_first = swa_first[mapped]
-        self._full_to_swa.index_fill_(0, indices, 0)
+        self._full_to_swa.index_fill_(0, slots, 0)
         self._swa.put(swa_first)
 
     # --- checks -----------------------------------------------------------------------------

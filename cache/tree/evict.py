@@ -35,9 +35,10 @@ def _evict_swa(state: TreeState, wanted: int) -> tuple[int, int]:
         if node._children:
             swa += state.tombstone(node)
         else:
-            freed_full, freed_swa, _ = state.delete_leaf(node)
-            full += freed_full
-            swa += freed_swa
+            # As sglang 0.5.16 counts it: the leaf's own tokens, not those of the tombstoned
+            # ancestors deleted with it (the pools get all of them back).
+            full += len(node._token_ids)
+            swa += state.delete_leaf(node)[1]
         node = after
     return full, swa
 
@@ -45,7 +46,9 @@ def _evict_swa(state: TreeState, wanted: int) -> tuple[int, int]:
 def evict(state: TreeState, full_tokens: int, swa_tokens: int) -> EvictResult:
     """Free at least the asked slots where unlocked nodes allow; report what was freed.
 
-    The full phase runs first; the SWA slots it freed count toward ``swa_tokens``.
+    The full phase runs first; the SWA slots it freed count toward ``swa_tokens``. The counts
+    are sglang 0.5.16's: exact, except that a leaf the SWA phase deletes counts only its own
+    tokens as full evicted, not those of the tombstoned ancestors deleted with it.
     """
     if full_tokens < 0 or swa_tokens < 0:
         raise ValueError(f"evict: negative request {full_tokens=} {swa_tokens=}")

@@ -14,6 +14,10 @@ def _take_cached(
 ) -> tuple[TreeNode, int, list[torch.Tensor]]:
     """Walk the cached part of ``key``; restore tombstones past ``prev`` from ``value``.
 
+    Recency as sglang's insert gives it: each node walked becomes the most recent as it is
+    reached (so deeper nodes end up more recent), a split puts its prefix then its suffix in
+    front, and a restored node enters the SWA list as its most recent.
+
     Returns the deepest node reached, the cached length, and the incoming slots that duplicate
     resident cached tokens (to be freed).
     """
@@ -23,6 +27,7 @@ def _take_cached(
         child = node._children.get(state.child_key(key, pos))
         if child is None:
             break
+        state.touch_node(child)
         length = len(child._token_ids)
         matched = shared_length(child._token_ids, key, pos, state.page_size)
         shared = matched
@@ -62,8 +67,7 @@ def insert(
             "cached; lock the match_prefix result until its insert"
         )
     if duplicates:
-        state.allocator.free(torch.cat(duplicates))
+        state.allocator.free(torch.cat(duplicates), whole_pages=True)
     if pos < len(key):
-        node = state.add_leaf(node, key[pos:], value[pos : len(key)].clone())
-    state.touch(node)
+        state.add_leaf(node, key[pos:], value[pos : len(key)].clone())
     return pos

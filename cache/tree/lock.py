@@ -26,7 +26,7 @@ def _swa_region(state: TreeState, node: TreeNode) -> int:
             )
         length = len(x._token_ids)
         if length > remaining:
-            state.split(x, length - remaining)
+            state.split(x, length - remaining, to_mru=False)  # sglang has no such split
             return state.swa_lock_cap
         remaining -= length
         x = x._parent

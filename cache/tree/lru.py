@@ -64,6 +64,12 @@ class LRUList:
         node.lru_next[w] = None
         self.size -= 1
 
+    def move_to_front(self, node: TreeNode) -> None:
+        """Make ``node`` (in the list) the most recent."""
+        if self._head.lru_next[self._which] is not node:
+            self.remove(node)
+            self.push_front(node)
+
     def touch_path(self, path: list[TreeNode]) -> None:
         """Make ``path`` (deepest first) the most recent nodes, deepest the most recent of all."""
         w = self._which

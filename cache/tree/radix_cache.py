@@ -167,9 +167,9 @@ class SWARadixCache:
                 (tombstoned if node._tombstone else resident).append(node._value)
                 stack.extend(node._children.values())
         if resident:
-            self._allocator.free(torch.cat(resident), swa_resident=True)
+            self._allocator.free(torch.cat(resident), swa_resident=True, whole_pages=True)
         if tombstoned:
-            self._allocator.free(torch.cat(tombstoned), swa_resident=False)
+            self._allocator.free(torch.cat(tombstoned), swa_resident=False, whole_pages=True)
         state.clear()
         state.root_of(None)
         state.sink.cleared()

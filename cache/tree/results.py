@@ -13,7 +13,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class EvictResult:
-    """Slots actually freed by one ``evict`` call, per pool (whole nodes, so may exceed asks)."""
+    """Slots one ``evict`` call freed, per pool, as sglang counts them (whole nodes, so may
+    exceed the asks). ``full_evicted`` leaves out the tombstoned ancestors an SWA-phase leaf
+    deletion takes with it (sglang 0.5.16 does); the pools get those slots back all the same."""
 
     full_evicted: int
     swa_evicted: int

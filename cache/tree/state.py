@@ -83,11 +83,14 @@ class TreeState:
         self.sink.stored(node)
         return node
 
-    def split(self, node: TreeNode, length: int) -> TreeNode:
+    def split(self, node: TreeNode, length: int, *, to_mru: bool = True) -> TreeNode:
         """Split ``node`` after ``length`` tokens; return the new prefix (``node`` keeps the rest).
 
         The prefix copies the tombstone flag and lock counts (every lock through ``node`` covers
-        both parts) and sits just less recent than ``node`` in both LRU lists. No event.
+        both parts). Recency, as sglang does it: both parts become the most recent nodes of both
+        LRU lists, the prefix first, then the suffix. With ``to_mru=False`` (a split sglang never
+        makes: the window-capped lock's) they keep ``node``'s place, prefix just less recent.
+        No event.
         """
         parent = node._parent
         assert parent is not None and 0 < length < len(node._token_ids)
@@ -102,9 +105,19 @@ class TreeState:
         node._parent = prefix
         prefix._children[self.child_key(node._token_ids, 0)] = node
         parent._children[self.child_key(tokens, 0)] = prefix
-        self.full_lru.insert_after(node, prefix)
-        if not node._tombstone:
-            self.swa_lru.insert_after(node, prefix)
+        resident = not node._tombstone
+        if to_mru:
+            self.full_lru.remove(node)
+            self.full_lru.push_front(prefix)
+            self.full_lru.push_front(node)
+            if resident:
+                self.swa_lru.remove(node)
+                self.swa_lru.push_front(prefix)
+                self.swa_lru.push_front(node)
+        else:
+            self.full_lru.insert_after(node, prefix)
+            if resident:
+                self.swa_lru.insert_after(node, prefix)
         return prefix
 
     # --- SWA residency ----------------------------------------------------------------------
@@ -113,7 +126,7 @@ class TreeState:
         """Free the SWA KV of an SWA-unlocked, resident node; return the slots freed."""
         assert not node._tombstone and node.swa_lock_ref == 0
         count = len(node._token_ids)
-        self.allocator.free_swa(node._value, swa_resident=True)
+        self.allocator.free_swa(node._value, swa_resident=True, whole_pages=True)
         self.swa_lru.remove(node)
         node._tombstone = True
         self.swa_evictable -= count
@@ -141,11 +154,11 @@ class TreeState:
         self.full_lru.remove(node)
         self.full_evictable -= count
         if node._tombstone:
-            self.allocator.free(node._value, swa_resident=False)
+            self.allocator.free(node._value, swa_resident=False, whole_pages=True)
             return 0
         self.swa_lru.remove(node)
         self.swa_evictable -= count
-        self.allocator.free(node._value, swa_resident=True)
+        self.allocator.free(node._value, swa_resident=True, whole_pages=True)
         return count
 
     def delete_leaf(self, node: TreeNode) -> tuple[int, int, bool]:
@@ -200,6 +213,12 @@ class TreeState:
             self.swa_protected -= count
 
     # --- recency ----------------------------------------------------------------------------
+
+    def touch_node(self, node: TreeNode) -> None:
+        """Make ``node`` the most recent node of the full list (and of the SWA list if resident)."""
+        self.full_lru.move_to_front(node)
+        if not node._tombstone:
+            self.swa_lru.move_to_front(node)
 
     def touch(self, node: TreeNode) -> None:
         """Make the path root → ``node`` most recent, nodes nearer the root less recent."""

@@ -106,7 +106,47 @@ def test_bad_input_is_rejected(device: str) -> None:
     with pytest.raises(ValueError, match="non-negative"):
         alloc.alloc(-4)
     with pytest.raises(ValueError, match="whole number of pages"):
-        alloc.free(torch.tensor([4, 5], device=device))
+        alloc.free(torch.tensor([4, 5], device=device), whole_pages=True)
+    with pytest.raises(ValueError, match="1-D"):
+        alloc.free(torch.tensor([[4, 5]], device=device))
+
+
+@pytest.mark.parametrize("page_size", [2, 4, 16])
+def test_free_swa_of_part_of_a_page_frees_the_page(device: str, page_size: int) -> None:
+    """free_swa given one slot of a page frees that page's SWA whole; the rest is then a no-op.
+
+    sglang's paged allocator widens to whole pages (DESIGN §3: a page is freed as a whole).
+    """
+    alloc = SWAKVAllocator(4 * page_size, 4 * page_size, page_size, device)
+    slots = alloc.alloc(2 * page_size)
+    assert slots is not None
+    alloc.free_swa(slots[1:2])
+    assert alloc.swa_available_size() == 3 * page_size
+    assert alloc.full_available_size() == 2 * page_size
+    assert not bool(alloc.translate_full_to_swa(slots[:page_size]).any())
+    assert bool(alloc.translate_full_to_swa(slots[page_size:]).all())
+    alloc.free_swa(slots[0:1])
+    assert alloc.swa_available_size() == 3 * page_size
+    alloc.sanity_check()
+
+
+@pytest.mark.parametrize("page_size", [2, 4])
+def test_free_of_part_of_a_page_frees_each_page_once(device: str, page_size: int) -> None:
+    """free of a page's tail (an unaligned request's last tokens) returns the page whole, once.
+
+    A page named twice, and slots out of order, still free each page exactly once.
+    """
+    alloc = SWAKVAllocator(4 * page_size, 4 * page_size, page_size, device)
+    slots = alloc.alloc(3 * page_size)
+    assert slots is not None
+    alloc.free(slots[page_size - 1 : page_size])  # the last slot of the first page
+    assert alloc.full_available_size() == 2 * page_size
+    assert alloc.swa_available_size() == 2 * page_size
+    rest = slots[page_size:]
+    alloc.free(torch.cat([rest[-1:], rest[:1], rest[:1], rest[page_size:]]))
+    assert alloc.full_available_size() == 4 * page_size
+    assert alloc.swa_available_size() == 4 * page_size
+    alloc.sanity_check()
 
 
 def test_sanity_check_catches_a_double_free(device: str) -> None:

@@ -67,9 +67,12 @@ def test_swa_eviction_follows_lru_and_tombstones_internal_nodes(device: str) -> 
     assert (result.full_evicted, result.swa_evicted) == (0, 2)
     assert cache.root.children[1].swa_tombstone
     cache.take_events()
+    full_before = cache.allocator.full_available_size()
     result = cache.evict(swa_tokens=1)
-    # [5,6] is deleted; tombstones [3,4] and then [1,2] become leaves and go with it.
-    assert (result.full_evicted, result.swa_evicted) == (6, 2)
+    # [5,6] is deleted; tombstones [3,4] and then [1,2] become leaves and go with it. As in
+    # sglang, the SWA phase counts only the leaf itself as full tokens evicted.
+    assert (result.full_evicted, result.swa_evicted) == (2, 2)
+    assert cache.allocator.full_available_size() - full_before == 6
     assert [type(e) for e in cache.take_events()] == [BlockRemoved] * 3
     assert cache.total_size() == (0, 0)
     cache.sanity_check(caller_held_full=0, caller_held_swa=0)
@@ -93,11 +96,26 @@ def test_deleting_a_leaf_cascades_to_tombstoned_ancestors(device: str, page_size
 
 
 def test_swa_deletion_of_a_leaf_also_cascades(device: str) -> None:
-    """An SWA eviction that deletes X also removes tombstone P and counts its full slots."""
+    """An SWA eviction that deletes X also removes tombstone P and frees its full slots."""
+    s = tombstoned_prefix(device, page_size=1, window=1)
+    s.cache.take_events()
+    s.cache.evict(swa_tokens=1)
+    assert [type(e) for e in s.cache.take_events()] == [BlockRemoved, BlockRemoved]
+    assert s.cache.total_size() == (0, 0)
+    assert s.cache.allocator.full_available_size() == s.cache.allocator.full_size
+
+
+def test_swa_phase_counts_only_the_deleted_leaf_as_full(device: str) -> None:
+    """The SWA phase reports X's own tokens as full evicted, not tombstone P's (sglang 0.5.16).
+
+    sglang's SWA phase drops the count of the tombstoned ancestors its leaf deletion takes
+    with it, while the full phase adds it (see the full-phase cascade test above).
+    """
     s = tombstoned_prefix(device, page_size=1, window=1)
     result = s.cache.evict(swa_tokens=1)
-    assert result.full_evicted == len(s.px) and result.swa_evicted == len(s.px) - len(s.p)
-    assert s.cache.total_size() == (0, 0)
+    x = len(s.px) - len(s.p)
+    assert (result.full_evicted, result.swa_evicted) == (x, x)
+    assert s.cache.allocator.full_available_size() == s.cache.allocator.full_size
 
 
 def test_eviction_stops_when_nothing_is_left(device: str) -> None:
