@@ -164,10 +164,10 @@ async def test_engine_restarts_start_new_epochs(tmp_path: Path) -> None:
                     engines.append(engine)
                     published = await serve(engine, requests, seed)
                     await wait_until(
-                        lambda: (
-                            bridge.metrics.restarts == restarts  # noqa: B023
+                        lambda restarts=restarts, published=published: (
+                            bridge.metrics.restarts == restarts
                             and bridge.tracker.expected == published
-                        ),  # noqa: B023
+                        ),
                         bridge=bridge,
                     )
             # Read after the bridge left: leaving flushed every batch it appended.
