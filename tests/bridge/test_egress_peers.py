@@ -100,3 +100,37 @@ async def test_replay_from_seq_0_after_100k_batches(tmp_path: Path, engine: str)
         "BlockRemoved": BATCHES // 100,
     }
     assert result["live"] == list(range(BATCHES, BATCHES + 5))
+
+
+@pytest.mark.parametrize(
+    ("engine", "tombstones"),
+    [
+        pytest.param("sglang", "keep", marks=pytest.mark.sglang),
+        pytest.param("sglang", "remove", marks=pytest.mark.sglang),
+        pytest.param("vllm", "remove", marks=pytest.mark.vllm),
+    ],
+)
+async def test_tombstone_policy(tmp_path: Path, engine: str, tombstones: str) -> None:
+    """``--zmq-tombstones keep`` sends nothing for a tombstone (the engine's reader keeps the
+    block); ``remove`` sends a ``BlockRemoved`` the engine's own decoder reads."""
+    python = require_sglang() if engine == "sglang" else require_vllm()
+    pub, replay = f"ipc://{tmp_path}/out.pub", f"ipc://{tmp_path}/out.replay"
+    batches = 200
+    async with await open_log(f"file://{tmp_path}/log") as log:
+        await fill(log, 0, batches)
+        config = EgressConfig(
+            publish_endpoint=pub, replay_endpoint=replay, wire_format=engine, tombstones=tombstones
+        )
+        async with ZmqEgress(log, config):
+            command = [str(python), "-W", "ignore", "-m", "tests.peers.kv_stream_reader"]
+            command += ["--engine", engine, "--pub", pub, "--replay", replay]
+            done = await anyio.run_process(command, cwd=ROOT, stderr=subprocess.DEVNULL)
+    lines = done.stdout.decode().splitlines()
+    assert json.loads(lines[0]) == {"ready": True}
+    kinds = json.loads(lines[1])["kinds"]
+    evicted = batches // 10 if tombstones == "remove" else 0
+    assert kinds == {
+        "AllBlocksCleared": 1,
+        "BlockStored": batches,
+        "BlockRemoved": batches // 100 + evicted,
+    }
