@@ -1,25 +1,47 @@
 """Benchmarks of the consumers, each beside its baseline in the same run, as ratios.
 
-- replay: events/s a ``Follower`` applies into a ``ReplicaSet`` from a FileLog (decoding
-  included), against ``orjson.loads`` of the same batches written as plain v1 JSON (one dict per
-  event, one event per page) in memory;
-- apply: blocks/s ``ReplicaSet.apply`` takes from batches in memory, against the pure-Python
-  reference replica (``cache.events.reference.replica``);
+Rows (the issue-9 table):
+
+- replay: events/s a ``Follower`` applies into a ``ReplicaSet`` from a FileLog (read, strict
+  decode into ``WireBatch``, cursors, native apply), against ``orjson.loads`` of the same batches
+  written as plain v1 JSON (one dict per event, one event per page) in memory; with the parts
+  (FileLog read alone, ``decode_wire`` alone, ``apply_wire`` alone) measured the same way. Two
+  streams: small steps (16 events a batch, stores of 2 pages: the issue's figure) and page-1
+  steps the size of a prefill (4 events a batch, stores of 64 chained pages);
+- apply: page-1 blocks/s into a ``ReplicaSet`` from records in memory, for v2 records (chains
+  joined, the common case) and the same batches as v1 records (one event per page): decode +
+  apply, apply alone (``WireBatch`` already decoded), and apply with a ``PrefixIndex`` attached
+  (the holder index kept in step), against the pure-Python reference replica;
 - restore: a snapshot of about ``--blocks`` page-1 blocks plus a ``--tail-batches`` tail,
-  against the v1-JSON parse of the whole log;
-- memory: RSS per replica block at page sizes 1 and 16 (token ids included);
+  against the v1-JSON parse of the whole log (and with a ``PrefixIndex`` attached);
+- wire: bytes per page-1 block stored of v2 records (chains joined) whose stores are prefills
+  of 16, 64 and 256 chained pages, beside the same batches as plain v1 JSON (the summary row is
+  the 64-page stores, the size of the prefill-steps replay stream);
+- memory: RSS per replica block at page sizes 1 and 16 (token ids included), replica alone and
+  with the holder index a ``PrefixIndex`` adds;
 - prefix: ``PrefixIndex.match`` p50/p99 of a ``--prompt-tokens`` prompt at page 16 that
-  ``--prefix-sources`` sources all hold, against the pure-Python reference;
-- lag: publish -> apply p50/p99 at ``--rate`` events/s through ``swa_es.Publisher`` (a synthetic
-  cache stands in for the tree) into a FileLog, and into Kafka with ``--kafka host:port``.
+  ``--prefix-sources`` sources all hold, against the pure-Python reference; hashing the prompt
+  alone (``chain_block_hashes``) is the same-run floor;
+- lag: publish -> apply p50/p99 at ``--rate`` events/s through ``swa_es.Publisher`` (a
+  synthetic cache stands in for the tree) into a FileLog: a follower on the writer's own log
+  (woken by each commit) and one on a ``readonly`` log of the same directory (how a follower in
+  another process tails it), each with ``fsync=batch`` (the default) and ``fsync=never``, beside
+  the ``fdatasync`` latency of the same directory measured in the same run; and into Kafka with
+  ``--kafka host:port``.
+
+Throughputs are in CPU seconds (``time.process_time``: every thread of the process, so the
+FileLog's reader thread counts) on both sides of a ratio, since the machines these run on are
+shared and the wall clock also counts other processes' turns; wall-clock figures are printed
+beside them. Latencies (prefix, lag) are wall clock.
 
 The stream is synthetic: per source, branches of pages from the root, grown, tombstoned,
 revived and trimmed at random, with real chained block hashes::
 
     .venv/bin/python bench/replica_bench.py [--blocks 1000000] [--tail-batches 1]
-        [--replay-events 300000] [--memory-blocks 1000000] [--prompt-tokens 4096]
-        [--prefix-sources 64] [--rate 50000] [--low-rate 5000] [--lag-s 5]
-        [--kafka host:port] [--json OUT]
+        [--replay-events 300000] [--apply-blocks 1000000] [--memory-blocks 1000000]
+        [--wire-blocks 100000]
+        [--prompt-tokens 4096] [--prefix-sources 64] [--rate 50000] [--low-rate 5000]
+        [--lag-s 5] [--kafka host:port] [--json OUT]
 """
 
 from __future__ import annotations
@@ -50,11 +72,12 @@ from cache.events import (
     Event,
     EventBatch,
     StateDigest,
+    WireBatch,
     batch_to_dict,
     block_hashes_of,
     chain_block_hashes,
     chain_page_digests,
-    decode_batch,
+    decode_wire,
     encode_batch,
 )
 from cache.events.reference.replica import ReferenceReplicaSet
@@ -67,6 +90,7 @@ TARGETS = {
     "apply_blocks_per_s": 5_000_000.0,
     "restore_speedup": 10.0,
     "rss_bytes_per_block": 40.0,
+    "wire_bytes_per_block": 32.0,
     "prefix_p50_us": 50.0,
     "lag_p99_ms_file": 5.0,
     "lag_p99_ms_kafka": 25.0,
@@ -212,15 +236,48 @@ def v1_event_count(payloads: list[bytes]) -> int:
     return sum(len(orjson.loads(p)["events"]) for p in payloads)
 
 
-def _v1_parse_s(payloads: list[bytes]) -> float:
-    """Seconds to ``orjson.loads`` every payload (best of 3; each result dropped at once, so
-    the collector's passes over millions of kept dicts do not slow the yardstick)."""
+@dataclass(frozen=True)
+class Timing:
+    """One measured run: wall-clock and CPU seconds (every thread of the process)."""
+
+    wall_s: float
+    cpu_s: float
+
+
+def _timed(work: Callable[[], object]) -> Timing:
+    wall, cpu = time.perf_counter(), time.process_time()
+    work()
+    return Timing(time.perf_counter() - wall, time.process_time() - cpu)
+
+
+def _best(work: Callable[[], object], repeats: int = 3) -> Timing:
+    """The fastest of ``repeats`` runs, by CPU and by wall clock separately."""
+    runs = [_timed(work) for _ in range(repeats)]
+    return Timing(min(r.wall_s for r in runs), min(r.cpu_s for r in runs))
+
+
+async def _best_async(work: Callable[[], Any], repeats: int = 3) -> Timing:
+    runs = []
+    for _ in range(repeats):
+        wall, cpu = time.perf_counter(), time.process_time()
+        await work()
+        runs.append(Timing(time.perf_counter() - wall, time.process_time() - cpu))
+    return Timing(min(r.wall_s for r in runs), min(r.cpu_s for r in runs))
+
+
+def _v1_parse(payloads: list[bytes]) -> Timing:
+    """``orjson.loads`` of every payload (best of 3; each result dropped at once, so the
+    collector's passes over millions of kept dicts do not slow the yardstick)."""
 
     def parse_all() -> None:
         for payload in payloads:
             orjson.loads(payload)
 
-    return min(_timed(parse_all) for _ in range(3))
+    return _best(parse_all)
+
+
+def _rates(count: int, timing: Timing, prefix: str) -> dict[str, float]:
+    return {f"{prefix}_per_s": count / timing.cpu_s, f"{prefix}_per_s_wall": count / timing.wall_s}
 
 
 # --- replay -----------------------------------------------------------------------------------
@@ -237,113 +294,216 @@ def _stream(
     return out
 
 
-async def bench_replay(work: Path, total_events: int) -> dict[str, Any]:
+async def bench_replay(
+    work: Path, total_events: int, *, events_per_batch: int = 16, store_pages: int = 2
+) -> dict[str, Any]:
     """Follower.catch_up events/s from a FileLog into a ReplicaSet, against orjson.loads of the
-    same batches as plain v1 JSON; apply-only blocks/s against the pure-Python reference."""
-    events_per_batch = 16
+    same batches as plain v1 JSON; and the parts of it, timed alone. Events are counted as v1
+    events (one per page of a store)."""
     sources = _sources(4, seed=1)
-    batches = _stream(sources, total_events // events_per_batch, events_per_batch, store_pages=2)
+    # about total_events v1 events: a store counts store_pages of them
+    per_batch_v1 = events_per_batch * (0.6 * store_pages + 0.4)
+    count = max(1, round(total_events / per_batch_v1))
+    batches = _stream(sources, count, events_per_batch, store_pages=store_pages)
     v1 = [v1_json(b) for b in batches]
+    v2 = [encode_batch(b) for b in batches]
     events = v1_event_count(v1)
-    async with await open_log((work / "replay-log").as_uri(), fsync="never") as log:
+    log_dir = work / f"replay-log-{events_per_batch}-{store_pages}"
+    async with await open_log(log_dir.as_uri(), fsync="never") as log:
         await _append_all(log, batches)
-        replicas = ReplicaSet()
-        follower = Follower(log, [replicas])
-        started = time.perf_counter()
-        await follower.catch_up()
-        follow_s = time.perf_counter() - started
+        last: list[ReplicaSet] = []
+
+        async def replay() -> None:
+            replicas = ReplicaSet()
+            await Follower(log, [replicas]).catch_up()
+            last[:] = [replicas]
+
+        async def read_only() -> None:
+            async for _ in log.read("beginning"):
+                pass
+
+        follow = await _best_async(replay)
+        read = await _best_async(read_only)
+    (replicas,) = last
     assert all(replicas[s.source].state_digest() == s.digest.hexdigest() for s in sources)
-    baseline_s = _v1_parse_s(v1)
-    blocks = sum(
-        len(e.block_hashes) for b in batches for e in b.events if hasattr(e, "block_hashes")
-    )
+    baseline = _v1_parse(v1)
+    decode = _best(lambda: [decode_wire(p) for p in v2])
+    wires = [decode_wire(p) for p in v2]
 
-    def apply_native() -> None:
+    def apply_all() -> None:
         fresh = ReplicaSet()
-        for batch in batches:
-            fresh.apply(batch)
+        for wire in wires:
+            fresh.apply_wire(wire)
 
-    def apply_reference() -> None:
-        fresh = ReferenceReplicaSet()
-        for batch in batches:
-            fresh.apply(batch)
-
-    apply_s = min(_timed(apply_native) for _ in range(3))
-    reference_s = _timed(apply_reference)
+    apply = _best(apply_all)
     return {
         "events": events,
-        "blocks_touched": blocks,
-        "replay_events_per_s": events / follow_s,
-        "v1_json_parse_events_per_s": events / baseline_s,
-        "replay_vs_v1_json": baseline_s / follow_s,
-        "decode_only_events_per_s": events
-        / _timed(lambda: [decode_batch(p) for p in (encode_batch(b) for b in batches)]),
-        "apply_blocks_per_s": blocks / apply_s,
-        "reference_apply_blocks_per_s": blocks / reference_s,
-        "apply_vs_reference": reference_s / apply_s,
+        "records": len(batches),
+        "v1_bytes_per_event": sum(map(len, v1)) / events,
+        "v2_bytes_per_event": sum(map(len, v2)) / events,
+        **_rates(events, follow, "replay_events"),
+        **_rates(events, baseline, "v1_json_parse_events"),
+        "replay_vs_v1_json": baseline.cpu_s / follow.cpu_s,
+        "replay_vs_v1_json_wall": baseline.wall_s / follow.wall_s,
+        "part_cpu_s": {
+            "replay": follow.cpu_s,
+            "filelog_read": read.cpu_s,
+            "decode_wire": decode.cpu_s,
+            "apply_wire": apply.cpu_s,
+            "v1_json_parse": baseline.cpu_s,
+        },
     }
 
 
-def _timed(work: Callable[[], object]) -> float:
-    started = time.perf_counter()
-    work()
-    return time.perf_counter() - started
+# --- apply ------------------------------------------------------------------------------------
+
+
+def _growth_batches(blocks: int, store_pages: int, seed: int) -> list[EventBatch]:
+    """Page-1 batches of 8 stores of ``store_pages`` chained pages each, ``blocks`` in all."""
+    (src,) = _sources(1, seed=seed)
+    batches = [src.batch(src.events(8, store_pages=store_pages, grow_only=True))]
+    while src.blocks < blocks:
+        batches.append(src.batch(src.events(8, store_pages=store_pages, grow_only=True)))
+    return batches
+
+
+def bench_apply(blocks: int) -> dict[str, Any]:
+    """Page-1 blocks/s into a ReplicaSet from records in memory: v2 (chains joined) and v1 (one
+    event per page), decode + apply, apply alone, and with a PrefixIndex attached; against the
+    pure-Python reference replica applying the same batches."""
+    batches = _growth_batches(blocks, store_pages=16, seed=6)
+    held = sum(len(e.block_hashes) for b in batches for e in b.events if hasattr(e, "block_hashes"))
+    result: dict[str, Any] = {"blocks": held, "pages_per_store": 16}
+    for version in (2, 1):
+        # v1: one event per page, as a v1 writer (or an engine bridge) sends them
+        records = [encode_batch(b) if version == 2 else v1_json(b) for b in batches]
+        wires = [decode_wire(r) for r in records]
+
+        def decode_apply(records: list[bytes] = records) -> None:
+            replicas = ReplicaSet()
+            for record in records:
+                replicas.apply_wire(decode_wire(record))
+
+        def apply_only(wires: list[WireBatch] = wires, with_index: bool = False) -> None:
+            replicas = ReplicaSet()
+            if with_index:
+                PrefixIndex(replicas)
+            for wire in wires:
+                replicas.apply_wire(wire)
+
+        tag = f"v{version}"
+        result[f"{tag}_record_bytes_per_block"] = sum(map(len, records)) / held
+        result.update(_rates(held, _best(decode_apply), f"{tag}_decode_apply_blocks"))
+        result.update(_rates(held, _best(apply_only), f"{tag}_apply_blocks"))
+        with_index = _best(lambda: apply_only(with_index=True))
+        result.update(_rates(held, with_index, f"{tag}_apply_with_prefix_index_blocks"))
+    subset = batches[: max(1, len(batches) // 20)]
+    subset_blocks = sum(
+        len(e.block_hashes) for b in subset for e in b.events if hasattr(e, "block_hashes")
+    )
+
+    def reference() -> None:
+        replicas = ReferenceReplicaSet()
+        for batch in subset:
+            replicas.apply(batch)
+
+    reference_rate = subset_blocks / _timed(reference).cpu_s
+    result["reference_apply_blocks_per_s"] = reference_rate
+    result["apply_blocks_per_s"] = result["v2_decode_apply_blocks_per_s"]
+    result["apply_vs_reference"] = result["v2_decode_apply_blocks_per_s"] / reference_rate
+    return result
 
 
 # --- restore ----------------------------------------------------------------------------------
 
 
-async def _timed_restore(log: EventLog, store: SnapshotStore | None) -> tuple[float, ReplicaSet]:
+async def _timed_restore(
+    log: EventLog, store: SnapshotStore | None, with_index: bool
+) -> tuple[Timing, ReplicaSet]:
     replicas = ReplicaSet()
+    views: list[Any] = [replicas, PrefixIndex(replicas)] if with_index else [replicas]
     # no periodic snapshots during the timed tail: the full replay (no store) writes none either
     follower = Follower(
         log,
-        [replicas],
+        views,
         snapshots=store,
         snapshot_every_batches=1 << 40,
         snapshot_every_s=1e9,
     )
-    started = time.perf_counter()
+    wall, cpu = time.perf_counter(), time.process_time()
     await follower.restore()
-    return time.perf_counter() - started, replicas
+    return Timing(time.perf_counter() - wall, time.process_time() - cpu), replicas
 
 
 async def bench_restore(work: Path, blocks: int, tail_batches: int) -> dict[str, Any]:
-    """A snapshot of ~``blocks`` blocks + a tail of ``tail_batches``, against a full replay."""
+    """A snapshot of ~``blocks`` blocks + a tail of ``tail_batches``, against the v1-JSON parse
+    of the whole log (and a full replay); also restored with a PrefixIndex attached, whose
+    holder index is rebuilt from the loaded blocks."""
     sources = _sources(4, seed=2)
     history: list[EventBatch] = []
     per_batch_blocks = 4 * 16
     for index in range(max(1, blocks // per_batch_blocks)):
         src = sources[index % len(sources)]
         history.append(src.batch(src.events(4, store_pages=16, grow_only=True)))
+    result: dict[str, Any] = {"snapshot_blocks": sum(s.blocks for s in sources)}
     async with await open_log((work / "restore-log").as_uri(), fsync="never") as log:
         await _append_all(log, history)
-        store = SnapshotStore(work / "restore-snap")
-        writer = Follower(log, [ReplicaSet()], snapshots=store)
-        await writer.catch_up()
-        snapshot_started = time.perf_counter()
-        info = await writer.snapshot()
-        snapshot_s = time.perf_counter() - snapshot_started
-        held = sum(s.blocks for s in sources)
+        stores = {}
+        for with_index in (False, True):
+            stores[with_index] = SnapshotStore(work / f"restore-snap-{int(with_index)}")
+            replicas = ReplicaSet()
+            views: list[Any] = [replicas, PrefixIndex(replicas)] if with_index else [replicas]
+            writer = Follower(log, views, snapshots=stores[with_index])
+            await writer.catch_up()
+            result["snapshot_bytes"] = (await writer.snapshot()).size_bytes
         tail = _stream(sources, tail_batches, 2, store_pages=2)
         await _append_all(log, tail)
-        restore_s, restored = await _timed_restore(log, store)
-        full_s, full = await _timed_restore(log, None)
-    baseline_s = _v1_parse_s([v1_json(b) for b in [*history, *tail]])
-    for src in sources:
-        assert full[src.source].state_digest() == src.digest.hexdigest()
-        assert restored[src.source].state_digest() == src.digest.hexdigest()
-    return {
-        "snapshot_blocks": held,
-        "snapshot_bytes": info.size_bytes,
-        "snapshot_write_s": snapshot_s,
-        "tail_batches": tail_batches,
-        "v1_json_parse_s": baseline_s,
-        "full_replay_s": full_s,
-        "restore_s": restore_s,
-        "restore_speedup": baseline_s / restore_s,
-        "restore_vs_full_replay": full_s / restore_s,
-    }
+        for with_index, store in stores.items():
+            runs = [await _timed_restore(log, store, with_index) for _ in range(3)]
+            for _, restored in runs:
+                for src in sources:
+                    assert restored[src.source].state_digest() == src.digest.hexdigest()
+            suffix = "_with_prefix_index" if with_index else ""
+            result[f"restore_cpu_s{suffix}"] = min(t.cpu_s for t, _ in runs)
+            result[f"restore_wall_s{suffix}"] = min(t.wall_s for t, _ in runs)
+        full, replayed = await _timed_restore(log, None, False)
+        for src in sources:
+            assert replayed[src.source].state_digest() == src.digest.hexdigest()
+    baseline = _v1_parse([v1_json(b) for b in [*history, *tail]])
+    result.update(
+        {
+            "tail_batches": tail_batches,
+            "v1_json_parse_cpu_s": baseline.cpu_s,
+            "v1_json_parse_wall_s": baseline.wall_s,
+            "full_replay_cpu_s": full.cpu_s,
+            "restore_speedup": baseline.cpu_s / result["restore_cpu_s"],
+            "restore_speedup_wall": baseline.wall_s / result["restore_wall_s"],
+            "restore_speedup_with_prefix_index": baseline.cpu_s
+            / result["restore_cpu_s_with_prefix_index"],
+            "restore_vs_full_replay": full.cpu_s / result["restore_cpu_s"],
+        }
+    )
+    return result
+
+
+# --- wire -------------------------------------------------------------------------------------
+
+
+def bench_wire(blocks: int) -> dict[str, Any]:
+    """Bytes per page-1 block stored, v2 (chains joined) against v1, for stores of 16, 64 and
+    256 chained pages (whole records: headers and the epoch-opening clear included)."""
+    result: dict[str, Any] = {}
+    for pages in (16, 64, 256):
+        batches = _growth_batches(blocks, store_pages=pages, seed=7)
+        held = sum(
+            len(e.block_hashes) for b in batches for e in b.events if isinstance(e, BlockStored)
+        )
+        result[f"v2_bytes_per_block_{pages}_pages"] = (
+            sum(len(encode_batch(b)) for b in batches) / held
+        )
+        result[f"v1_bytes_per_block_{pages}_pages"] = sum(len(v1_json(b)) for b in batches) / held
+    result["wire_bytes_per_block"] = result["v2_bytes_per_block_64_pages"]
+    return result
 
 
 # --- memory -----------------------------------------------------------------------------------
@@ -356,23 +516,32 @@ def _rss_bytes() -> int:
 
 def bench_memory(blocks: int) -> dict[str, Any]:
     """RSS growth per block of a ReplicaSet built from ``blocks`` blocks, page sizes 1 and 16
-    (the batches are built before the first reading, so only the replica is counted)."""
+    (the records are decoded before the first reading, so only the replica is counted); then
+    the growth when a PrefixIndex is attached (its holder index)."""
     result: dict[str, Any] = {}
     for page_size in (1, 16):
         (src,) = _sources(1, seed=3, page_size=page_size)
         batches = [src.batch(src.events(8, store_pages=64, grow_only=True))]
         while src.blocks < blocks:
             batches.append(src.batch(src.events(8, store_pages=64, grow_only=True)))
+        wires = [decode_wire(encode_batch(b)) for b in batches]
+        del batches
         before = _rss_bytes()
         replicas = ReplicaSet()
-        for batch in batches:
-            replicas.apply(batch)
+        for wire in wires:
+            replicas.apply_wire(wire)
         after = _rss_bytes()
+        PrefixIndex(replicas)
+        with_index = _rss_bytes()
         held = len(replicas[src.source])
         result[f"rss_bytes_per_block_page{page_size}"] = (after - before) / held
+        result[f"rss_bytes_per_block_page{page_size}_prefix_index"] = (with_index - after) / held
         result[f"heap_bytes_per_block_page{page_size}"] = replicas.store.heap_bytes() / held
+        result[f"heap_bytes_per_block_page{page_size}_prefix_index"] = (
+            replicas.store.prefix_index_heap_bytes() / held
+        )
         result[f"blocks_page{page_size}"] = held
-        del replicas, batches
+        del replicas, wires
     result["rss_bytes_per_block"] = result["rss_bytes_per_block_page1"]
     return result
 
@@ -380,13 +549,23 @@ def bench_memory(blocks: int) -> dict[str, Any]:
 # --- prefix -----------------------------------------------------------------------------------
 
 
+def _latencies_us(work: Callable[[], object], runs: int) -> list[float]:
+    samples = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        work()
+        samples.append((time.perf_counter() - started) * 1e6)
+    return statistics.quantiles(samples, n=100)
+
+
 def bench_prefix(prompt_tokens: int, sources: int, page_size: int = 16) -> dict[str, Any]:
-    """PrefixIndex.match latency for a prompt every source holds, against the reference."""
+    """PrefixIndex.match latency for a prompt every source holds, against the reference; hashing
+    the prompt alone is the floor."""
     prompt = [random.Random(5).randrange(1 << 16) for _ in range(prompt_tokens)]
     hashes = tuple(chain_block_hashes(b"", prompt, page_size))
     replicas, reference = ReplicaSet(), ReferenceReplicaSet()
     index = PrefixIndex(replicas)
-    meta = BatchMeta(page_size, 4 * page_size)
+    meta = BatchMeta(page_size, 4 * page_size, digest_alg=DIGEST_ALGORITHM)
     stored = BlockStored(hashes, None, tuple(prompt[: len(hashes) * page_size]), page_size)
     for number in range(sources):
         batch = EventBatch(f"w{number}", "e", 0, 0.0, (AllBlocksCleared(), stored), None, meta)
@@ -394,23 +573,17 @@ def bench_prefix(prompt_tokens: int, sources: int, page_size: int = 16) -> dict[
         reference.apply(batch)
     expected = len(hashes) * page_size
     assert all(m.full_tokens == expected for m in index.match(prompt).values())
-
-    def latencies_us(match: Callable[[], object], runs: int) -> list[float]:
-        samples = []
-        for _ in range(runs):
-            started = time.perf_counter()
-            match()
-            samples.append((time.perf_counter() - started) * 1e6)
-        return statistics.quantiles(samples, n=100)
-
-    native = latencies_us(lambda: index.match(prompt), 3000)
-    python = latencies_us(lambda: reference.match(prompt), 30)
+    assert len(index.match(prompt)) == sources
+    native = _latencies_us(lambda: index.match(prompt), 3000)
+    hashing = _latencies_us(lambda: chain_block_hashes(b"", prompt, page_size), 3000)
+    python = _latencies_us(lambda: reference.match(prompt), 30)
     return {
         "prompt_tokens": prompt_tokens,
         "page_size": page_size,
         "sources": sources,
         "prefix_p50_us": native[49],
         "prefix_p99_us": native[98],
+        "hash_prompt_p50_us": hashing[49],
         "reference_p50_us": python[49],
         "prefix_vs_reference": python[49] / native[49],
     }
@@ -473,8 +646,12 @@ async def _produce(cache: _SyntheticCache, publisher: Publisher, ticks: int) -> 
     return backpressure
 
 
-async def bench_lag(url: str, rate: float, seconds: float) -> dict[str, Any]:
-    """publish -> apply latency (batch ts to follower apply) at ``rate`` events/s."""
+async def bench_lag(
+    url: str, rate: float, seconds: float, *, readonly: bool = False
+) -> dict[str, Any]:
+    """publish -> apply latency (batch ts to follower apply) at ``rate`` events/s; ``readonly``:
+    the follower reads a second, readonly FileLog of the same directory (as a follower in
+    another process does)."""
     (src,) = _sources(1, seed=4)
     ticks = round(seconds / TICK_S)
     cache = _SyntheticCache(src, ticks, max(1, round(rate * TICK_S)))
@@ -483,7 +660,7 @@ async def bench_lag(url: str, rate: float, seconds: float) -> dict[str, Any]:
     last_seq = -1
     caught_up = anyio.Event()
 
-    def record_lag(batch: EventBatch) -> None:
+    def record_lag(batch: WireBatch) -> None:
         now = time.time()
         if now >= warmup_until:
             lags_ms.append((now - batch.ts) * 1000)
@@ -491,18 +668,24 @@ async def bench_lag(url: str, rate: float, seconds: float) -> dict[str, Any]:
             caught_up.set()
 
     async with await open_log(url) as log:
-        follower = Follower(log, [ReplicaSet()], on_applied=record_lag)
-        async with anyio.create_task_group() as tasks:
-            await tasks.start(follower.run)
-            async with Publisher(
-                cache, log, src.source, config=PublisherConfig(overflow="block")
-            ) as publisher:
-                backpressure = await _produce(cache, publisher, ticks)
-                last_seq = _last_published_seq(follower, src.source, publisher)
-                with anyio.fail_after(30):
-                    if last_seq >= 0:
-                        await caught_up.wait()
-            tasks.cancel_scope.cancel()
+        reader_url = f"{url}{'&' if '?' in url else '?'}readonly=true" if readonly else None
+        reader = await open_log(reader_url) if reader_url else log
+        try:
+            follower = Follower(reader, [ReplicaSet()], on_applied=record_lag)
+            async with anyio.create_task_group() as tasks:
+                await tasks.start(follower.run)
+                async with Publisher(
+                    cache, log, src.source, config=PublisherConfig(overflow="block")
+                ) as publisher:
+                    backpressure = await _produce(cache, publisher, ticks)
+                    last_seq = _last_published_seq(follower, src.source, publisher)
+                    with anyio.fail_after(60):
+                        if last_seq >= 0:
+                            await caught_up.wait()
+                tasks.cancel_scope.cancel()
+        finally:
+            if reader is not log:
+                await reader.close()
     quantiles = statistics.quantiles(lags_ms, n=100)
     return {
         "rate_events_per_s": rate,
@@ -518,6 +701,25 @@ def _last_published_seq(follower: Follower, source: str, publisher: Publisher) -
     last = publisher.metrics.batches_queued - 1
     cursor = follower.cursors.get(source)
     return -1 if cursor is not None and cursor.seq >= last else last
+
+
+def fdatasync_ms(directory: Path, count: int = 200, record_bytes: int = 2048) -> dict[str, float]:
+    """p50/p99 of write + fdatasync of one small record in ``directory``: what the FileLog's
+    ``batch`` policy waits for per commit on this disk, in the same run."""
+    path = directory / "fdatasync-probe"
+    samples = []
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        for _ in range(count):
+            started = time.perf_counter()
+            os.write(fd, b"x" * record_bytes)
+            os.fdatasync(fd)
+            samples.append((time.perf_counter() - started) * 1000)
+    finally:
+        os.close(fd)
+        path.unlink()
+    quantiles = statistics.quantiles(samples, n=100)
+    return {"p50_ms": quantiles[49], "p99_ms": quantiles[98]}
 
 
 # --- report -----------------------------------------------------------------------------------
@@ -537,6 +739,7 @@ def report(results: dict[str, Any]) -> list[str]:
         ("apply_blocks_per_s", True),
         ("restore_speedup", True),
         ("rss_bytes_per_block", False),
+        ("wire_bytes_per_block", False),
         ("prefix_p50_us", False),
         ("lag_p99_ms_file", False),
         ("lag_p99_ms_kafka", False),
@@ -547,18 +750,38 @@ def report(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+LAG_RUNS = (
+    # (label, fsync, readonly follower, rate flag)
+    ("lag_file", "batch", False, "rate"),
+    ("lag_file_readonly", "batch", True, "rate"),
+    ("lag_file_fsync_never", "never", False, "rate"),
+    ("lag_file_readonly_fsync_never", "never", True, "rate"),
+    ("lag_file_low_rate", "batch", False, "low_rate"),
+)
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     """Every benchmark, in one run."""
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="replica-bench-") as tmp:
         work = Path(tmp)
         results["memory"] = bench_memory(args.memory_blocks)
+        results["wire"] = bench_wire(args.wire_blocks)
+        results["apply"] = bench_apply(args.apply_blocks)
         results["replay"] = await bench_replay(work, args.replay_events)
+        # page-1 steps the size of a prefill: 4 events a batch, stores of 64 chained pages
+        results["replay_prefill_steps"] = await bench_replay(
+            work, args.replay_events, events_per_batch=4, store_pages=64
+        )
         results["restore"] = await bench_restore(work, args.blocks, args.tail_batches)
         results["prefix"] = bench_prefix(args.prompt_tokens, args.prefix_sources)
-        for label, rate in (("lag_file", args.rate), ("lag_file_low_rate", args.low_rate)):
-            lag_url = (work / f"{label}-log").as_uri()
-            results[label] = await bench_lag(lag_url, rate, args.lag_s)
+        results["fdatasync_before_lag"] = fdatasync_ms(work)
+        for label, fsync, readonly, rate in LAG_RUNS:
+            lag_url = (work / f"{label}-log").as_uri() + f"?fsync={fsync}"
+            results[label] = await bench_lag(
+                lag_url, getattr(args, rate), args.lag_s, readonly=readonly
+            )
+        results["fdatasync_after_lag"] = fdatasync_ms(work)
         if args.kafka:
             for label, rate in (("lag_kafka", args.rate), ("lag_kafka_low_rate", args.low_rate)):
                 topic = f"swa-es-replica-bench-{uuid.uuid4().hex[:8]}"
@@ -566,9 +789,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     results["machine"] = {"cpus": os.cpu_count(), "load_average_1m": os.getloadavg()[0]}
     flat = {
         "replay_vs_v1_json": results["replay"]["replay_vs_v1_json"],
-        "apply_blocks_per_s": results["replay"]["apply_blocks_per_s"],
+        "apply_blocks_per_s": results["apply"]["apply_blocks_per_s"],
         "restore_speedup": results["restore"]["restore_speedup"],
         "rss_bytes_per_block": results["memory"]["rss_bytes_per_block"],
+        "wire_bytes_per_block": results["wire"]["wire_bytes_per_block"],
         "prefix_p50_us": results["prefix"]["prefix_p50_us"],
         "lag_p99_ms_file": results["lag_file"]["lag_p99_ms"],
     }
@@ -584,7 +808,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--blocks", type=int, default=1_000_000)
     parser.add_argument("--tail-batches", type=int, default=1)
     parser.add_argument("--replay-events", type=int, default=300_000)
+    parser.add_argument("--apply-blocks", type=int, default=1_000_000)
     parser.add_argument("--memory-blocks", type=int, default=1_000_000)
+    parser.add_argument("--wire-blocks", type=int, default=100_000)
     parser.add_argument("--prompt-tokens", type=int, default=4096)
     parser.add_argument("--prefix-sources", type=int, default=64)
     parser.add_argument("--rate", type=float, default=50_000.0)

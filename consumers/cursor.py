@@ -17,7 +17,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from cache.events import AllBlocksCleared, EventBatch
+from cache.events import AllBlocksCleared, EventBatch, WireBatch
 
 
 class Verdict(enum.Enum):
@@ -49,7 +49,15 @@ class SourceCursor:
     retired: set[str] = field(default_factory=set)
 
 
-def _starts_epoch(batch: EventBatch) -> bool:
+_APPLY = Admission(Verdict.APPLY)
+_DUPLICATE = Admission(Verdict.DUPLICATE)
+_STALE = Admission(Verdict.STALE)
+_WHILE_DIVERGED = Admission(Verdict.WHILE_DIVERGED)
+
+
+def _starts_epoch(batch: EventBatch | WireBatch) -> bool:
+    if isinstance(batch, WireBatch):  # from its header and first event, read natively
+        return batch.starts_epoch
     return batch.seq == 0 and bool(batch.events) and isinstance(batch.events[0], AllBlocksCleared)
 
 
@@ -71,31 +79,33 @@ class Cursors:
         """Diverged sources and why."""
         return {s: c.diverged for s, c in self._by_source.items() if c.diverged is not None}
 
-    def admit(self, batch: EventBatch) -> Admission:
-        """Classify ``batch`` against its source's cursor and advance the cursor."""
+    def admit(self, batch: EventBatch | WireBatch) -> Admission:
+        """Classify ``batch`` against its source's cursor and advance the cursor (header fields
+        only: a ``WireBatch``'s events are never made here)."""
         cursor = self._by_source.get(batch.source)
         if cursor is None or batch.epoch != cursor.epoch:
             if cursor is not None and batch.epoch in cursor.retired:
-                return Admission(Verdict.STALE)
+                return _STALE
             return self._new_epoch(batch, cursor)
-        if batch.seq <= cursor.seq:
-            return Admission(Verdict.DUPLICATE)
+        seq = batch.seq
+        if seq <= cursor.seq:
+            return _DUPLICATE
         expected = cursor.seq + 1
-        cursor.seq = batch.seq
+        cursor.seq = seq
         if cursor.diverged is not None:
-            return Admission(Verdict.WHILE_DIVERGED)
-        if batch.seq > expected:
-            reason = f"seq gap in epoch {batch.epoch}: expected {expected}, got {batch.seq}"
+            return _WHILE_DIVERGED
+        if seq > expected:
+            reason = f"seq gap in epoch {batch.epoch}: expected {expected}, got {seq}"
             cursor.diverged = reason
             return Admission(Verdict.GAP, reason)
-        return Admission(Verdict.APPLY)
+        return _APPLY
 
-    def _new_epoch(self, batch: EventBatch, cursor: SourceCursor | None) -> Admission:
+    def _new_epoch(self, batch: EventBatch | WireBatch, cursor: SourceCursor | None) -> Admission:
         retired = set() if cursor is None else cursor.retired | {cursor.epoch}
         fresh = SourceCursor(batch.epoch, batch.seq, retired=retired)
         self._by_source[batch.source] = fresh
         if _starts_epoch(batch):
-            return Admission(Verdict.APPLY)
+            return _APPLY
         fresh.diverged = (
             f"epoch {batch.epoch} begins at seq {batch.seq} without AllBlocksCleared at seq 0"
         )

@@ -1,7 +1,10 @@
 """The follower: reads a log of event batches and keeps its views in step with the primaries.
 
-It decodes every record strictly, admits batches through per-source cursors
-(``consumers.cursor``), applies admitted batches to every view, checks in-band digests and
+It decodes every record strictly into a ``WireBatch`` (held natively: header fields as
+attributes, no Python object per event), admits batches through per-source cursors
+(``consumers.cursor``, header fields only), applies admitted batches to every view (a view with
+``apply_wire``, like ``ReplicaSet`` and ``Stats``, reads the record natively; any other view gets
+the ``EventBatch``, its events made once per batch only then), checks in-band digests and
 marks a source diverged whenever its stream cannot be trusted (gap, bad epoch start, digest
 mismatch, an event naming an unknown block). Nothing it reads can crash it: undecodable
 records are counted, logged with their position and skipped.
@@ -19,14 +22,20 @@ from collections.abc import Callable, Sequence
 import anyio
 from anyio.abc import TaskStatus
 
-from cache.events import DEFAULT_MAX_RECORD_BYTES, DecodeError, EventBatch, decode_batch
+from cache.events import (
+    DEFAULT_MAX_RECORD_BYTES,
+    DecodeError,
+    EventBatch,
+    WireBatch,
+    decode_wire,
+)
 from consumers.cursor import Cursors, Verdict
 from consumers.errors import ConsumerError, ViewConsistencyError, ViewStateError
 from consumers.metrics import FollowerMetrics
 from consumers.progress import ADVANCE_EVERY_RECORDS, LoggedProgress, ReplayProgress
 from consumers.snapshot_store import Snapshot, SnapshotInfo, SnapshotStore
 from consumers.views.replica import ReplicaSet
-from consumers.views.view import DigestView, View
+from consumers.views.view import DigestView, View, WireView
 from log import EventLog, LogUnavailableError, Position, Record, StartAt
 
 logger = logging.getLogger(__name__)
@@ -53,8 +62,8 @@ class Follower:
     snapshot is written every ``snapshot_every_batches`` applied batches or every
     ``snapshot_every_s`` seconds (when something was applied), keeping the store's ``keep``
     newest (``keep_snapshots`` overrides it). ``progress`` is told how a replay (``restore``,
-    ``catch_up``) advances (default: log lines). ``on_applied`` is called after each applied
-    batch (for measurements).
+    ``catch_up``) advances (default: log lines). ``on_applied`` is called with each applied
+    batch (as its ``WireBatch``; for measurements).
     """
 
     def __init__(
@@ -69,7 +78,7 @@ class Follower:
         max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
         lag_refresh_s: float = 1.0,
         progress: ReplayProgress | None = None,
-        on_applied: Callable[[EventBatch], None] | None = None,
+        on_applied: Callable[[WireBatch], None] | None = None,
     ) -> None:
         _check_views(views)
         if snapshot_every_batches < 1 or not snapshot_every_s > 0:
@@ -82,6 +91,10 @@ class Follower:
         self.metrics = FollowerMetrics()
         self.cursors = Cursors()
         self._digest_views = [v for v in self.views if isinstance(v, DigestView)]
+        # per view: its apply_wire, or None when it takes the EventBatch
+        self._appliers = [
+            (view, view.apply_wire if isinstance(view, WireView) else None) for view in self.views
+        ]
         self._snapshot_every_batches = snapshot_every_batches
         self._snapshot_every_s = snapshot_every_s
         self._max_record_bytes = max_record_bytes
@@ -113,7 +126,7 @@ class Follower:
         metrics.records_read += 1
         self._offsets[record.partition] = record.offset + 1
         try:
-            batch = decode_batch(record.payload, max_record_bytes=self._max_record_bytes)
+            batch = decode_wire(record.payload, max_record_bytes=self._max_record_bytes)
         except DecodeError as exc:
             metrics.undecodable += 1
             logger.warning(
@@ -141,16 +154,22 @@ class Follower:
                 metrics.bad_epoch_starts += 1
                 self._diverge(batch.source, admission.reason)
 
-    def _apply(self, batch: EventBatch) -> None:
+    def _apply(self, batch: WireBatch) -> None:
         failure: ViewConsistencyError | None = None
-        for view in self.views:
+        events: EventBatch | None = None
+        for view, apply_wire in self._appliers:
             try:
-                view.apply(batch)
+                if apply_wire is not None:
+                    apply_wire(batch)
+                else:
+                    if events is None:
+                        events = batch.to_batch()
+                    view.apply(events)
             except ViewConsistencyError as exc:
                 failure = failure or exc
         metrics = self.metrics
         metrics.batches_applied += 1
-        metrics.events_applied += len(batch.events)
+        metrics.events_applied += batch.event_count
         metrics.lag_s = max(0.0, time.time() - batch.ts)
         self._batches_since_snapshot += 1
         if failure is not None:
@@ -163,7 +182,7 @@ class Follower:
         if self._on_applied is not None:
             self._on_applied(batch)
 
-    def _check_digest(self, batch: EventBatch, expected: str) -> None:
+    def _check_digest(self, batch: WireBatch, expected: str) -> None:
         held = [view.source_digest(batch.source) for view in self._digest_views]
         known = [digest for digest in held if digest is not None]
         if not known:

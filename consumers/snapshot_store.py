@@ -113,25 +113,41 @@ def read_info(path: Path) -> SnapshotInfo:
     return _info(path, raw, path.stat().st_size)
 
 
+def _view_sizes(path: Path, views: object) -> list[tuple[str, int]]:
+    if type(views) is not list or not all(
+        type(v) is list and len(v) == 2 and type(v[0]) is str and type(v[1]) is int and v[1] >= 0
+        for v in views
+    ):
+        raise SnapshotError(str(path), "manifest lists its views wrongly")
+    return [(name, size) for name, size in views]
+
+
 def read_snapshot(path: Path) -> Snapshot:
-    """Read and fully check a snapshot file (blocking); ``SnapshotError`` when bad."""
-    data = path.read_bytes()
-    if len(data) < _HEAD.size + _CRC.size:
-        raise SnapshotError(str(path), "truncated file")
-    (body_crc,) = _CRC.unpack(data[-_CRC.size :])
-    body = memoryview(data)[: -_CRC.size]
-    length = _HEAD.unpack(data[: _HEAD.size])[2]
-    raw = _parse_manifest(path, data[: _HEAD.size], data[_HEAD.size : _HEAD.size + length])
-    if crc32c.crc32c(body) != body_crc:
+    """Read and fully check a snapshot file (blocking); ``SnapshotError`` when bad.
+
+    Each view is read straight into its own bytes (no copy of the whole file), the checksum
+    computed as the parts arrive; nothing is returned unless the whole file checks out."""
+    with path.open("rb") as handle:
+        file_size = os.fstat(handle.fileno()).st_size
+        head = handle.read(_HEAD.size)
+        if len(head) < _HEAD.size or file_size < _HEAD.size + _CRC.size:
+            raise SnapshotError(str(path), "truncated file")
+        length = _HEAD.unpack(head)[2]
+        manifest = handle.read(length)
+        raw = _parse_manifest(path, head, manifest)
+        crc = crc32c.crc32c(manifest, crc32c.crc32c(head))
+        sizes = _view_sizes(path, raw["views"])
+        if _HEAD.size + length + sum(size for _, size in sizes) + _CRC.size != file_size:
+            raise SnapshotError(str(path), "view sizes do not add up to the file size")
+        views: dict[str, bytes] = {}
+        for name, size in sizes:
+            blob = handle.read(size)
+            crc = crc32c.crc32c(blob, crc)
+            views[name] = blob
+        (body_crc,) = _CRC.unpack(handle.read(_CRC.size))
+    if crc != body_crc:
         raise SnapshotError(str(path), "checksum mismatch")
-    views: dict[str, bytes] = {}
-    offset = _HEAD.size + length
-    for name, size in raw["views"]:
-        views[str(name)] = bytes(body[offset : offset + int(size)])
-        offset += int(size)
-    if offset != len(body):
-        raise SnapshotError(str(path), "view sizes do not add up to the file size")
-    return Snapshot(_info(path, raw, len(data)), raw.get("cursors"), views)
+    return Snapshot(_info(path, raw, file_size), raw.get("cursors"), views)
 
 
 def _fsync_dir(directory: Path) -> None:

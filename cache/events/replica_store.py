@@ -1,10 +1,13 @@
 """The native replica block store, typed: every source's blocks in compact arrays.
 
-``ReplicaStore`` (from the native core) applies batches to per-source block tables, answers
-residency and block lookups, keeps each source's state digest, writes and loads its whole state
-as checksummed bytes, and matches a prompt against every source in one walk. Consumers reach it
+``ReplicaStore`` (from the native core) applies batches to per-source block tables (decoded
+records straight from their ``WireBatch``, with no Python object per event), answers residency
+and block lookups, keeps each source's state digest, writes and loads its whole state as
+checksummed bytes, and matches a prompt against every source in one walk (through a holder
+index, block hash -> sources, kept once ``enable_prefix_index`` is called). Consumers reach it
 through this module (never ``cache.events._native``); ``consumers.views`` wraps it in the public
-``ReplicaSet`` / ``PrefixIndex`` API. The pure-Python twin is ``cache.events.reference.replica``.
+``ReplicaSet`` / ``PrefixIndex`` / ``Stats`` API. The pure-Python twin is
+``cache.events.reference.replica``.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from cache.events import _native
+from cache.events.codec import WireBatch
 
 ReplicaStore = _native.ReplicaStore
 
@@ -33,6 +37,12 @@ class ReplicaSnapshotError(ValueError):
         super().__init__(f"bad replica snapshot: {reason}")
 
 
+def wire_churn(wire: WireBatch) -> tuple[int, int, int, int, int]:
+    """What one decoded record does, counted natively without making its events: (blocks
+    stored, blocks removed, blocks tombstoned, blocks restored, ``AllBlocksCleared`` events)."""
+    return _native.wire_churn(wire)
+
+
 def swa_usable_prefix(
     segments: Sequence[tuple[int, bool]], sliding_window_size: int
 ) -> tuple[int, int]:
@@ -46,4 +56,5 @@ __all__ = [
     "ReplicaSnapshotError",
     "ReplicaStore",
     "swa_usable_prefix",
+    "wire_churn",
 ]

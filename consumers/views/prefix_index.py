@@ -2,10 +2,12 @@
 
 ``match`` runs in the native core, in one walk of the request for all sources: it hashes the
 request's pages once per page size (the same chained hashes the primaries put in their events),
-lazily, and looks each page up in every source that still holds the chain so far. Per source it
-reports the longest held prefix and the longest one usable under the SWA rule (the rule of
-``cache.events.swa_rule``, the tree's own; the core's twin is held equal to it by a differential
-test), so the usable length is what that source's own ``match_prefix`` would return.
+lazily, and looks each page up once in a holder index (block hash -> the sources holding it, and
+which of them hold it as a tombstone) that the ``ReplicaSet``'s store keeps in step with every
+batch once a ``PrefixIndex`` reads it. Per source it reports the longest held prefix and the
+longest one usable under the SWA rule (the rule of ``cache.events.swa_rule``, the tree's own;
+the core's twin is held equal to it by a differential test), so the usable length is what that
+source's own ``match_prefix`` would return. The result objects are made natively too.
 
 Unknown is never a guess: a diverged source (or one whose meta is missing) is reported with
 ``PrefixMatch.unknown()`` (both lengths None); a source whose stream carries no tombstone events
@@ -18,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cache.events import EventBatch
+from cache.events import EventBatch, WireBatch
 from consumers.errors import ViewStateError
 from consumers.views.replica import ReplicaSet
 
@@ -53,6 +55,7 @@ class PrefixIndex:
     def __init__(self, replicas: ReplicaSet, *, name: str = "prefix_index") -> None:
         self._name = name
         self._replicas = replicas
+        replicas.enable_prefix_index()
 
     @property
     def name(self) -> str:
@@ -65,6 +68,9 @@ class PrefixIndex:
         return self._replicas
 
     def apply(self, batch: EventBatch) -> None:
+        """Nothing to do: the ``ReplicaSet`` applies the batch."""
+
+    def apply_wire(self, batch: WireBatch) -> None:
         """Nothing to do: the ``ReplicaSet`` applies the batch."""
 
     def mark_diverged(self, source: str, reason: str) -> None:
@@ -83,5 +89,4 @@ class PrefixIndex:
         self, token_ids: Sequence[int], extra_key: str | None = None
     ) -> dict[str, PrefixMatch]:
         """Per source, the held and the SWA-usable prefix lengths of ``token_ids``."""
-        rows = self._replicas.store.match_prefix(token_ids, extra_key)
-        return {source: PrefixMatch(held, usable) for source, held, usable in rows}
+        return self._replicas.store.match_into(token_ids, extra_key, PrefixMatch)

@@ -2,10 +2,13 @@
 
 The blocks live in the native core (``cache.events.replica_store.ReplicaStore``): per source,
 compact arrays indexed by slot (hash, parent slot, child count and tombstone flag, token ids) and
-an open-addressing index from block hash to slot, about 30 bytes per page-1 block. Batches are
-applied there without a Python object per event, and a snapshot is one checksummed bulk copy of
-the arrays. ``ReplicaSet`` and ``ReplicaTree`` are the Python face; the pure-Python twin that
-tests hold them equal to is ``cache.events.reference.replica``.
+an ordered open-addressing index from block hash to slot, about 32 bytes per page-1 block. A
+follower hands decoded records over as ``WireBatch`` (``apply_wire``): the store reads them
+natively, with no Python object per event. A snapshot is one checksummed bulk copy of the
+arrays. When a ``PrefixIndex`` reads the set, the store also keeps a holder index (block hash ->
+the sources holding it; about 18 bytes per distinct page-1 block). ``ReplicaSet`` and
+``ReplicaTree`` are the Python face; the pure-Python twin that tests hold them equal to is
+``cache.events.reference.replica``.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from cache.events import DIGEST_ALGORITHM, Event, EventBatch
+from cache.events import DIGEST_ALGORITHM, Event, EventBatch, WireBatch
 from cache.events.replica_store import (
     ReplicaConsistencyError,
     ReplicaSnapshotError,
@@ -255,6 +258,20 @@ class ReplicaSet:
         except ReplicaConsistencyError as exc:
             raise _consistency(exc) from None
 
+    def apply_wire(self, batch: WireBatch) -> None:
+        """``apply`` for a decoded record, read natively (no Python object per event)."""
+        if batch.meta is not None:
+            self.set_meta(batch.source, batch.meta)
+        try:
+            self._store.apply_wire(batch)
+        except ReplicaConsistencyError as exc:
+            raise _consistency(exc) from None
+
+    def enable_prefix_index(self) -> None:
+        """Keep the holder index that prefix matching reads from now on (``PrefixIndex`` calls
+        this); it survives ``load``."""
+        self._store.enable_prefix_index()
+
     def mark_diverged(self, source: str, reason: str) -> None:
         """Mark ``source``'s replica diverged until it is cleared by a resync."""
         self._store.mark_diverged(source, reason)
@@ -276,6 +293,8 @@ class ReplicaSet:
         """Replace every replica with the ones ``snapshot`` wrote; ``ViewStateError`` (and no
         change) when ``data`` is not such a snapshot."""
         store = ReplicaStore()
+        if self._store.prefix_index_enabled():
+            store.enable_prefix_index()  # rebuilt from the loaded blocks
         try:
             store.load(data)
         except ReplicaSnapshotError as exc:

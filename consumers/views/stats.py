@@ -18,7 +18,9 @@ from cache.events import (
     BlockSWAEvicted,
     BlockSWARestored,
     EventBatch,
+    WireBatch,
 )
+from cache.events.replica_store import wire_churn
 from consumers.errors import ViewStateError
 from consumers.views.replica import ReplicaSet
 
@@ -49,6 +51,16 @@ class Churn:
                     self.swa_restored += len(event.block_hashes)
                 case AllBlocksCleared():
                     self.cleared += 1
+
+    def count_wire(self, batch: WireBatch) -> None:
+        """Add the events of a decoded record, counted natively (its events are not made)."""
+        stored, removed, swa_evicted, swa_restored, cleared = wire_churn(batch)
+        self.batches += 1
+        self.stored += stored
+        self.removed += removed
+        self.swa_evicted += swa_evicted
+        self.swa_restored += swa_restored
+        self.cleared += cleared
 
 
 _CHURN_FIELDS = frozenset(f.name for f in fields(Churn))
@@ -99,6 +111,13 @@ class Stats:
     def apply(self, batch: EventBatch) -> None:
         """Count one batch."""
         self._churn.setdefault(batch.source, Churn()).count(batch)
+
+    def apply_wire(self, batch: WireBatch) -> None:
+        """Count one decoded record without making its events."""
+        churn = self._churn.get(batch.source)
+        if churn is None:
+            churn = self._churn[batch.source] = Churn()
+        churn.count_wire(batch)
 
     def mark_diverged(self, source: str, reason: str) -> None:
         """Nothing to do: the ``ReplicaSet`` records the divergence and ``get`` reads it."""

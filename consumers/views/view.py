@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from cache.events import EventBatch
+from cache.events import EventBatch, WireBatch
 
 
 @runtime_checkable
@@ -41,4 +41,15 @@ class DigestView(Protocol):
 
     def source_digest(self, source: str) -> str | None:
         """The digest of ``source``'s state as this view holds it (None: source unknown)."""
+        ...
+
+
+@runtime_checkable
+class WireView(Protocol):
+    """A view that applies a decoded record as it is held natively (``WireBatch``), without a
+    Python object per event. The follower gives such a view the ``WireBatch`` and every other
+    view the ``EventBatch`` (its events made once, only when some view needs them)."""
+
+    def apply_wire(self, batch: WireBatch) -> None:
+        """``apply`` for a ``WireBatch``: same effect, same errors."""
         ...

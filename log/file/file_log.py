@@ -38,6 +38,8 @@ logger = logging.getLogger(__name__)
 
 _UNBOUNDED = 2**62
 _READ_BATCH_RECORDS = 1024
+_FIRST_POLL_S = 0.0005
+"""A readonly reader's first wait after records arrived (it doubles while none come)."""
 
 
 def _commit_limits(config: FileLogConfig) -> CommitLimits:
@@ -207,6 +209,7 @@ class FileLog(ClosesOnExit):
         self._check_open()
         stop = None if follow else (await self.end()).get(0)
         cursor = SegmentCursor(self.directory, await self._start_offset(start))
+        empty_polls = 0
         try:
             while True:
                 limit = self._visible_end(stop)
@@ -216,10 +219,13 @@ class FileLog(ClosesOnExit):
                 self._check_open()
                 for record in records:
                     yield record
-                if not records:
-                    if not follow:
-                        return
-                    await self._wait_for_more(limit)
+                if records:
+                    empty_polls = 0
+                    continue
+                if not follow:
+                    return
+                await self._wait_for_more(limit, empty_polls)
+                empty_polls += 1
         finally:
             cursor.close()
 
@@ -238,9 +244,13 @@ class FileLog(ClosesOnExit):
         end = self._committer.committed_end
         return end if stop is None else min(end, stop)
 
-    async def _wait_for_more(self, seen_limit: int | None) -> None:
+    async def _wait_for_more(self, seen_limit: int | None, empty_polls: int) -> None:
         if self._committer is None:
-            await anyio.sleep(self.config.poll_interval_s)
+            # A reader in another process than the writer polls. Right after records arrived it
+            # looks again soon (a writer that just wrote is likely to write again), then backs
+            # off, doubling the wait up to poll_interval_s while nothing comes.
+            backoff_s = _FIRST_POLL_S * 2 ** min(empty_polls, 30)
+            await anyio.sleep(min(backoff_s, self.config.poll_interval_s))
         elif self._committer.committed_end == seen_limit:
             await self._committer.wait_committed()
         self._check_open()

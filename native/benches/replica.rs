@@ -7,6 +7,15 @@
 
 use std::time::Instant;
 
+/// Seconds this thread has run on a CPU (from /proc/thread-self/schedstat, in ns): on a shared,
+/// overloaded machine the wall clock also counts the time other processes held the core.
+fn cpu_s() -> f64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|text| text.split_whitespace().next()?.parse::<f64>().ok())
+        .map_or(f64::NAN, |ns| ns / 1e9)
+}
+
 use swa_es_native::digest::mix64;
 use swa_es_native::events::{Event, Stored};
 use swa_es_native::hashing::{block_hash, chain_page_digests};
@@ -62,8 +71,45 @@ fn page1_events(chains: usize, pages: usize, per_event: usize) -> Vec<Event> {
     events
 }
 
-fn bench_apply(blocks: usize, per_event: usize) -> ReplicaStore {
-    let events = page1_events(blocks / 4096, 4096, per_event);
+/// Page-1 stores of `per_event` chained pages each, each under a random earlier block (or the
+/// root): the branches of a radix tree grown by many requests, every lookup a cache miss.
+fn page1_branches(blocks: usize, per_event: usize) -> Vec<Event> {
+    let mut seed = 7u64;
+    let mut next = || {
+        seed += 1;
+        mix64(seed)
+    };
+    let mut held: Vec<i64> = Vec::with_capacity(blocks);
+    let mut events = Vec::new();
+    while held.len() < blocks {
+        let parent = match next() % 8 {
+            0 => None,
+            _ if held.is_empty() => None,
+            roll => Some(held[(roll.wrapping_mul(next()) % held.len() as u64) as usize]),
+        };
+        let hashes: Vec<i64> = (0..per_event).map(|_| next() as i64).collect();
+        held.extend(&hashes);
+        events.push(Event::Stored(Stored {
+            tokens: hashes.iter().map(|&h| h as u32).collect(),
+            hashes,
+            parent,
+            block_size: 1,
+            lora_id: None,
+            medium: None,
+        }));
+    }
+    events
+}
+
+fn bench_apply(blocks: usize, per_event: usize, holders: bool) -> ReplicaStore {
+    bench_apply_events(
+        page1_events(blocks / 4096, 4096, per_event),
+        &format!("one chain, {per_event} per event"),
+        holders,
+    )
+}
+
+fn bench_apply_events(events: Vec<Event>, what: &str, holders: bool) -> ReplicaStore {
     let total: usize = events
         .iter()
         .map(|e| match e {
@@ -72,37 +118,56 @@ fn bench_apply(blocks: usize, per_event: usize) -> ReplicaStore {
         })
         .sum();
     let mut best = f64::MAX;
+    let mut best_cpu = f64::MAX;
     let mut kept = ReplicaStore::new();
     for _ in 0..3 {
         let mut store = ReplicaStore::new();
         store.replica_mut("w").meta = Some(meta(1));
+        if holders {
+            store.enable_holders();
+        }
         let started = Instant::now();
+        let started_cpu = cpu_s();
         store.apply_events("w", &events).unwrap();
         best = best.min(started.elapsed().as_secs_f64());
+        best_cpu = best_cpu.min(cpu_s() - started_cpu);
         kept = store;
     }
     println!(
-        "apply {total} page-1 blocks, {per_event} per event: {:.1} M blocks/s, {:.1} heap B/block",
+        "apply {total} page-1 blocks, {what}{}: {:.1} M blocks/s wall, {:.1} \
+         M/s cpu, {:.1} heap B/block (+{:.1} holder index)",
+        if holders { ", holder index kept" } else { "" },
         total as f64 / best / 1e6,
-        kept.heap_bytes() as f64 / total as f64
+        total as f64 / best_cpu / 1e6,
+        kept.heap_bytes() as f64 / total as f64,
+        kept.holders_heap_bytes() as f64 / total as f64
     );
     kept
 }
 
 fn bench_snapshot(store: &ReplicaStore) {
     let blocks = store.replicas()[0].blocks.len();
-    let started = Instant::now();
-    let bytes = replica::to_bytes(store);
-    let write_s = started.elapsed().as_secs_f64();
-    let started = Instant::now();
-    let loaded = replica::from_bytes(&bytes).unwrap();
-    let read_s = started.elapsed().as_secs_f64();
-    assert_eq!(loaded.replicas()[0].blocks.len(), blocks);
+    let (mut write_s, mut read_s, mut holders_s) = (f64::MAX, f64::MAX, f64::MAX);
+    let mut bytes = Vec::new();
+    for _ in 0..5 {
+        let started = cpu_s();
+        bytes = replica::to_bytes(store);
+        write_s = write_s.min(cpu_s() - started);
+        let started = cpu_s();
+        let mut loaded = replica::from_bytes(&bytes).unwrap();
+        read_s = read_s.min(cpu_s() - started);
+        assert_eq!(loaded.replicas()[0].blocks.len(), blocks);
+        let started = cpu_s();
+        loaded.enable_holders();
+        holders_s = holders_s.min(cpu_s() - started);
+    }
     println!(
-        "snapshot {blocks} blocks: {} MB, to_bytes {:.1} ms, from_bytes {:.1} ms",
+        "snapshot {blocks} blocks: {} MB, to_bytes {:.1} ms, from_bytes {:.1} ms, holder index \
+         build {:.1} ms (cpu, best of 5)",
         bytes.len() / 1_000_000,
         write_s * 1e3,
-        read_s * 1e3
+        read_s * 1e3,
+        holders_s * 1e3
     );
 }
 
@@ -127,9 +192,10 @@ fn bench_prefix(sources: usize, prompt_tokens: usize, page_size: usize) {
         store.apply_events(&name, &[event]).unwrap();
     }
     let mut samples = Vec::new();
+    store.enable_holders();
     for _ in 0..2000 {
         let started = Instant::now();
-        let answers = replica::match_prefix(&store, &[], &prompt);
+        let answers = store.match_prefix(&[], &prompt);
         samples.push(started.elapsed().as_secs_f64() * 1e6);
         assert_eq!(answers.len(), sources);
     }
@@ -148,9 +214,30 @@ fn bench_prefix(sources: usize, prompt_tokens: usize, page_size: usize) {
 }
 
 fn main() {
-    let store = bench_apply(1 << 20, 1);
-    bench_apply(1 << 20, 64);
-    bench_snapshot(&store);
-    bench_prefix(64, 4096, 16);
-    bench_prefix(1, 4096, 16);
+    // `cargo bench --bench replica -- apply` runs only the benchmarks whose name contains "apply"
+    let filter: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let wanted = |name: &str| filter.is_empty() || filter.iter().any(|f| name.contains(f.as_str()));
+    if wanted("apply") {
+        bench_apply(1 << 20, 1, false);
+        bench_apply(1 << 20, 64, false);
+        bench_apply(1 << 20, 1, true);
+        bench_apply(1 << 20, 64, true);
+    }
+    if wanted("apply") || wanted("branches") {
+        for (per_event, holders) in [(1, false), (16, false), (16, true)] {
+            let events = page1_branches(1 << 20, per_event);
+            let what = format!("random branches, {per_event} per event");
+            bench_apply_events(events, &what, holders);
+        }
+    }
+    if wanted("snapshot") {
+        bench_snapshot(&bench_apply(1 << 20, 64, false));
+    }
+    if wanted("prefix") {
+        bench_prefix(64, 4096, 16);
+        bench_prefix(1, 4096, 16);
+    }
 }

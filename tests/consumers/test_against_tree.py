@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("cache.tree.radix_cache")
+pytest.importorskip("cache.tree")
 
 import torch
 

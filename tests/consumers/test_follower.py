@@ -8,7 +8,7 @@ import anyio
 import orjson
 import pytest
 
-from cache.events import BatchMeta, BlockStored, EventBatch, encode_batch
+from cache.events import BatchMeta, BlockStored, EventBatch, WireBatch, encode_batch
 from consumers import (
     Follower,
     PrefixIndex,
@@ -235,7 +235,7 @@ async def test_run_applies_live_records(event_log: EventLog) -> None:
     replicas = ReplicaSet()
     applied = anyio.Event()
 
-    def note(batch: EventBatch) -> None:
+    def note(batch: WireBatch) -> None:
         if batch.seq == 2:
             applied.set()
 

@@ -3,12 +3,14 @@
 //! (`ReplicaConsistencyError(source, reason)`, `ReplicaSnapshotError(reason)`); bad arguments
 //! raise ValueError.
 
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBytes, PyTuple, PyType};
+use pyo3::types::{PyBytes, PyDict, PyInt, PyList, PyString, PyTuple, PyType};
 
+use super::codec::WireBatch;
 use super::hashing::tokens_u32;
 use crate::events::{Event, Stored};
 use crate::hashing::namespace_prior;
@@ -114,11 +116,126 @@ fn event_from_py(
     )))
 }
 
+/// The error for a token id that is not an int, or outside [0, 2**32).
+fn bad_token(item: &Bound<'_, PyAny>) -> PyErr {
+    match item.extract::<i64>() {
+        Ok(token) => PyValueError::new_err(format!("token id {token} outside [0, 2**32)")),
+        Err(_) if item.is_instance_of::<PyInt>() => {
+            PyValueError::new_err(format!("token id {item} outside [0, 2**32)"))
+        }
+        Err(_) => PyTypeError::new_err(format!(
+            "token ids must be ints, got {}",
+            item.get_type()
+                .name()
+                .map_or_else(|_| "?".into(), |n| n.to_string())
+        )),
+    }
+}
+
+/// Token ids of a prompt as u32 (TypeError for a non-int, ValueError for an id outside
+/// [0, 2**32)). A list is read in place, one C call per item; any other sequence through its
+/// iterator.
+fn prompt_tokens(token_ids: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
+    let Ok(list) = token_ids.cast::<PyList>() else {
+        return token_ids
+            .try_iter()?
+            .map(|item| {
+                let item = item?;
+                item.extract::<u32>().map_err(|_| bad_token(&item))
+            })
+            .collect();
+    };
+    let mut tokens = Vec::with_capacity(list.len());
+    let py = list.py();
+    let mut at = 0;
+    while at < list.len() {
+        // SAFETY: `list` is a live list (a `Bound` keeps it alive and proves the GIL is held)
+        // and `at` is below its length, read just before. The item is a borrowed reference,
+        // valid while the list holds it: nothing runs Python code while it is used (only an
+        // exact int is read in place; anything else is first turned into an owned `Bound`).
+        let item = unsafe { ffi::PyList_GetItem(list.as_ptr(), at as ffi::Py_ssize_t) };
+        if item.is_null() {
+            return Err(PyErr::fetch(py));
+        }
+        // SAFETY: `item` is non-null and points to a live object (see above).
+        let exact_int = unsafe { ffi::PyLong_CheckExact(item) } != 0;
+        if exact_int {
+            // SAFETY: an exact int: PyLong_AsLongLong reads its value and runs no Python code;
+            // on overflow it returns -1 with an exception set, which is cleared below.
+            let value = unsafe { ffi::PyLong_AsLongLong(item) };
+            if let Ok(token) = u32::try_from(value) {
+                tokens.push(token);
+                at += 1;
+                continue;
+            }
+            let _ = PyErr::take(py);
+        }
+        // the slow path: an owned reference, then the general conversion and its errors
+        let item = list.get_item(at)?;
+        tokens.push(item.extract::<u32>().map_err(|_| bad_token(&item))?);
+        at += 1;
+    }
+    Ok(tokens)
+}
+
+/// Set attribute `name` of an instance just made by `object.__new__` as `object.__setattr__`
+/// does (a frozen dataclass refuses its own `__setattr__`; its `__init__` goes around it the
+/// same way).
+fn set_slot(
+    instance: &Bound<'_, PyAny>,
+    name: &Bound<'_, PyString>,
+    value: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    // SAFETY: the three pointers come from live `Bound` references held for the whole call, and
+    // holding a `Bound` proves the GIL is held. PyObject_GenericSetAttr borrows (never steals)
+    // its arguments and returns -1 with an exception set on failure, which `PyErr::fetch` takes.
+    let status =
+        unsafe { ffi::PyObject_GenericSetAttr(instance.as_ptr(), name.as_ptr(), value.as_ptr()) };
+    if status == 0 {
+        Ok(())
+    } else {
+        Err(PyErr::fetch(instance.py()))
+    }
+}
+
+static OBJECT_NEW: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// A `result_type` instance with `full_tokens` and `swa_tokens` set, made without running its
+/// `__init__` (its fields are exactly these two).
+fn prefix_match<'py>(
+    py: Python<'py>,
+    result_type: &Bound<'py, PyType>,
+    held: Option<u64>,
+    usable: Option<u64>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let object_new = OBJECT_NEW.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
+        Ok(py
+            .import("builtins")?
+            .getattr("object")?
+            .getattr("__new__")?
+            .unbind())
+    })?;
+    let instance = object_new.bind(py).call1((result_type,))?;
+    set_slot(
+        &instance,
+        intern!(py, "full_tokens"),
+        &held.into_pyobject(py)?,
+    )?;
+    set_slot(
+        &instance,
+        intern!(py, "swa_tokens"),
+        &usable.into_pyobject(py)?,
+    )?;
+    Ok(instance)
+}
+
 /// Every source's replica, held natively (see `crate::replica`).
 #[pyclass(module = "cache.events._native", name = "ReplicaStore")]
 #[derive(Default)]
 pub(crate) struct PyReplicaStore {
     pub(crate) store: replica::ReplicaStore,
+    /// Each source's name as a Python string, by source id (names never change).
+    names: Vec<Py<PyString>>,
 }
 
 impl PyReplicaStore {
@@ -181,6 +298,29 @@ impl PyReplicaStore {
         Ok(self.replica(source)?.meta.as_ref().map(|m| m.json.clone()))
     }
 
+    /// Apply a decoded record to its source's replica (the caller set the meta first), reading
+    /// the natively held batch: no Python object per event. Events before a failing one stay
+    /// applied.
+    fn apply_wire(&mut self, py: Python<'_>, wire: &Bound<'_, WireBatch>) -> PyResult<()> {
+        self.store
+            .apply(&wire.get().batch)
+            .map_err(|error| consistency_error(py, error))
+    }
+
+    /// Keep the holder index (block hash -> sources) that prefix matching reads, from now on.
+    fn enable_prefix_index(&mut self) {
+        self.store.enable_holders();
+    }
+
+    fn prefix_index_enabled(&self) -> bool {
+        self.store.holders().is_some()
+    }
+
+    /// Bytes the holder index holds (0 when not kept).
+    fn prefix_index_heap_bytes(&self) -> usize {
+        self.store.holders_heap_bytes()
+    }
+
     /// Apply Python events to `source`'s replica; events before a failing one stay applied.
     fn apply_events(
         &mut self,
@@ -193,8 +333,8 @@ impl PyReplicaStore {
         for event in events.try_iter()? {
             decoded.push(event_from_py(py, classes, &event?)?);
         }
-        let store = &mut self.store;
-        py.detach(|| store.apply_events(source, &decoded))
+        self.store
+            .apply_events(source, &decoded)
             .map_err(|error| consistency_error(py, error))
     }
 
@@ -203,7 +343,7 @@ impl PyReplicaStore {
     }
 
     fn clear(&mut self, source: &str) {
-        self.store.replica_mut(source).clear();
+        self.store.clear(source);
     }
 
     fn diverged(&self, source: &str) -> PyResult<Option<String>> {
@@ -280,10 +420,14 @@ impl PyReplicaStore {
 
     /// Replace every replica with the ones `snapshot` wrote; nothing changes when `data` is bad.
     fn load(&mut self, py: Python<'_>, data: &[u8]) -> PyResult<()> {
-        let loaded = py
+        let mut loaded = py
             .detach(|| replica::from_bytes(data))
             .map_err(|error| snapshot_error(py, error))?;
+        if self.store.holders().is_some() {
+            py.detach(|| loaded.enable_holders());
+        }
         self.store = loaded;
+        self.names.clear();
         Ok(())
     }
 
@@ -293,26 +437,74 @@ impl PyReplicaStore {
     #[pyo3(signature = (token_ids, extra_key=None))]
     #[allow(clippy::type_complexity)]
     fn match_prefix(
-        &self,
-        py: Python<'_>,
-        token_ids: Vec<i64>,
+        &mut self,
+        token_ids: &Bound<'_, PyAny>,
         extra_key: Option<&str>,
     ) -> PyResult<Vec<(String, Option<u64>, Option<u64>)>> {
-        let tokens = tokens_u32(&token_ids)?;
+        let tokens = prompt_tokens(token_ids)?;
         let prior = namespace_prior(extra_key);
-        let store = &self.store;
-        let answers = py.detach(|| replica::match_prefix(store, &prior, &tokens));
+        let answers = self.store.match_prefix(&prior, &tokens);
         Ok(answers
             .into_iter()
             .map(|(id, answer)| {
-                let name = store.by_id(id).name.clone();
-                match answer {
-                    Answer::Unknown => (name, None, None),
-                    Answer::Held { tokens, usable } => (name, Some(tokens), usable),
-                }
+                let name = self.store.by_id(id).name.clone();
+                let (held, usable) = held_usable(answer);
+                (name, held, usable)
             })
             .collect())
     }
+
+    /// `match_prefix` as a dict: source -> an instance of `result_type` (a class whose fields
+    /// are exactly `full_tokens` and `swa_tokens`, like `consumers.PrefixMatch`), made without
+    /// a Python call per source.
+    #[pyo3(signature = (token_ids, extra_key, result_type))]
+    fn match_into<'py>(
+        &mut self,
+        py: Python<'py>,
+        token_ids: &Bound<'py, PyAny>,
+        extra_key: Option<&str>,
+        result_type: &Bound<'py, PyType>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let tokens = prompt_tokens(token_ids)?;
+        let prior = namespace_prior(extra_key);
+        let answers = self.store.match_prefix(&prior, &tokens);
+        let replicas = self.store.replicas();
+        while self.names.len() < replicas.len() {
+            let name = &replicas[self.names.len()].name;
+            self.names.push(PyString::new(py, name).unbind());
+        }
+        let result = PyDict::new(py);
+        for (id, answer) in answers {
+            let (held, usable) = held_usable(answer);
+            let value = prefix_match(py, result_type, held, usable)?;
+            result.set_item(self.names[id as usize].bind(py), value)?;
+        }
+        Ok(result)
+    }
+}
+
+fn held_usable(answer: Answer) -> (Option<u64>, Option<u64>) {
+    match answer {
+        Answer::Unknown => (None, None),
+        Answer::Held { tokens, usable } => (Some(tokens), usable),
+    }
+}
+
+/// Per-event-type counts of a decoded record without making its events: (blocks stored,
+/// blocks removed, blocks tombstoned, blocks restored, clears).
+#[pyfunction]
+fn wire_churn(wire: &Bound<'_, WireBatch>) -> (u64, u64, u64, u64, u64) {
+    let mut counts = (0, 0, 0, 0, 0);
+    for event in &wire.get().batch.events {
+        match event {
+            Event::Stored(stored) => counts.0 += stored.hashes.len() as u64,
+            Event::Removed { hashes, .. } => counts.1 += hashes.len() as u64,
+            Event::SwaEvicted { hashes } => counts.2 += hashes.len() as u64,
+            Event::SwaRestored { hashes } => counts.3 += hashes.len() as u64,
+            Event::Cleared => counts.4 += 1,
+        }
+    }
+    counts
 }
 
 /// (segments walked, leading segments usable) of a path of (tokens, resident) segments.
@@ -324,5 +516,6 @@ fn swa_usable_prefix(segments: Vec<(u64, bool)>, sliding_window_size: u64) -> (u
 pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<PyReplicaStore>()?;
     module.add_function(wrap_pyfunction!(swa_usable_prefix, module)?)?;
+    module.add_function(wrap_pyfunction!(wire_churn, module)?)?;
     Ok(())
 }

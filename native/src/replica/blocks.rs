@@ -1,30 +1,46 @@
-//! `BlockTable`: the blocks one source holds, in parallel arrays indexed by slot.
+//! `BlockTable`: the blocks one source holds, one 16-byte record per slot.
 //!
-//! Per block: its hash (8 bytes), its parent's slot (4), its child count with the tombstone flag
-//! in the top bit (4), its page's token ids (4 per token) and one index entry (8 / load, 10 to
-//! 15 bytes): 30 to 35 bytes at page size 1. A parent is named by slot, not hash: a block with
-//! children cannot be removed, so a child's parent slot stays valid for the child's whole life.
-//! Freed slots are reused.
+//! Per block: a record of its hash (8 bytes), its parent's slot (4) and its child count with the
+//! tombstone flag in the top bit (4), its page's token ids (4 per token, in a separate array) and
+//! one index entry (8 / load, 10 to 15 bytes): 30 to 35 bytes at page size 1. The record keeps
+//! what one lookup needs in one cache line: an index hit is checked against the hash, and the
+//! residency or parent read right after is already loaded. A parent is named by slot, not hash: a
+//! block with children cannot be removed, so a child's parent slot stays valid for the child's
+//! whole life. Freed slots are reused.
 //!
 //! Every change is checked before anything is written, so an event that does not fit (unknown
 //! parent or block, a block stored twice, removing a block that still has children, a block size
 //! that differs from the meta's or the earlier one) leaves the table as it was and returns the
 //! reason, worded as the Python reference words it.
 
-use super::index::SlotIndex;
+use super::index::{mixed_top, SlotIndex};
+use super::prefetch::prefetch;
 use crate::digest::StateDigest;
 
-/// `parents[slot]` of a block at the root.
+/// `Block::parent` of a block at the root.
 pub const NO_PARENT: u32 = u32::MAX;
-/// `parents[slot]` of a free slot.
+/// `Block::parent` of a free slot.
 pub const FREE: u32 = u32::MAX - 1;
 /// The most blocks one table holds: a child count (30 bits) never overflows.
 pub const MAX_SLOTS: usize = (1 << 30) - 1;
-/// `state[slot]`: set when the block is a tombstone (its SWA KV freed).
+/// `Block::state`: set when the block is a tombstone (its SWA KV freed).
 pub const TOMBSTONE: u32 = 1 << 31;
-/// `state[slot]`: set while a removal is being checked.
+/// `Block::state`: set while a removal is being checked.
 const MARK: u32 = 1 << 30;
 const CHILDREN: u32 = MARK - 1;
+/// How many pages of a multi-page store the duplicate check prefetches ahead.
+const PREFETCH_PAGES: usize = 16;
+
+/// One slot of a table.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct Block {
+    pub hash: i64,
+    /// The parent's slot, `NO_PARENT` at the root, `FREE` for a free slot.
+    pub parent: u32,
+    /// Child count, with `TOMBSTONE` (and `MARK` while a removal is checked).
+    pub state: u32,
+}
 
 /// One block as a value (for reads).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -39,9 +55,7 @@ pub struct BlockView<'a> {
 #[derive(Clone, Debug, Default)]
 pub struct BlockTable {
     pub(crate) block_size: Option<u32>,
-    pub(crate) hashes: Vec<i64>,
-    pub(crate) parents: Vec<u32>,
-    pub(crate) state: Vec<u32>,
+    pub(crate) blocks: Vec<Block>,
     pub(crate) tokens: Vec<u32>,
     pub(crate) free: Vec<u32>,
     pub(crate) index: SlotIndex,
@@ -49,14 +63,14 @@ pub struct BlockTable {
     pub(crate) digest: StateDigest,
     /// Scratch space for the duplicate check of a multi-page store (kept to avoid allocating).
     pub(crate) scratch: Vec<i64>,
+    /// Scratch space for the slots a removal or residency change names.
+    pub(crate) slots: Vec<u32>,
 }
 
 impl PartialEq for BlockTable {
     fn eq(&self, other: &Self) -> bool {
         self.block_size == other.block_size
-            && self.hashes == other.hashes
-            && self.parents == other.parents
-            && self.state == other.state
+            && self.blocks == other.blocks
             && self.tokens == other.tokens
             && self.free == other.free
             && self.index == other.index
@@ -81,6 +95,11 @@ impl BlockTable {
         self.index.is_empty()
     }
 
+    /// Slots in use or free (the length of the record array).
+    pub fn slot_count(&self) -> usize {
+        self.blocks.len()
+    }
+
     /// Tokens per block (None until the first block arrives).
     pub fn block_size(&self) -> Option<u32> {
         self.block_size
@@ -98,41 +117,61 @@ impl BlockTable {
 
     /// Bytes of memory the arrays and the index hold (capacity, not length).
     pub fn heap_bytes(&self) -> usize {
-        self.hashes.capacity() * 8
-            + (self.parents.capacity() + self.state.capacity() + self.tokens.capacity()) * 4
-            + self.free.capacity() * 4
+        self.blocks.capacity() * std::mem::size_of::<Block>()
+            + (self.tokens.capacity() + self.free.capacity()) * 4
             + self.index.heap_bytes()
+    }
+
+    /// Hint that `block_hash` will be looked up soon: its index bucket (see `super::prefetch`).
+    #[inline]
+    pub fn prefetch(&self, block_hash: i64) {
+        self.index.prefetch(block_hash);
+    }
+
+    /// Hint that the record of `block_hash` will be read soon: finds its likely slot in the
+    /// index now (call it after `prefetch` had time to load the bucket; the record itself is not
+    /// read, so this never waits for it) and prefetches the record.
+    #[inline]
+    pub fn prefetch_block(&self, block_hash: i64) {
+        if let Some(slot) = self.index.likely_slot(block_hash) {
+            if let Some(block) = self.blocks.get(slot as usize) {
+                prefetch(block);
+            }
+        }
     }
 
     /// The slot holding `block_hash`.
     #[inline]
     pub fn slot_of(&self, block_hash: i64) -> Option<u32> {
-        let hashes = &self.hashes;
-        self.index.get(block_hash, |slot| hashes[slot as usize])
+        let blocks = &self.blocks;
+        self.index
+            .get(block_hash, |slot| blocks[slot as usize].hash)
     }
 
     /// True: held and SWA-resident; false: held as a tombstone; None: not held.
     #[inline]
     pub fn residency(&self, block_hash: i64) -> Option<bool> {
         self.slot_of(block_hash)
-            .map(|slot| self.state[slot as usize] & TOMBSTONE == 0)
+            .map(|slot| self.blocks[slot as usize].state & TOMBSTONE == 0)
     }
 
+    #[inline]
     fn parent_hash(&self, slot: u32) -> Option<i64> {
-        match self.parents[slot as usize] {
+        match self.blocks[slot as usize].parent {
             NO_PARENT => None,
-            parent => Some(self.hashes[parent as usize]),
+            parent => Some(self.blocks[parent as usize].hash),
         }
     }
 
     fn view(&self, slot: u32) -> BlockView<'_> {
         let size = self.block_size.unwrap_or(0) as usize;
         let start = slot as usize * size;
+        let block = &self.blocks[slot as usize];
         BlockView {
-            block_hash: self.hashes[slot as usize],
+            block_hash: block.hash,
             parent: self.parent_hash(slot),
             token_ids: &self.tokens[start..start + size],
-            swa_resident: self.state[slot as usize] & TOMBSTONE == 0,
+            swa_resident: block.state & TOMBSTONE == 0,
         }
     }
 
@@ -143,9 +182,48 @@ impl BlockTable {
 
     /// Every block held, in slot order.
     pub fn blocks(&self) -> impl Iterator<Item = BlockView<'_>> + '_ {
-        (0..self.parents.len() as u32)
-            .filter(|&slot| self.parents[slot as usize] != FREE)
+        (0..self.blocks.len() as u32)
+            .filter(|&slot| self.blocks[slot as usize].parent != FREE)
             .map(|slot| self.view(slot))
+    }
+
+    /// Every held block's (hash, SWA-resident), in slot order (cheaper than `blocks`).
+    pub fn hashes(&self) -> impl Iterator<Item = (i64, bool)> + '_ {
+        self.blocks
+            .iter()
+            .filter(|block| block.parent != FREE)
+            .map(|block| (block.hash, block.state & TOMBSTONE == 0))
+    }
+
+    /// Every held block's (check bits, hash, SWA-resident), in order of check bits then hash
+    /// (read in the index's order, which is already by check bits).
+    pub fn by_check_bits(&self) -> Vec<(u32, i64, bool)> {
+        let slots: Vec<u32> = self.index.slots().collect();
+        let mut out = Vec::with_capacity(slots.len());
+        for (at, &slot) in slots.iter().enumerate() {
+            if let Some(&ahead) = slots.get(at + 16) {
+                prefetch(&self.blocks[ahead as usize]);
+            }
+            let block = &self.blocks[slot as usize];
+            out.push((
+                mixed_top(block.hash),
+                block.hash,
+                block.state & TOMBSTONE == 0,
+            ));
+        }
+        // equal check bits are rare; order their run by hash
+        let mut start = 0;
+        while start < out.len() {
+            let mut end = start + 1;
+            while end < out.len() && out[end].0 == out[start].0 {
+                end += 1;
+            }
+            if end - start > 1 {
+                out[start..end].sort_unstable();
+            }
+            start = end;
+        }
+        out
     }
 
     /// Drop every block.
@@ -197,24 +275,42 @@ impl BlockTable {
                 .slot_of(parent)
                 .ok_or_else(|| format!("BlockStored names unknown parent block {parent}"))?,
         };
-        for &block_hash in hashes {
-            if self.slot_of(block_hash).is_some() {
-                return Err(format!(
-                    "BlockStored for block {block_hash}, which is already held"
-                ));
+        // Every page is (almost always) new, so every lookup misses the cache: prefetch a few
+        // pages ahead so those misses overlap; the insertions below then find the lines loaded.
+        for &block_hash in hashes.iter().take(PREFETCH_PAGES) {
+            self.index.prefetch(block_hash);
+        }
+        // Where a one-page store goes in the index (it stays valid: nothing changes the index
+        // before the insertion), so its insertion does not probe again.
+        let mut position = None;
+        for (page, &block_hash) in hashes.iter().enumerate() {
+            if let Some(&ahead) = hashes.get(page + PREFETCH_PAGES) {
+                self.index.prefetch(ahead);
+            }
+            let held = &self.blocks;
+            match self
+                .index
+                .search(block_hash, |slot| held[slot as usize].hash)
+            {
+                Ok(_) => {
+                    return Err(format!(
+                        "BlockStored for block {block_hash}, which is already held"
+                    ))
+                }
+                Err(at) => position = at.filter(|_| hashes.len() == 1),
             }
         }
         if hashes.len() > 1 && self.has_duplicates(hashes) {
             return Err("BlockStored names one block twice".to_owned());
         }
         let fresh = hashes.len().saturating_sub(self.free.len());
-        if self.parents.len() + fresh > MAX_SLOTS {
+        if self.blocks.len() + fresh > MAX_SLOTS {
             return Err(format!("a replica holds at most {MAX_SLOTS} blocks"));
         }
         // Checked: from here on nothing fails.
         self.block_size = Some(block_size);
         if parent_slot != NO_PARENT {
-            self.state[parent_slot as usize] += 1;
+            self.blocks[parent_slot as usize].state += 1;
         }
         self.index.reserve(hashes.len());
         let size = block_size as usize;
@@ -224,7 +320,10 @@ impl BlockTable {
             let children = u32::from(page + 1 < hashes.len());
             let page_tokens = &tokens[page * size..(page + 1) * size];
             let slot = self.new_slot(block_hash, previous, children, page_tokens);
-            self.index.insert(block_hash, slot);
+            match position.take() {
+                Some(at) => self.index.insert_at(at, block_hash, slot),
+                None => self.index.insert(block_hash, slot),
+            }
             self.digest.add(block_hash, previous_hash, true);
             previous = slot;
             previous_hash = Some(block_hash);
@@ -233,25 +332,32 @@ impl BlockTable {
     }
 
     fn has_duplicates(&mut self, hashes: &[i64]) -> bool {
+        if hashes.len() <= 16 {
+            return hashes
+                .iter()
+                .enumerate()
+                .any(|(at, hash)| hashes[at + 1..].contains(hash));
+        }
         self.scratch.clear();
         self.scratch.extend_from_slice(hashes);
         self.scratch.sort_unstable();
         self.scratch.windows(2).any(|pair| pair[0] == pair[1])
     }
 
-    fn new_slot(&mut self, block_hash: i64, parent: u32, children: u32, tokens: &[u32]) -> u32 {
+    fn new_slot(&mut self, hash: i64, parent: u32, children: u32, tokens: &[u32]) -> u32 {
+        let block = Block {
+            hash,
+            parent,
+            state: children,
+        };
         if let Some(slot) = self.free.pop() {
             let at = slot as usize;
-            self.hashes[at] = block_hash;
-            self.parents[at] = parent;
-            self.state[at] = children;
+            self.blocks[at] = block;
             self.tokens[at * tokens.len()..(at + 1) * tokens.len()].copy_from_slice(tokens);
             return slot;
         }
-        let slot = self.parents.len() as u32;
-        self.hashes.push(block_hash);
-        self.parents.push(parent);
-        self.state.push(children);
+        let slot = self.blocks.len() as u32;
+        self.blocks.push(block);
         self.tokens.extend_from_slice(tokens);
         slot
     }
@@ -260,51 +366,60 @@ impl BlockTable {
 
     /// Remove the blocks `hashes` (one node's pages).
     pub fn remove(&mut self, hashes: &[i64]) -> Result<(), String> {
-        let mut slots = Vec::with_capacity(hashes.len());
+        let mut slots = std::mem::take(&mut self.slots);
+        let result = self.remove_with(hashes, &mut slots);
+        slots.clear();
+        self.slots = slots;
+        result
+    }
+
+    fn remove_with(&mut self, hashes: &[i64], slots: &mut Vec<u32>) -> Result<(), String> {
+        slots.clear();
         // Mark each block as it is found; a block named twice is unknown the second time.
         for &block_hash in hashes {
             match self.slot_of(block_hash) {
-                Some(slot) if self.state[slot as usize] & MARK == 0 => {
-                    self.state[slot as usize] |= MARK;
+                Some(slot) if self.blocks[slot as usize].state & MARK == 0 => {
+                    self.blocks[slot as usize].state |= MARK;
                     slots.push(slot);
                 }
                 _ => {
-                    self.unmark(&slots);
+                    self.unmark(slots);
                     return Err(format!("BlockRemoved names unknown block {block_hash}"));
                 }
             }
         }
         // Children removed with their parent do not count against it.
-        self.uncount_marked_children(&slots, true);
+        self.uncount_marked_children(slots, true);
         if let Some(position) = slots
             .iter()
-            .position(|&slot| self.state[slot as usize] & CHILDREN != 0)
+            .position(|&slot| self.blocks[slot as usize].state & CHILDREN != 0)
         {
-            self.uncount_marked_children(&slots, false);
-            self.unmark(&slots);
+            self.uncount_marked_children(slots, false);
+            self.unmark(slots);
             return Err(format!(
                 "BlockRemoved for block {}, which still has children",
                 hashes[position]
             ));
         }
-        for &slot in &slots {
-            let at = slot as usize;
-            let block_hash = self.hashes[at];
-            let parent = self.parents[at];
-            let resident = self.state[at] & TOMBSTONE == 0;
+        for &slot in slots.iter() {
+            let block = self.blocks[slot as usize];
+            let resident = block.state & TOMBSTONE == 0;
             self.digest
-                .remove(block_hash, self.parent_hash(slot), resident);
-            if parent != NO_PARENT && self.state[parent as usize] & MARK == 0 {
-                self.state[parent as usize] -= 1;
+                .remove(block.hash, self.parent_hash(slot), resident);
+            if block.parent != NO_PARENT && self.blocks[block.parent as usize].state & MARK == 0 {
+                self.blocks[block.parent as usize].state -= 1;
             }
             self.tombstones -= u64::from(!resident);
         }
-        for &slot in &slots {
-            let hashes = &self.hashes;
+        for &slot in slots.iter() {
+            let blocks = &self.blocks;
             self.index
-                .remove(hashes[slot as usize], |s| hashes[s as usize]);
-            self.parents[slot as usize] = FREE;
-            self.state[slot as usize] = 0;
+                .remove(blocks[slot as usize].hash, |s| blocks[s as usize].hash);
+            self.blocks[slot as usize] = Block {
+                hash: 0,
+                parent: FREE,
+                state: 0,
+            };
             self.free.push(slot);
         }
         Ok(())
@@ -312,16 +427,16 @@ impl BlockTable {
 
     fn unmark(&mut self, slots: &[u32]) {
         for &slot in slots {
-            self.state[slot as usize] &= !MARK;
+            self.blocks[slot as usize].state &= !MARK;
         }
     }
 
     /// Subtract (`undo`: add back) one child from every marked parent of a marked block.
     fn uncount_marked_children(&mut self, slots: &[u32], subtract: bool) {
         for &slot in slots {
-            let parent = self.parents[slot as usize];
-            if parent != NO_PARENT && self.state[parent as usize] & MARK != 0 {
-                let state = &mut self.state[parent as usize];
+            let parent = self.blocks[slot as usize].parent;
+            if parent != NO_PARENT && self.blocks[parent as usize].state & MARK != 0 {
+                let state = &mut self.blocks[parent as usize].state;
                 *state = if subtract { *state - 1 } else { *state + 1 };
             }
         }
@@ -337,27 +452,32 @@ impl BlockTable {
         } else {
             "BlockSWAEvicted"
         };
-        let mut slots = Vec::with_capacity(hashes.len());
+        let mut slots = std::mem::take(&mut self.slots);
+        slots.clear();
         for &block_hash in hashes {
-            let slot = self
-                .slot_of(block_hash)
-                .ok_or_else(|| format!("{kind} names unknown block {block_hash}"))?;
-            slots.push(slot);
+            match self.slot_of(block_hash) {
+                Some(slot) => slots.push(slot),
+                None => {
+                    self.slots = slots;
+                    return Err(format!("{kind} names unknown block {block_hash}"));
+                }
+            }
         }
-        for slot in slots {
+        for &slot in &slots {
             let at = slot as usize;
-            if (self.state[at] & TOMBSTONE == 0) == resident {
+            if (self.blocks[at].state & TOMBSTONE == 0) == resident {
                 continue;
             }
-            self.state[at] ^= TOMBSTONE;
+            self.blocks[at].state ^= TOMBSTONE;
             self.digest
-                .set_residency(self.hashes[at], self.parent_hash(slot), resident);
+                .set_residency(self.blocks[at].hash, self.parent_hash(slot), resident);
             if resident {
                 self.tombstones -= 1;
             } else {
                 self.tombstones += 1;
             }
         }
+        self.slots = slots;
         Ok(())
     }
 }
@@ -439,7 +559,7 @@ mod tests {
         assert_eq!(table.digest(), expected);
         // freed slots are reused
         stored(&mut table, &[8, 9], Some(1)).unwrap();
-        assert_eq!(table.parents.len(), 4);
+        assert_eq!(table.slot_count(), 4);
         assert_eq!(table.block(9).unwrap().parent, Some(8));
     }
 

@@ -1,213 +1,177 @@
-//! `SlotIndex`: block hash -> slot of one source's block table, by open addressing.
+//! `SlotIndex`: block hash -> slot of one source's block table.
 //!
-//! Block hashes are already SHA-256 prefixes, so the index needs no real hash function: one
-//! multiply by an odd constant spreads any input (tests use small ints) over the top bits. Each
-//! entry is one u64, `(top 32 bits of the mixed hash) << 32 | (slot + 1)`, 0 meaning empty.
-//! The stored top bits let a probe skip a non-matching entry without touching the block table
-//! (a miss, the common case when a block is stored, reads one or two cache lines of the index
-//! only), and they give each entry's home bucket, so deletion shifts entries back without
-//! tombstones and without reading the table. The capacity grows by 3/2 or 4/3 in turn (powers of two
-//! and 1.5 times them; a bucket is `top * capacity >> 32`) and the load stays at most 4/5: 8 / load
-//! bytes per block, 10 to 15.
-//!
-//! The layout is plain data, so a snapshot copies `entries` as they are.
+//! An `OrderedTable` of u64 buckets, `(top 32 bits of the mixed hash) << 32 | (slot + 1)`, 0
+//! meaning empty (see `super::ordered` for the layout and why a miss is cheap). The stored top
+//! bits let a probe skip a non-matching bucket without touching the block table, so a lookup of
+//! a hash that is not held (the common case when a block is stored) reads the index only. At a
+//! load between 0.53 and 4/5 a block costs 10 to 15 bytes of index. The layout is plain data,
+//! so a snapshot copies the buckets as they are (`from_parts` checks them back).
 
-/// Multiplier of the mixing step (2^64 / golden ratio, odd).
-const MIX: u64 = 0x9e37_79b9_7f4a_7c15;
-const MIN_BITS: u32 = 4;
+pub use super::ordered::mixed_top;
+use super::ordered::{Bucket, OrderedTable};
 
-/// The top 32 bits of a block hash, mixed: a bucket's number and the entry's check bits.
-#[inline]
-pub fn mixed_top(block_hash: i64) -> u32 {
-    ((block_hash as u64).wrapping_mul(MIX) >> 32) as u32
-}
-
-/// An open-addressing map from block hash to slot (`u32`). The caller owns the hashes: lookups
-/// take a closure that reads a slot's hash.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SlotIndex {
-    len: usize,
-    entries: Vec<u64>,
-}
-
-impl Default for SlotIndex {
-    fn default() -> Self {
-        Self::new()
+impl Bucket for u64 {
+    #[inline]
+    fn top(&self) -> u32 {
+        (*self >> 32) as u32
     }
+
+    #[inline]
+    fn is_empty(&self) -> bool {
+        *self == 0
+    }
+}
+
+#[inline]
+fn slot_of(entry: u64) -> u32 {
+    (entry as u32).wrapping_sub(1)
+}
+
+/// A map from block hash to slot (`u32`). The caller owns the hashes: lookups take a closure
+/// that reads a slot's hash.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SlotIndex {
+    table: OrderedTable<u64>,
 }
 
 impl SlotIndex {
     /// An empty index.
     pub fn new() -> Self {
-        Self {
-            len: 0,
-            entries: vec![0; 1 << MIN_BITS],
-        }
+        Self::default()
     }
 
     /// An index of the given raw parts (from a snapshot); None when they do not fit together.
-    pub fn from_parts(entries: Vec<u64>) -> Option<Self> {
-        let capacity = entries.len();
-        if !((1 << MIN_BITS)..=(1 << 32)).contains(&capacity) {
-            return None;
-        }
-        let len = entries.iter().filter(|&&e| e != 0).count();
-        if len * 5 > capacity * 4 {
-            return None;
-        }
-        Some(Self { len, entries })
+    pub fn from_parts(homes: usize, entries: Vec<u64>) -> Option<Self> {
+        OrderedTable::from_parts(homes, entries).map(|table| Self { table })
+    }
+
+    /// How many buckets are homes (for snapshots).
+    pub fn homes(&self) -> usize {
+        self.table.homes()
     }
 
     /// The raw entries (for snapshots).
     pub fn entries(&self) -> &[u64] {
-        &self.entries
+        self.table.buckets()
     }
 
     /// How many hashes are indexed.
     pub fn len(&self) -> usize {
-        self.len
+        self.table.len()
     }
 
     /// Whether nothing is indexed.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.table.is_empty()
     }
 
     /// Bytes held by the entries.
     pub fn heap_bytes(&self) -> usize {
-        self.entries.capacity() * 8
+        self.table.heap_bytes()
     }
 
+    /// Hint that `block_hash` will be looked up soon (see `super::prefetch`).
     #[inline]
-    fn home(&self, top: u32) -> usize {
-        ((u64::from(top) * self.entries.len() as u64) >> 32) as usize
+    pub fn prefetch(&self, block_hash: i64) {
+        self.table.prefetch(mixed_top(block_hash));
     }
 
+    /// The slot of the first entry whose check bits are `block_hash`'s, without reading the
+    /// block table (most likely `block_hash`'s own slot; for prefetching its record).
     #[inline]
-    fn next(&self, at: usize) -> usize {
-        if at + 1 == self.entries.len() {
-            0
-        } else {
-            at + 1
-        }
+    pub fn likely_slot(&self, block_hash: i64) -> Option<u32> {
+        self.table
+            .find(mixed_top(block_hash), |_| true)
+            .map(|at| slot_of(*self.table.at(at)))
     }
 
     /// The slot of `block_hash`, reading slots' hashes through `hash_of`.
     #[inline]
     pub fn get(&self, block_hash: i64, hash_of: impl Fn(u32) -> i64) -> Option<u32> {
-        self.find(block_hash, &hash_of).map(|(_, slot)| slot)
+        self.table
+            .find(mixed_top(block_hash), |&e| {
+                hash_of(slot_of(e)) == block_hash
+            })
+            .map(|at| slot_of(*self.table.at(at)))
     }
 
-    /// (position in `entries`, slot) of `block_hash`.
+    /// `Ok(slot)` of `block_hash`, or `Err(position)` to give `insert_at` when it is absent and
+    /// the index has room for one more (`Err(None)`: no room; use `insert`).
     #[inline]
-    fn find(&self, block_hash: i64, hash_of: &impl Fn(u32) -> i64) -> Option<(usize, u32)> {
-        let top = mixed_top(block_hash);
-        let mut at = self.home(top);
-        loop {
-            let entry = self.entries[at];
-            if entry == 0 {
-                return None;
-            }
-            if (entry >> 32) as u32 == top {
-                let slot = (entry as u32).wrapping_sub(1);
-                if hash_of(slot) == block_hash {
-                    return Some((at, slot));
-                }
-            }
-            at = self.next(at);
+    pub fn search(
+        &self,
+        block_hash: i64,
+        hash_of: impl Fn(u32) -> i64,
+    ) -> Result<u32, Option<usize>> {
+        match self.table.search(mixed_top(block_hash), |&e| {
+            hash_of(slot_of(e)) == block_hash
+        }) {
+            Ok(at) => Ok(slot_of(*self.table.at(at))),
+            Err(at) => Err(self.table.has_room().then_some(at)),
         }
+    }
+
+    /// Index `block_hash` at `slot`, at the position `search` gave (the index unchanged since).
+    #[inline]
+    pub fn insert_at(&mut self, at: usize, block_hash: i64, slot: u32) {
+        self.table.insert_at(
+            at,
+            (u64::from(mixed_top(block_hash)) << 32) | u64::from(slot + 1),
+        );
     }
 
     /// Index `block_hash` at `slot`; the caller has checked that it is not indexed yet.
+    #[inline]
     pub fn insert(&mut self, block_hash: i64, slot: u32) {
-        if (self.len + 1) * 5 > self.entries.len() * 4 {
-            self.grow();
-        }
-        self.place(mixed_top(block_hash), slot);
-        self.len += 1;
+        self.table
+            .insert((u64::from(mixed_top(block_hash)) << 32) | u64::from(slot + 1));
     }
 
     /// Make room for `additional` more hashes at once (one rebuild instead of several).
     pub fn reserve(&mut self, additional: usize) {
-        while (self.len + additional) * 5 > self.entries.len() * 4 {
-            self.grow();
-        }
-    }
-
-    fn place(&mut self, top: u32, slot: u32) {
-        let mut at = self.home(top);
-        while self.entries[at] != 0 {
-            at = self.next(at);
-        }
-        self.entries[at] = (u64::from(top) << 32) | u64::from(slot + 1);
-    }
-
-    fn grow(&mut self) {
-        let capacity = self.entries.len();
-        // 2^k -> 1.5 * 2^k -> 2^(k+1): steps of 3/2 and 4/3, so the load after a growth is
-        // never below 0.53.
-        let grown = if capacity.is_power_of_two() {
-            capacity + capacity / 2
-        } else {
-            capacity / 3 * 4
-        };
-        let old = std::mem::replace(&mut self.entries, vec![0; grown]);
-        // Entries keep their top bits, so a rebuild reads nothing but the old entries.
-        for entry in old.into_iter().filter(|&e| e != 0) {
-            self.place((entry >> 32) as u32, (entry as u32).wrapping_sub(1));
-        }
+        self.table.reserve(additional);
     }
 
     /// Drop `block_hash`; returns its slot, or None when it was not indexed.
     pub fn remove(&mut self, block_hash: i64, hash_of: impl Fn(u32) -> i64) -> Option<u32> {
-        let (mut hole, slot) = self.find(block_hash, &hash_of)?;
-        let capacity = self.entries.len();
-        // Backward-shift deletion: move later entries of the run into the hole when the hole
-        // lies between their home and where they sit, so every probe still finds them.
-        let mut at = hole;
-        loop {
-            at = self.next(at);
-            let entry = self.entries[at];
-            if entry == 0 {
-                break;
-            }
-            let home = self.home((entry >> 32) as u32);
-            // cyclic distances: from the entry's home, and from the hole, to where it sits
-            let from_home = (at + capacity - home) % capacity;
-            let from_hole = (at + capacity - hole) % capacity;
-            if from_home >= from_hole {
-                self.entries[hole] = entry;
-                hole = at;
-            }
-        }
-        self.entries[hole] = 0;
-        self.len -= 1;
+        let at = self.table.find(mixed_top(block_hash), |&e| {
+            hash_of(slot_of(e)) == block_hash
+        })?;
+        let slot = slot_of(*self.table.at(at));
+        self.table.remove_at(at);
         Some(slot)
     }
 
     /// Forget everything (and give back the memory).
     pub fn clear(&mut self) {
-        *self = Self::new();
+        self.table.clear();
     }
 
     /// Every indexed slot, in no particular order.
     pub fn slots(&self) -> impl Iterator<Item = u32> + '_ {
-        self.entries
+        self.table
+            .buckets()
             .iter()
             .filter(|&&e| e != 0)
-            .map(|&e| (e as u32).wrapping_sub(1))
+            .map(|&e| slot_of(e))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::replica::ordered::tests::hash_with_top;
     use std::collections::HashMap;
 
     /// A tiny deterministic generator for the tests (splitmix64).
     fn rng(seed: &mut u64) -> u64 {
         *seed = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
         crate::digest::mix64(*seed)
+    }
+
+    fn check_invariants(index: &SlotIndex) {
+        let rebuilt = SlotIndex::from_parts(index.homes(), index.entries().to_vec());
+        assert_eq!(rebuilt.as_ref(), Some(index), "invariants broken");
     }
 
     #[test]
@@ -226,8 +190,10 @@ mod tests {
                     rng(&mut seed) as i64
                 };
                 if model.contains_key(&h) {
+                    assert!(index.get(h, |s| hashes[s as usize]).is_some());
                     continue;
                 }
+                assert_eq!(index.get(h, |s| hashes[s as usize]), None);
                 let slot = hashes.len() as u32;
                 hashes.push(h);
                 index.insert(h, slot);
@@ -242,11 +208,13 @@ mod tests {
                     assert_eq!(index.get(h, |s| hashes[s as usize]), Some(slot));
                 }
                 assert_eq!(index.len(), model.len());
+                check_invariants(&index);
             }
         }
         for (&h, &slot) in &model {
             assert_eq!(index.get(h, |s| hashes[s as usize]), Some(slot));
         }
+        check_invariants(&index);
         let mut slots: Vec<u32> = index.slots().collect();
         slots.sort_unstable();
         let mut expected: Vec<u32> = model.values().copied().collect();
@@ -255,20 +223,59 @@ mod tests {
     }
 
     #[test]
+    fn equal_top_bits_and_runs_at_the_end_are_handled() {
+        // ten hashes sharing one top, and a run of homes at the very end of the table
+        let mut hashes: Vec<i64> = (0..10).map(|low| hash_with_top(12345, low)).collect();
+        hashes.extend((0..10).map(|low| hash_with_top(u32::MAX - low, low)));
+        let mut index = SlotIndex::new();
+        for (slot, &h) in hashes.iter().enumerate() {
+            index.insert(h, slot as u32);
+            check_invariants(&index);
+        }
+        for (slot, &h) in hashes.iter().enumerate() {
+            assert_eq!(index.get(h, |s| hashes[s as usize]), Some(slot as u32));
+        }
+        assert_eq!(
+            index.get(hash_with_top(12345, 99), |s| hashes[s as usize]),
+            None
+        );
+        for &h in hashes
+            .iter()
+            .rev()
+            .step_by(2)
+            .chain(hashes.iter().step_by(2))
+        {
+            assert!(index.remove(h, |s| hashes[s as usize]).is_some());
+            check_invariants(&index);
+        }
+        assert!(index.is_empty());
+    }
+
+    #[test]
     fn the_load_stays_at_most_four_fifths() {
         let hashes: Vec<i64> = (0..10_000).map(|i| i * 7919).collect();
         let mut index = SlotIndex::new();
         for (slot, &h) in hashes.iter().enumerate() {
             index.insert(h, slot as u32);
-            assert!(index.len() * 5 <= index.entries().len() * 4);
+            assert!(index.len() * 5 <= index.homes() * 4);
         }
+        check_invariants(&index);
     }
 
     #[test]
-    fn from_parts_refuses_bad_capacities_and_overfull_tables() {
-        assert!(SlotIndex::from_parts(vec![0; 8]).is_none());
-        assert!(SlotIndex::from_parts(vec![1; 16]).is_none());
-        let index = SlotIndex::from_parts(vec![0; 32]).unwrap();
+    fn from_parts_refuses_bad_capacities_overfull_tables_and_disorder() {
+        assert!(SlotIndex::from_parts(8, vec![0; 8 + 40]).is_none());
+        assert!(SlotIndex::from_parts(16, vec![0; 16]).is_none());
+        assert!(SlotIndex::from_parts(16, vec![1; 16 + 32]).is_none());
+        let index = SlotIndex::from_parts(32, vec![0; 32 + 32]).unwrap();
         assert!(index.is_empty());
+        // two entries out of order, and one far from its home after a gap
+        let mut entries = vec![0u64; 16 + 32];
+        entries[3] = (u64::from(u32::MAX / 16 * 3 + 100) << 32) | 1;
+        entries[4] = (u64::from(u32::MAX / 16 * 3 + 10) << 32) | 2;
+        assert!(SlotIndex::from_parts(16, entries.clone()).is_none());
+        entries[4] = 0;
+        entries[9] = (u64::from(u32::MAX / 16 * 3 + 10) << 32) | 2;
+        assert!(SlotIndex::from_parts(16, entries).is_none());
     }
 }

@@ -1,16 +1,22 @@
 //! Prefix matching across every source in one walk of the prompt.
 //!
 //! The prompt's pages are hashed once per page size, lazily, page by page, and each page's
-//! block hash is looked up in every source that still holds the chain so far, advancing that
-//! source's held length and its SWA walk (`super::swa_rule`). A source drops out at its first
-//! missing page; the walk (and the hashing) stops when none is left.
+//! block hash is looked up once in the `HolderIndex`, which gives the set of sources holding it
+//! (and which of them hold it as a tombstone) as bit masks. The walk keeps the set of sources
+//! that still hold the chain so far: a page drops the ones missing from its holders (their held
+//! length is the pages walked so far) and stops when none is left; a source whose copy of a
+//! page is a tombstone records it for the SWA rule. A page costs its hash, one lookup and a few
+//! word operations, whatever the number of sources.
+//!
+//! The SWA rule (`super::swa_rule`, DESIGN §3) is applied from the tombstones alone: between
+//! two tombstones every page is resident, so the longest usable prefix only changes at a
+//! tombstone and at the end of the source's walk (`SwaTrack`).
 
-use sha2::{Digest, Sha256};
+use sha2::compress256;
+use sha2::digest::generic_array::GenericArray;
 
-use super::blocks::BlockTable;
-use super::store::ReplicaStore;
-use super::swa_rule::UsablePrefix;
-use crate::hashing::{block_hash, PageDigest};
+use super::holders::HolderIndex;
+use super::store::Replica;
 
 /// What one source holds of a prompt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,69 +28,152 @@ pub enum Answer {
     Held { tokens: u64, usable: Option<u64> },
 }
 
-struct Walker<'a> {
-    id: u32,
-    table: &'a BlockTable,
-    rule: UsablePrefix,
-    swa_events: bool,
-}
+/// SHA-256's initial state.
+const SHA256_INIT: [u32; 8] = [
+    0x6a09_e667,
+    0xbb67_ae85,
+    0x3c6e_f372,
+    0xa54f_f53a,
+    0x510e_527f,
+    0x9b05_688c,
+    0x1f83_d9ab,
+    0x5be0_cd19,
+];
 
-impl Walker<'_> {
-    fn answer(&self, page_size: u64) -> Option<(u32, Answer)> {
-        let held = self.rule.walked() as u64;
-        (held > 0).then(|| {
-            let usable = self
-                .swa_events
-                .then(|| self.rule.usable() as u64 * page_size);
-            (
-                self.id,
-                Answer::Held {
-                    tokens: held * page_size,
-                    usable,
-                },
-            )
-        })
-    }
-}
-
-/// Hashes a prompt's pages one at a time, chaining each onto the last.
+/// Hashes a prompt's pages one at a time, chaining each onto the last (the sglang chain of
+/// `crate::hashing`).
+///
+/// Every page after the first hashes a message of the same length (the previous 32-byte digest,
+/// then the page's tokens), so its padded blocks are laid out once and each page only writes
+/// its digest and tokens into them before running the compression function (with the CPU's SHA
+/// instructions when it has them) on them directly.
 struct PageHasher<'a> {
     prior: &'a [u8],
-    previous: Option<PageDigest>,
-    buffer: Vec<u8>,
+    /// The padded message of a chained page: digest | tokens | 0x80 | zeros | bit length.
+    chained: Vec<u8>,
+    first: bool,
 }
 
 impl<'a> PageHasher<'a> {
     fn new(prior: &'a [u8], page_size: usize) -> Self {
         Self {
             prior,
-            previous: None,
-            buffer: Vec::with_capacity(32 + page_size * 4),
+            chained: padded(32, page_size),
+            first: true,
         }
     }
 
+    /// The block hash of the next page (`page` holds `page_size` tokens).
     fn next(&mut self, page: &[u32]) -> i64 {
-        self.buffer.clear();
-        match &self.previous {
-            None => self.buffer.extend_from_slice(self.prior),
-            Some(digest) => self.buffer.extend_from_slice(digest),
+        let state = if self.first {
+            // the root page chains onto the namespace's prior (empty or 32 bytes)
+            self.first = false;
+            let prior = self.prior.len();
+            let mut message = padded(prior, page.len());
+            message[..prior].copy_from_slice(self.prior);
+            write_tokens(&mut message[prior..], page);
+            compress(&message)
+        } else {
+            write_tokens(&mut self.chained[32..], page);
+            compress(&self.chained)
+        };
+        for (slot, word) in self.chained[..32].chunks_exact_mut(4).zip(state) {
+            slot.copy_from_slice(&word.to_be_bytes());
         }
-        for token in page {
-            self.buffer.extend_from_slice(&token.to_le_bytes());
-        }
-        let digest: PageDigest = Sha256::digest(&self.buffer).into();
-        self.previous = Some(digest);
-        block_hash(&digest)
+        // the digest's first 8 bytes, big-endian, as a signed int (crate::hashing::block_hash)
+        ((u64::from(state[0]) << 32) | u64::from(state[1])) as i64
     }
+}
+
+/// Write `tokens` as u32 little-endian at the start of `out`.
+fn write_tokens(out: &mut [u8], tokens: &[u32]) {
+    for (slot, token) in out.chunks_exact_mut(4).zip(tokens) {
+        slot.copy_from_slice(&token.to_le_bytes());
+    }
+}
+
+/// The SHA-256 state after the padded `message` (whole 64-byte blocks).
+fn compress(message: &[u8]) -> [u32; 8] {
+    let mut state = SHA256_INIT;
+    for block in message.chunks_exact(64) {
+        compress256(
+            &mut state,
+            std::slice::from_ref(GenericArray::from_slice(block)),
+        );
+    }
+    state
+}
+
+/// A zeroed message of `prefix` bytes plus `page_size` tokens, padded as SHA-256 pads it.
+fn padded(prefix: usize, page_size: usize) -> Vec<u8> {
+    let length = prefix + 4 * page_size;
+    let total = (length + 1 + 8).div_ceil(64) * 64;
+    let mut message = vec![0u8; total];
+    message[length] = 0x80;
+    message[total - 8..].copy_from_slice(&((length as u64) * 8).to_be_bytes());
+    message
+}
+
+/// The SWA rule for one source, fed only its tombstones (page indexes along the walk).
+///
+/// After a tombstone at page `t`, a prefix of `p` pages is usable again once `p - 1 - t` resident
+/// pages follow it, that is `p >= t + 1 + pages_needed` with `pages_needed = ceil(window /
+/// page_size)`; before the first tombstone every prefix is usable.
+#[derive(Clone, Copy, Debug)]
+struct SwaTrack {
+    pages_needed: u64,
+    last_tombstone: Option<u64>,
+    /// The longest usable prefix (in pages) that ends at or before `last_tombstone`.
+    usable_before: u64,
+}
+
+impl SwaTrack {
+    fn new(window: u64, page_size: u64) -> Self {
+        Self {
+            pages_needed: window.div_ceil(page_size),
+            last_tombstone: None,
+            usable_before: 0,
+        }
+    }
+
+    /// The longest usable prefix of the first `pages` pages.
+    fn usable(&self, pages: u64) -> u64 {
+        match self.last_tombstone {
+            None => pages,
+            Some(last) if pages >= last + 1 + self.pages_needed => pages,
+            Some(_) => self.usable_before,
+        }
+    }
+
+    /// Page `page` (0-based) is a tombstone.
+    fn tombstone(&mut self, page: u64) {
+        self.usable_before = self.usable(page);
+        self.last_tombstone = Some(page);
+    }
+}
+
+/// A source taking part in a walk.
+struct Walker {
+    swa: SwaTrack,
+    swa_events: bool,
 }
 
 /// Per source id, what it holds of `tokens` (under the namespace `prior`): sources whose state
 /// is unknown answer `Unknown`; sources holding none of it are absent. Sorted by source id.
-pub fn match_prefix(store: &ReplicaStore, prior: &[u8], tokens: &[u32]) -> Vec<(u32, Answer)> {
+/// `holders` must be the holder index of `replicas` (source id = position).
+pub fn match_prefix(
+    replicas: &[Replica],
+    holders: &HolderIndex,
+    prior: &[u8],
+    tokens: &[u32],
+) -> Vec<(u32, Answer)> {
     let mut answers = Vec::new();
-    let mut groups: Vec<(u32, Vec<Walker<'_>>)> = Vec::new();
-    for (id, replica) in store.replicas().iter().enumerate() {
+    // (page size, member ids); a handful of page sizes at most
+    let mut groups: Vec<(u32, Vec<u32>)> = Vec::new();
+    let mut walkers: Vec<Option<Walker>> = Vec::with_capacity(replicas.len());
+    for (id, replica) in replicas.iter().enumerate() {
         let id = id as u32;
+        walkers.push(None);
         if replica.diverged.is_some() {
             answers.push((id, Answer::Unknown));
             continue;
@@ -96,61 +185,105 @@ pub fn match_prefix(store: &ReplicaStore, prior: &[u8], tokens: &[u32]) -> Vec<(
             answers.push((id, Answer::Unknown));
             continue;
         };
-        let walker = Walker {
-            id,
-            table: &replica.blocks,
-            rule: UsablePrefix::new(u64::from(meta.sliding_window_size)),
+        walkers[id as usize] = Some(Walker {
+            swa: SwaTrack::new(
+                u64::from(meta.sliding_window_size),
+                u64::from(meta.page_size),
+            ),
             swa_events: meta.swa_events,
-        };
+        });
         match groups.iter_mut().find(|(size, _)| *size == meta.page_size) {
-            Some((_, walkers)) => walkers.push(walker),
-            None => groups.push((meta.page_size, vec![walker])),
+            Some((_, members)) => members.push(id),
+            None => groups.push((meta.page_size, vec![id])),
         }
     }
-    for (page_size, walkers) in groups {
-        walk(page_size, walkers, prior, tokens, &mut answers);
+    for (page_size, members) in groups {
+        let held = walk(holders, page_size, &members, prior, tokens, &mut walkers);
+        for (id, pages) in held {
+            if pages == 0 {
+                continue;
+            }
+            let Some(walker) = &walkers[id as usize] else {
+                continue;
+            };
+            let size = u64::from(page_size);
+            let usable = walker.swa_events.then(|| walker.swa.usable(pages) * size);
+            answers.push((
+                id,
+                Answer::Held {
+                    tokens: pages * size,
+                    usable,
+                },
+            ));
+        }
     }
     answers.sort_unstable_by_key(|(id, _)| *id);
     answers
 }
 
+/// Calls `each(id)` for every source id whose bit is set in `mask` (word `word` of a mask).
+#[inline]
+fn for_each_bit(word: usize, mut mask: u64, mut each: impl FnMut(u32)) {
+    while mask != 0 {
+        each((word * 64) as u32 + mask.trailing_zeros());
+        mask &= mask - 1;
+    }
+}
+
+/// The walk of one page-size group: (id, held pages) of every member.
 fn walk(
+    holders: &HolderIndex,
     page_size: u32,
-    mut alive: Vec<Walker<'_>>,
+    members: &[u32],
     prior: &[u8],
     tokens: &[u32],
-    answers: &mut Vec<(u32, Answer)>,
-) {
-    let size = u64::from(page_size);
+    walkers: &mut [Option<Walker>],
+) -> Vec<(u32, u64)> {
+    let words = holders.words();
+    let mut alive = vec![0u64; words];
+    for &id in members {
+        alive[id as usize / 64] |= 1 << (id % 64);
+    }
+    let mut held = Vec::with_capacity(members.len());
+    let mut remaining = members.len();
     let mut hasher = PageHasher::new(prior, page_size as usize);
+    let mut pages = 0u64;
     for page in tokens.chunks_exact(page_size as usize) {
-        if alive.is_empty() {
-            return;
-        }
-        let block_hash = hasher.next(page);
-        let mut at = 0;
-        while at < alive.len() {
-            match alive[at].table.residency(block_hash) {
-                Some(resident) => {
-                    alive[at].rule.step(size, resident);
-                    at += 1;
-                }
-                None => {
-                    let done = alive.swap_remove(at);
-                    answers.extend(done.answer(size));
-                }
+        let Some((present, tombstones)) = holders.holders(hasher.next(page)) else {
+            break;
+        };
+        for (word, alive_word) in alive.iter_mut().enumerate() {
+            if *alive_word == 0 {
+                continue;
             }
+            let kept = *alive_word & present[word];
+            for_each_bit(word, *alive_word & !kept, |id| held.push((id, pages)));
+            for_each_bit(word, kept & tombstones[word], |id| {
+                if let Some(walker) = &mut walkers[id as usize] {
+                    walker.swa.tombstone(pages);
+                }
+            });
+            remaining -= (*alive_word & !kept).count_ones() as usize;
+            *alive_word = kept;
+        }
+        pages += 1;
+        if remaining == 0 {
+            return held;
         }
     }
-    answers.extend(alive.iter().filter_map(|walker| walker.answer(size)));
+    for (word, &alive_word) in alive.iter().enumerate() {
+        for_each_bit(word, alive_word, |id| held.push((id, pages)));
+    }
+    held
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::events::{Event, Stored};
-    use crate::hashing::chain_page_digests;
-    use crate::replica::store::SourceMeta;
+    use crate::hashing::{block_hash, chain_page_digests};
+    use crate::replica::store::{ReplicaStore, SourceMeta};
+    use crate::replica::swa_rule::UsablePrefix;
 
     fn hashes(prior: &[u8], tokens: &[u32], page_size: usize) -> Vec<i64> {
         chain_page_digests(prior, tokens, page_size)
@@ -187,13 +320,13 @@ mod tests {
         hold(&mut store, "small", &prompt, 1, 4);
         hold(&mut store, "large", &prompt, 4, 4);
         hold(&mut store, "short", &prompt[..3], 1, 4);
-        let answers = match_prefix(&store, &[], &prompt);
+        let answers = store.match_prefix(&[], &prompt);
         let held = |tokens| Answer::Held {
             tokens,
             usable: Some(tokens),
         };
         assert_eq!(answers, vec![(0, held(10)), (1, held(8)), (2, held(3))]);
-        assert_eq!(match_prefix(&store, &[], &[99, 1]), vec![]);
+        assert_eq!(store.match_prefix(&[], &[99, 1]), vec![]);
     }
 
     #[test]
@@ -210,7 +343,7 @@ mod tests {
                 }],
             )
             .unwrap();
-        let answers = match_prefix(&store, &[], &prompt[..6]);
+        let answers = store.match_prefix(&[], &prompt[..6]);
         assert_eq!(
             answers,
             vec![(
@@ -222,7 +355,7 @@ mod tests {
             )]
         );
         store.replica_mut("w").meta.as_mut().unwrap().swa_events = false;
-        let answers = match_prefix(&store, &[], &prompt[..6]);
+        let answers = store.match_prefix(&[], &prompt[..6]);
         assert_eq!(
             answers,
             vec![(
@@ -235,9 +368,144 @@ mod tests {
         );
         store.replica_mut("w").mark_diverged("gap");
         store.replica_mut("empty");
-        assert_eq!(
-            match_prefix(&store, &[], &prompt),
-            vec![(0, Answer::Unknown)]
-        );
+        assert_eq!(store.match_prefix(&[], &prompt), vec![(0, Answer::Unknown)]);
+    }
+
+    /// The walk the holder index replaces: every source looked up page by page on its own.
+    fn per_source_walk(store: &ReplicaStore, prior: &[u8], tokens: &[u32]) -> Vec<(u32, Answer)> {
+        let mut answers = Vec::new();
+        for (id, replica) in store.replicas().iter().enumerate() {
+            let id = id as u32;
+            if replica.diverged.is_some() {
+                answers.push((id, Answer::Unknown));
+                continue;
+            }
+            if replica.blocks.is_empty() {
+                continue;
+            }
+            let Some(meta) = &replica.meta else {
+                answers.push((id, Answer::Unknown));
+                continue;
+            };
+            let size = u64::from(meta.page_size);
+            let mut rule = UsablePrefix::new(u64::from(meta.sliding_window_size));
+            for block_hash in hashes(prior, tokens, meta.page_size as usize) {
+                match replica.blocks.residency(block_hash) {
+                    Some(resident) => rule.step(size, resident),
+                    None => break,
+                }
+            }
+            if rule.walked() > 0 {
+                let usable = meta.swa_events.then(|| rule.usable() as u64 * size);
+                let tokens = rule.walked() as u64 * size;
+                answers.push((id, Answer::Held { tokens, usable }));
+            }
+        }
+        answers
+    }
+
+    fn rng(seed: &mut u64) -> u64 {
+        *seed = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        crate::digest::mix64(*seed)
+    }
+
+    #[test]
+    fn the_holder_walk_equals_a_walk_per_source_on_random_stores() {
+        let mut seed = 11;
+        for round in 0..40 {
+            let mut store = ReplicaStore::new();
+            if round % 2 == 0 {
+                store.enable_holders(); // kept in step from the start, or built at the first match
+            }
+            // a few prompts that sources hold parts of, with tombstones and removals
+            let prompts: Vec<Vec<u32>> = (0..4)
+                .map(|_| (0..24).map(|_| (rng(&mut seed) % 5) as u32).collect())
+                .collect();
+            let sources = 2 + (rng(&mut seed) % 70) as usize; // past one mask word
+            for source in 0..sources {
+                let name = format!("s{source}");
+                let page_size = [1u32, 2, 4][(rng(&mut seed) % 3) as usize];
+                let window = 1 + (rng(&mut seed) % 6) as u32;
+                store.replica_mut(&name).meta = Some(SourceMeta {
+                    page_size,
+                    sliding_window_size: window,
+                    swa_events: rng(&mut seed) % 5 != 0,
+                    json: "{}".to_owned(),
+                });
+                let prompt = &prompts[(rng(&mut seed) % 4) as usize];
+                let pages = (rng(&mut seed) % 7) as usize;
+                let chain = hashes(&[], prompt, page_size as usize);
+                let pages = pages.min(chain.len());
+                if pages == 0 {
+                    continue;
+                }
+                let stored = Event::Stored(Stored {
+                    hashes: chain[..pages].to_vec(),
+                    parent: None,
+                    tokens: prompt[..pages * page_size as usize].to_vec(),
+                    block_size: page_size,
+                    lora_id: None,
+                    medium: None,
+                });
+                store.apply_events(&name, &[stored]).unwrap();
+                let tombstoned: Vec<i64> = chain[..pages]
+                    .iter()
+                    .copied()
+                    .filter(|_| rng(&mut seed) % 3 == 0)
+                    .collect();
+                if !tombstoned.is_empty() {
+                    let event = Event::SwaEvicted { hashes: tombstoned };
+                    store.apply_events(&name, &[event]).unwrap();
+                }
+                match rng(&mut seed) % 8 {
+                    0 => store.replica_mut(&name).mark_diverged("gap"),
+                    1 => store.clear(&name),
+                    2 => {
+                        let last = vec![chain[pages - 1]];
+                        let event = Event::Removed {
+                            hashes: last,
+                            medium: None,
+                        };
+                        store.apply_events(&name, &[event]).unwrap();
+                    }
+                    3 => store.replica_mut(&name).meta = None,
+                    _ => {}
+                }
+            }
+            for prompt in &prompts {
+                for length in [0, 3, 8, 24] {
+                    let expected = per_source_walk(&store, &[], &prompt[..length]);
+                    assert_eq!(store.match_prefix(&[], &prompt[..length]), expected);
+                }
+            }
+            // the index kept in step equals one built from scratch
+            let kept: std::collections::BTreeMap<i64, (Vec<u64>, Vec<u64>)> = store
+                .holders()
+                .unwrap()
+                .entries()
+                .map(|(h, (p, t))| (h, (p.to_vec(), t.to_vec())))
+                .collect();
+            let built = HolderIndex::build(store.replicas());
+            let rebuilt: std::collections::BTreeMap<i64, (Vec<u64>, Vec<u64>)> = built
+                .entries()
+                .map(|(h, (p, t))| (h, (p.to_vec(), t.to_vec())))
+                .collect();
+            assert_eq!(kept, rebuilt);
+        }
+    }
+
+    #[test]
+    fn the_page_hasher_equals_the_chain_hash() {
+        let tokens: Vec<u32> = (0..200u32).map(|t| t.wrapping_mul(2_654_435_761)).collect();
+        for prior in [vec![], crate::hashing::namespace_prior(Some("lora-7"))] {
+            for page_size in [1usize, 3, 15, 16, 17, 64] {
+                let mut hasher = PageHasher::new(&prior, page_size);
+                let hashed: Vec<i64> = tokens
+                    .chunks_exact(page_size)
+                    .map(|page| hasher.next(page))
+                    .collect();
+                assert_eq!(hashed, hashes(&prior, &tokens, page_size));
+            }
+        }
     }
 }

@@ -7,8 +7,8 @@
 //! per replica:
 //!   str name | u8 has meta [u32 page_size, u32 sliding_window_size, u8 swa_events, str json]
 //!   | u8 diverged [str reason] | u32 block_size (0: none yet) | u32 slots | u32 free
-//!   | u32 index capacity | u64 tombstones | u64 digest
-//!   | i64 hashes[slots] | u32 parents[slots] | u32 state[slots] | u32 tokens[slots * block_size]
+//!   | u32 index homes | u32 index capacity | u64 tombstones | u64 digest
+//!   | (i64 hash, u32 parent, u32 state)[slots] | u32 tokens[slots * block_size]
 //!   | u32 free[free] | u64 index[capacity]
 //! u32 crc32c of everything before it
 //! ```
@@ -16,7 +16,7 @@
 //! array copies and one linear check, no rehashing. A snapshot whose magic, version or checksum
 //! is wrong, or whose arrays do not fit together, is refused with a reason; nothing is loaded.
 
-use super::blocks::{BlockTable, FREE, MAX_SLOTS, NO_PARENT, TOMBSTONE};
+use super::blocks::{Block, BlockTable, FREE, MAX_SLOTS, NO_PARENT, TOMBSTONE};
 use super::index::SlotIndex;
 use super::store::{Replica, ReplicaStore, SourceMeta};
 use crate::digest::StateDigest;
@@ -24,7 +24,7 @@ use crate::digest::StateDigest;
 /// The first bytes of a replica snapshot.
 pub const MAGIC: &[u8; 8] = b"SWAREPL\0";
 /// The layout version this build writes and reads.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 const CHECKSUM_BYTES: usize = 4;
 
 /// Why bytes are not a snapshot this build can load.
@@ -77,7 +77,7 @@ fn replica_bytes(replica: &Replica) -> usize {
     64 + replica.name.len()
         + replica.meta.as_ref().map_or(0, |m| m.json.len())
         + replica.diverged.as_ref().map_or(0, String::len)
-        + table.hashes.len() * 16
+        + table.blocks.len() * 16
         + table.tokens.len() * 4
         + table.free.len() * 4
         + table.index.entries().len() * 8
@@ -104,14 +104,17 @@ fn write_replica(out: &mut Vec<u8>, replica: &Replica) {
     }
     let table = &replica.blocks;
     put_u32(out, table.block_size.unwrap_or(0));
-    put_u32(out, table.parents.len() as u32);
+    put_u32(out, table.blocks.len() as u32);
     put_u32(out, table.free.len() as u32);
+    put_u32(out, table.index.homes() as u32);
     put_u32(out, table.index.entries().len() as u32);
     out.extend_from_slice(&table.tombstones.to_le_bytes());
     out.extend_from_slice(&table.digest.value.to_le_bytes());
-    put_u64s(out, table.hashes.iter().map(|&h| h as u64));
-    put_u32s(out, &table.parents);
-    put_u32s(out, &table.state);
+    for block in &table.blocks {
+        out.extend_from_slice(&block.hash.to_le_bytes());
+        out.extend_from_slice(&block.parent.to_le_bytes());
+        out.extend_from_slice(&block.state.to_le_bytes());
+    }
     put_u32s(out, &table.tokens);
     put_u32s(out, &table.free);
     put_u64s(out, table.index.entries().iter().copied());
@@ -191,6 +194,18 @@ impl<'a> Reader<'a> {
             .collect())
     }
 
+    fn blocks(&mut self, count: usize) -> Result<Vec<Block>, SnapshotError> {
+        let bytes = self.take(count.saturating_mul(16), "blocks")?;
+        Ok(bytes
+            .chunks_exact(16)
+            .map(|c| Block {
+                hash: i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]),
+                parent: u32::from_le_bytes([c[8], c[9], c[10], c[11]]),
+                state: u32::from_le_bytes([c[12], c[13], c[14], c[15]]),
+            })
+            .collect())
+    }
+
     fn u64s(&mut self, count: usize, what: &str) -> Result<Vec<u64>, SnapshotError> {
         let bytes = self.take(count.saturating_mul(8), what)?;
         Ok(bytes
@@ -230,6 +245,7 @@ fn read_replica(reader: &mut Reader<'_>) -> Result<Replica, SnapshotError> {
     let block_size = reader.u32("block_size")?;
     let slots = reader.u32("slot count")? as usize;
     let free = reader.u32("free count")? as usize;
+    let homes = reader.u32("index homes")? as usize;
     let capacity = reader.u32("index capacity")? as usize;
     let tombstones = reader.u64("tombstone count")?;
     let digest = reader.u64("digest")?;
@@ -238,19 +254,15 @@ fn read_replica(reader: &mut Reader<'_>) -> Result<Replica, SnapshotError> {
             "{name:?}: {slots} slots of block size {block_size}"
         )));
     }
-    let hashes = reader.u64s(slots, "hashes")?;
-    let parents = reader.u32s(slots, "parents")?;
-    let state = reader.u32s(slots, "block states")?;
+    let blocks = reader.blocks(slots)?;
     let tokens = reader.u32s(slots * block_size as usize, "token ids")?;
     let free = reader.u32s(free, "free slots")?;
     let entries = reader.u64s(capacity, "index")?;
-    let index = SlotIndex::from_parts(entries)
+    let index = SlotIndex::from_parts(homes, entries)
         .ok_or_else(|| SnapshotError::new(format!("{name:?}: malformed index")))?;
     let table = BlockTable {
         block_size: (block_size > 0).then_some(block_size),
-        hashes: hashes.into_iter().map(|h| h as i64).collect(),
-        parents,
-        state,
+        blocks,
         tokens,
         free,
         index,
@@ -270,23 +282,24 @@ fn read_replica(reader: &mut Reader<'_>) -> Result<Replica, SnapshotError> {
 /// The arrays fit together: every slot named is in range, free slots are exactly the ones
 /// marked free, the index names each live slot, and the counts agree.
 fn check_table(table: &BlockTable) -> Result<(), String> {
-    let slots = table.parents.len();
+    let blocks = &table.blocks;
+    let slots = blocks.len();
     let mut live = 0usize;
     let mut tombstones = 0u64;
-    for (&parent, &state) in table.parents.iter().zip(&table.state) {
-        if parent == FREE {
+    for block in blocks {
+        if block.parent == FREE {
             continue;
         }
-        if parent != NO_PARENT
-            && (parent as usize >= slots || table.parents[parent as usize] == FREE)
+        if block.parent != NO_PARENT
+            && (block.parent as usize >= slots || blocks[block.parent as usize].parent == FREE)
         {
-            return Err(format!("parent slot {parent} is not a block"));
+            return Err(format!("parent slot {} is not a block", block.parent));
         }
-        if state & !TOMBSTONE >= 1 << 30 {
+        if block.state & !TOMBSTONE >= 1 << 30 {
             return Err("a child count is out of range".to_owned());
         }
         live += 1;
-        tombstones += u64::from(state & TOMBSTONE != 0);
+        tombstones += u64::from(block.state & TOMBSTONE != 0);
     }
     if tombstones != table.tombstones {
         return Err("tombstone count does not match the blocks".to_owned());
@@ -295,7 +308,7 @@ fn check_table(table: &BlockTable) -> Result<(), String> {
         || table
             .free
             .iter()
-            .any(|&slot| slot as usize >= slots || table.parents[slot as usize] != FREE)
+            .any(|&slot| slot as usize >= slots || blocks[slot as usize].parent != FREE)
     {
         return Err("free slots do not match the blocks".to_owned());
     }
@@ -303,7 +316,7 @@ fn check_table(table: &BlockTable) -> Result<(), String> {
         || table
             .index
             .slots()
-            .any(|slot| slot as usize >= slots || table.parents[slot as usize] == FREE)
+            .any(|slot| slot as usize >= slots || blocks[slot as usize].parent == FREE)
     {
         return Err("index does not match the blocks".to_owned());
     }
@@ -431,7 +444,7 @@ mod tests {
         bytes[8] = 9;
         assert_eq!(
             from_bytes(&bytes).unwrap_err().reason,
-            "replica snapshot version 9, this build reads 1"
+            "replica snapshot version 9, this build reads 2"
         );
         bytes[0] = b'X';
         assert!(from_bytes(&bytes)
@@ -443,7 +456,7 @@ mod tests {
     #[test]
     fn arrays_that_do_not_fit_are_refused_even_with_a_valid_checksum() {
         let mut store = sample();
-        store.replica_mut("a").blocks.parents[2] = 10_000;
+        store.replica_mut("a").blocks.blocks[2].parent = 10_000;
         let bytes = to_bytes(&store);
         let reason = from_bytes(&bytes).unwrap_err().reason;
         assert!(reason.contains("parent slot 10000"), "{reason}");

@@ -3,14 +3,27 @@
 //! One `BlockTable` per source. Per-source tables keep each replica exactly what its own
 //! primary's events say (its own parents, child counts, tombstones and digest, even where two
 //! sources hold the same block), make `AllBlocksCleared` O(1), and let a snapshot copy each
-//! table as it is. The prefix walk (`super::prefix`) still visits the prompt once for all
-//! sources.
+//! table as it is. Once enabled, a `HolderIndex` (block hash -> the sources holding it) is
+//! kept in step with every change, so the prefix walk (`super::prefix`) looks each page of a
+//! prompt up once for all sources.
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 
 use super::blocks::BlockTable;
+use super::holders::HolderIndex;
+use super::prefetch::prefetch;
+use super::prefix::{match_prefix, Answer};
 use super::ConsistencyError;
-use crate::events::{Batch, Event};
+use crate::events::{Batch, Event, Stored};
+
+/// How far ahead `apply_events` prefetches an event's hash list, its index buckets, and the
+/// records it reads.
+const LOAD_AHEAD: usize = 16;
+const PROBE_AHEAD: usize = 8;
+const RECORD_AHEAD: usize = 4;
+/// How many pages of a multi-page store the holder index prefetches ahead.
+const HOLDER_PREFETCH_PAGES: usize = 8;
 
 /// What a replica needs of its source's `meta` (parsed by the caller; the JSON is kept as is
 /// for snapshots).
@@ -50,8 +63,9 @@ impl Replica {
         }
     }
 
-    /// Apply one event; the replica is unchanged when it does not fit.
-    pub fn apply_event(&mut self, event: &Event) -> Result<(), ConsistencyError> {
+    /// Apply one event; the replica is unchanged when it does not fit. (Through
+    /// `ReplicaStore::apply_events`, which keeps the holder index in step.)
+    pub(crate) fn apply_event(&mut self, event: &Event) -> Result<(), ConsistencyError> {
         let result = match event {
             Event::Stored(stored) => self.blocks.store(
                 &stored.hashes,
@@ -71,8 +85,9 @@ impl Replica {
         result.map_err(|reason| self.fail(reason))
     }
 
-    /// Drop every block; this also ends a divergence (the source starts over).
-    pub fn clear(&mut self) {
+    /// Drop every block; this also ends a divergence (the source starts over). (Through
+    /// `ReplicaStore::clear`, which keeps the holder index in step.)
+    pub(crate) fn clear(&mut self) {
         self.blocks.clear();
         self.diverged = None;
     }
@@ -93,11 +108,21 @@ impl Replica {
     }
 }
 
-/// Every source's replica, by name and by a dense id.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// Every source's replica, by name and by a dense id, and (once enabled) the holder index that
+/// the prefix walk reads.
+#[derive(Clone, Debug, Default)]
 pub struct ReplicaStore {
     replicas: Vec<Replica>,
     ids: HashMap<String, u32>,
+    /// Derived from the replicas, kept in step by every change once enabled (see
+    /// `enable_holders`); never part of a snapshot or of equality.
+    holders: Option<HolderIndex>,
+}
+
+impl PartialEq for ReplicaStore {
+    fn eq(&self, other: &Self) -> bool {
+        self.replicas == other.replicas && self.ids == other.ids
+    }
 }
 
 impl ReplicaStore {
@@ -114,7 +139,11 @@ impl ReplicaStore {
                 return None;
             }
         }
-        Some(Self { replicas, ids })
+        Some(Self {
+            replicas,
+            ids,
+            holders: None,
+        })
     }
 
     /// Every replica, in the order their sources were first seen.
@@ -135,6 +164,9 @@ impl ReplicaStore {
         let id = self.replicas.len() as u32;
         self.replicas.push(Replica::new(source));
         self.ids.insert(source.to_owned(), id);
+        if let Some(holders) = &mut self.holders {
+            holders.cover(self.replicas.len());
+        }
         id
     }
 
@@ -148,34 +180,294 @@ impl ReplicaStore {
         &self.replicas[id as usize]
     }
 
-    /// The replica with id `id`, mutably.
+    /// The replica with id `id`, mutably (for its meta and divergence; blocks change through
+    /// `apply_events` and `clear`, which keep the holder index in step).
     pub fn by_id_mut(&mut self, id: u32) -> &mut Replica {
         &mut self.replicas[id as usize]
     }
 
-    /// The replica of `source`, created empty when new.
+    /// The replica of `source`, created empty when new (see `by_id_mut`).
     pub fn replica_mut(&mut self, source: &str) -> &mut Replica {
         let id = self.id_or_create(source);
         &mut self.replicas[id as usize]
     }
 
-    /// Apply the events of one in-order batch to its source's replica (the caller sets the
-    /// meta first). Events before a failing one stay applied; the failing one changes nothing.
+    /// Apply the events of one decoded record (`crate::codec::decode`) to its source's
+    /// replica (the caller sets the meta first). Events before a failing one stay applied; the
+    /// failing one changes nothing. A multi-page `Stored` counts as its pages, one event each,
+    /// as a decoder that yields one event per page gives them (`decode_batch`, DESIGN §4): when
+    /// it does not fit, the pages before the failing page stay applied.
     pub fn apply(&mut self, batch: &Batch) -> Result<(), ConsistencyError> {
-        self.apply_events(&batch.header.source, &batch.events)
+        self.apply_in(&batch.header.source, &batch.events, Pages::OneEventEach)
     }
 
-    /// Apply `events` to the replica of `source`.
+    /// Apply `events` to the replica of `source`, each as a whole (a multi-page `Stored` is one
+    /// event: all of its pages or none).
     pub fn apply_events(&mut self, source: &str, events: &[Event]) -> Result<(), ConsistencyError> {
-        let replica = self.replica_mut(source);
-        events
-            .iter()
-            .try_for_each(|event| replica.apply_event(event))
+        self.apply_in(source, events, Pages::Whole)
+    }
+
+    fn apply_in(
+        &mut self,
+        source: &str,
+        events: &[Event],
+        pages: Pages,
+    ) -> Result<(), ConsistencyError> {
+        let id = self.id_or_create(source);
+        let replica = &mut self.replicas[id as usize];
+        let mut holders = self.holders.as_mut();
+        // A software pipeline over the events, so the cache misses of successive events
+        // overlap instead of queueing: the hash list of the event `LOAD_AHEAD` ahead is
+        // prefetched; the index buckets of the one `PROBE_AHEAD` ahead (its hashes are loaded by
+        // now); and the records of the blocks that the one `RECORD_AHEAD` ahead reads (its
+        // buckets are loaded by now, so finding the slots is cheap).
+        for (at, event) in events.iter().enumerate() {
+            if let Some(first) = events.get(at + LOAD_AHEAD).and_then(first_hash) {
+                prefetch(first);
+            }
+            if let Some(ahead) = events.get(at + PROBE_AHEAD) {
+                if let Some(&first) = first_hash(ahead) {
+                    replica.blocks.prefetch(first);
+                    if let Some(holders) = holders.as_deref() {
+                        holders.prefetch(first);
+                    }
+                }
+                if let Event::Stored(Stored {
+                    parent: Some(parent),
+                    ..
+                }) = ahead
+                {
+                    replica.blocks.prefetch(*parent);
+                }
+            }
+            match events.get(at + RECORD_AHEAD) {
+                Some(Event::Stored(Stored {
+                    parent: Some(parent),
+                    ..
+                })) => replica.blocks.prefetch_block(*parent),
+                Some(
+                    ahead @ (Event::Removed { .. }
+                    | Event::SwaEvicted { .. }
+                    | Event::SwaRestored { .. }),
+                ) => {
+                    if let Some(&first) = first_hash(ahead) {
+                        replica.blocks.prefetch_block(first);
+                    }
+                }
+                _ => {}
+            }
+            apply_one(replica, holders.as_deref_mut(), id, event, pages)?;
+        }
+        Ok(())
+    }
+
+    /// Drop every block of `source` (created empty when new); this also ends a divergence.
+    pub fn clear(&mut self, source: &str) {
+        let id = self.id_or_create(source);
+        let replica = &mut self.replicas[id as usize];
+        if let Some(holders) = &mut self.holders {
+            drop_holdings(replica, holders, id);
+        }
+        replica.clear();
+    }
+
+    /// Keep the holder index (block hash -> sources) from now on, building it from the
+    /// replicas when it is not kept yet; the prefix walk needs it.
+    pub fn enable_holders(&mut self) {
+        if self.holders.is_none() {
+            self.holders = Some(HolderIndex::build(&self.replicas));
+        }
+    }
+
+    /// The holder index, when kept.
+    pub fn holders(&self) -> Option<&HolderIndex> {
+        self.holders.as_ref()
+    }
+
+    /// Per source id, what it holds of `tokens` under the namespace `prior` (see
+    /// `super::prefix`); enables the holder index first when it is not kept yet.
+    pub fn match_prefix(&mut self, prior: &[u8], tokens: &[u32]) -> Vec<(u32, Answer)> {
+        let Self {
+            replicas, holders, ..
+        } = self;
+        let holders = holders.get_or_insert_with(|| HolderIndex::build(replicas));
+        match_prefix(replicas, holders, prior, tokens)
     }
 
     /// Total bytes the block tables hold.
     pub fn heap_bytes(&self) -> usize {
         self.replicas.iter().map(|r| r.blocks.heap_bytes()).sum()
+    }
+
+    /// Bytes the holder index holds (0 when not kept).
+    pub fn holders_heap_bytes(&self) -> usize {
+        self.holders.as_ref().map_or(0, HolderIndex::heap_bytes)
+    }
+}
+
+/// The first block hash an event names (None for `Cleared`).
+fn first_hash(event: &Event) -> Option<&i64> {
+    match event {
+        Event::Stored(Stored { hashes, .. })
+        | Event::Removed { hashes, .. }
+        | Event::SwaEvicted { hashes }
+        | Event::SwaRestored { hashes } => hashes.first(),
+        Event::Cleared => None,
+    }
+}
+
+/// How a multi-page `Stored` is applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pages {
+    /// As one event: all of its pages or none.
+    Whole,
+    /// As one event per page: the pages before one that does not fit stay applied.
+    OneEventEach,
+}
+
+/// Apply one event to `replica` (source id `id`), keeping `holders` in step.
+fn apply_one(
+    replica: &mut Replica,
+    mut holders: Option<&mut HolderIndex>,
+    id: u32,
+    event: &Event,
+    pages: Pages,
+) -> Result<(), ConsistencyError> {
+    if let Event::Stored(stored) = event {
+        let result = replica.apply_event(event);
+        let stored_pages = match result {
+            Ok(()) => stored.hashes.len(),
+            Err(error) if pages == Pages::Whole || stored.hashes.len() < 2 => return Err(error),
+            // (rare) the whole event does not fit, which changed nothing: apply its pages one
+            // by one to keep those before the first that does not fit
+            Err(error) => match store_page_by_page(replica, stored) {
+                Ok(()) => stored.hashes.len(),
+                Err((done, page_error)) => {
+                    add_holders(holders.as_deref_mut(), &stored.hashes[..done], id);
+                    return Err(page_error.unwrap_or(error));
+                }
+            },
+        };
+        add_holders(holders, &stored.hashes[..stored_pages], id);
+        return Ok(());
+    }
+    let Some(holders) = holders else {
+        return replica.apply_event(event);
+    };
+    if let Event::Cleared = event {
+        drop_holdings(replica, holders, id);
+    }
+    replica.apply_event(event)?;
+    match event {
+        Event::Removed { hashes, .. } => {
+            for &block_hash in hashes {
+                holders.remove(block_hash, id);
+            }
+        }
+        Event::SwaEvicted { hashes } | Event::SwaRestored { hashes } => {
+            let tombstone = matches!(event, Event::SwaEvicted { .. });
+            for &block_hash in hashes {
+                holders.set_tombstone(block_hash, id, tombstone);
+            }
+        }
+        Event::Stored(_) | Event::Cleared => {}
+    }
+    Ok(())
+}
+
+/// Store the pages of `stored` one event each; on a page that does not fit, (pages stored
+/// before it, its error). The error is None when the pages cannot be split (a token count that
+/// is not `block_size` per page: the caller's whole-event error stands).
+fn store_page_by_page(
+    replica: &mut Replica,
+    stored: &Stored,
+) -> Result<(), (usize, Option<ConsistencyError>)> {
+    let size = stored.block_size as usize;
+    if size == 0 || stored.tokens.len() != size * stored.hashes.len() {
+        return Err((0, None));
+    }
+    let mut parent = stored.parent;
+    for (page, (&block_hash, tokens)) in stored
+        .hashes
+        .iter()
+        .zip(stored.tokens.chunks_exact(size))
+        .enumerate()
+    {
+        let one = Event::Stored(Stored {
+            hashes: vec![block_hash],
+            parent,
+            tokens: tokens.to_vec(),
+            block_size: stored.block_size,
+            lora_id: stored.lora_id,
+            medium: stored.medium.clone(),
+        });
+        replica
+            .apply_event(&one)
+            .map_err(|error| (page, Some(error)))?;
+        parent = Some(block_hash);
+    }
+    Ok(())
+}
+
+/// `id` now holds `hashes` (just stored, SWA-resident).
+fn add_holders(holders: Option<&mut HolderIndex>, hashes: &[i64], id: u32) {
+    let Some(holders) = holders else {
+        return;
+    };
+    holders.reserve(hashes.len());
+    for &block_hash in hashes.iter().take(HOLDER_PREFETCH_PAGES) {
+        holders.prefetch(block_hash);
+    }
+    for (page, &block_hash) in hashes.iter().enumerate() {
+        if let Some(&ahead) = hashes.get(page + HOLDER_PREFETCH_PAGES) {
+            holders.prefetch(ahead);
+        }
+        holders.add(block_hash, id);
+    }
+}
+
+/// Take every block of `replica` out of `holders` (before the replica is cleared).
+fn drop_holdings(replica: &Replica, holders: &mut HolderIndex, id: u32) {
+    for (block_hash, _) in replica.blocks.hashes() {
+        holders.remove(block_hash, id);
+    }
+}
+
+impl HolderIndex {
+    /// The holder index of `replicas` (source id = position): each table's blocks in order of
+    /// their hashes' check bits (its index is kept in that order), merged across sources, then
+    /// laid into the table in one pass (`HolderIndex::from_sorted`).
+    pub fn build(replicas: &[Replica]) -> Self {
+        let held: Vec<usize> = (0..replicas.len())
+            .filter(|&id| !replicas[id].blocks.is_empty())
+            .collect();
+        if let [only] = held[..] {
+            // one source holds blocks: its own order is the order
+            let blocks = replicas[only].blocks.by_check_bits();
+            let holdings = blocks
+                .into_iter()
+                .map(|(_, hash, resident)| (hash, only as u32, resident));
+            return HolderIndex::from_sorted(replicas.len(), holdings);
+        }
+        let mut streams: Vec<std::vec::IntoIter<(u32, i64, bool)>> = replicas
+            .iter()
+            .map(|replica| replica.blocks.by_check_bits().into_iter())
+            .collect();
+        let mut heads: BinaryHeap<Reverse<(u32, i64, u32, bool)>> =
+            BinaryHeap::with_capacity(streams.len());
+        for (id, stream) in streams.iter_mut().enumerate() {
+            if let Some((top, hash, resident)) = stream.next() {
+                heads.push(Reverse((top, hash, id as u32, resident)));
+            }
+        }
+        let merged = std::iter::from_fn(|| {
+            let Reverse((_, hash, id, resident)) = heads.pop()?;
+            if let Some((top, next, resident)) = streams[id as usize].next() {
+                heads.push(Reverse((top, next, id, resident)));
+            }
+            Some((hash, id, resident))
+        });
+        HolderIndex::from_sorted(replicas.len(), merged)
     }
 }
 
@@ -262,5 +554,33 @@ mod tests {
             .apply(&batch("a", vec![stored(&[1], None)]))
             .unwrap_err();
         assert_eq!(err.reason, "block_size 1 differs from meta.page_size 2");
+    }
+
+    #[test]
+    fn a_decoded_multi_page_store_counts_as_its_pages() {
+        // pages 1, 2, 3 where 3 is held already: whole, nothing is stored; page by page (a
+        // decoded record, DESIGN §4), pages 1 and 2 stay
+        for (whole, held_after) in [(true, 1), (false, 3)] {
+            let mut store = ReplicaStore::new();
+            store.apply_events("a", &[stored(&[3], None)]).unwrap();
+            let event = stored(&[1, 2, 3], None);
+            let err = if whole {
+                store.apply_events("a", &[event]).unwrap_err()
+            } else {
+                store.apply(&batch("a", vec![event])).unwrap_err()
+            };
+            assert_eq!(err.reason, "BlockStored for block 3, which is already held");
+            assert_eq!(store.get("a").unwrap().blocks.len(), held_after);
+        }
+        // a page named twice is, page by page, a page stored twice
+        let mut store = ReplicaStore::new();
+        store.enable_holders();
+        let err = store
+            .apply(&batch("a", vec![stored(&[1, 2, 1], None)]))
+            .unwrap_err();
+        assert_eq!(err.reason, "BlockStored for block 1, which is already held");
+        assert_eq!(store.get("a").unwrap().blocks.len(), 2);
+        let kept: Vec<i64> = store.holders().unwrap().entries().map(|(h, _)| h).collect();
+        assert_eq!(kept.len(), 2);
     }
 }
