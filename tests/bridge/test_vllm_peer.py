@@ -155,6 +155,8 @@ async def test_engine_first_then_restarts_and_bridge_restart(tmp_path: Path) -> 
             async with running_bridge(log, pub, replay) as bridge:
                 published = await serve(engine, 20, seed=3)
                 await wait_until(lambda: bridge.tracker.expected == published, bridge)
+                assert bridge.publisher is not None
+                await bridge.publisher.flush(timeout_s=30)  # appended is not yet durable
                 replicas = await replica_of(log)
                 assert_same_blocks(replicas, engine)
 
