@@ -35,14 +35,11 @@ class TreeNode:
         "_token_ids",
         "_tombstone",
         "_value",
-        "digests",
         "full_lock_ref",
-        "hashes",
         "lru_next",
         "lru_prev",
         "node_id",
         "swa_lock_ref",
-        "terms",
     )
 
     def __init__(
@@ -62,10 +59,6 @@ class TreeNode:
         self.swa_lock_ref = 0
         self.lru_prev: list[TreeNode | None] = [None, None]
         self.lru_next: list[TreeNode | None] = [None, None]
-        # Per-page chain digests, int64 block hashes and digest terms (events on only).
-        self.digests: list[bytes] = []
-        self.hashes: list[int] = []
-        self.terms: list[int] = []
 
     @property
     def token_ids(self) -> tuple[int, ...]:

@@ -9,7 +9,10 @@ Decisions where the design leaves room:
 
 * The constructor records ``AllBlocksCleared`` (as sglang does), so a fresh tree's first
   ``take_events()`` is ``[AllBlocksCleared()]``.
-* With ``enable_events=False`` nothing is hashed while serving; ``state_digest()`` and
+* With events on, the tree hashes nothing either: it records what changed (node, parent,
+  tokens) into the native ``EventRecorder``, which hashes, digests and builds events when they
+  are read, or in a publisher's worker thread (``event_recorder``).
+* With ``enable_events=False`` nothing is recorded at all; ``state_digest()`` and
   ``snapshot_events()`` then recompute from the tree (O(tree)).
 * ``total_size()`` is ``(full tokens held, SWA-resident tokens held)``, as in sglang.
 * ``sanity_check(caller_held_full=, caller_held_swa=)``: the tree cannot know what callers hold;
@@ -31,6 +34,7 @@ import torch
 from cache.allocator import SWAKVAllocator
 from cache.errors import SanityError
 from cache.events import Event, format_digest
+from cache.events.recorder import EventRecorder
 from cache.tree.evict import evict
 from cache.tree.insert import insert
 from cache.tree.keys import aligned_tokens, check_token_ids
@@ -39,7 +43,7 @@ from cache.tree.match import match_prefix
 from cache.tree.node import TreeNode
 from cache.tree.results import EvictResult, LockHandle, MatchResult
 from cache.tree.sanity import sanity_check
-from cache.tree.sink import EventSink, NullSink, RecordingSink
+from cache.tree.sink import EventSink, NullSink, RecorderSink
 from cache.tree.state import TreeState
 from cache.tree.walk import digest_from_scratch, snapshot_events
 
@@ -64,10 +68,10 @@ class SWARadixCache:
             raise ValueError(f"sliding_window_size must be positive, got {sliding_window_size}")
         self._allocator = allocator
         self._events_enabled = enable_events
-        sink: EventSink = RecordingSink(page_size) if enable_events else NullSink()
+        sink: EventSink = RecorderSink(page_size) if enable_events else NullSink()
         self._state = TreeState(allocator, page_size, sliding_window_size, sink)
-        self._state.root_of(None)
         sink.cleared()
+        self._state.root_of(None)
 
     # --- configuration ----------------------------------------------------------------------
 
@@ -171,21 +175,43 @@ class SWARadixCache:
         if tombstoned:
             self._allocator.free(torch.cat(tombstoned), swa_resident=False, whole_pages=True)
         state.clear()
-        state.root_of(None)
         state.sink.cleared()
+        state.root_of(None)
 
     # --- events and digests -----------------------------------------------------------------
 
+    @property
+    def event_recorder(self) -> EventRecorder | None:
+        """The native recorder of this tree's changes (None with events disabled).
+
+        A ``swa_es.Publisher`` cuts its steps from it and has them hashed and encoded off the
+        serving loop; ``take_events()`` and ``state_digest()`` read the same recorder.
+        """
+        return self._state.sink.recorder
+
     def take_events(self) -> list[Event]:
-        """The events recorded since the last call (always empty with events disabled)."""
+        """The events recorded since the last call (always empty with events disabled).
+
+        The tree records what changed; this hashes the new pages and builds the events (one
+        ``BlockStored`` per page) now, in the native core.
+        """
         return self._state.sink.take()
 
     def snapshot_events(self) -> list[Event]:
-        """The whole tree as events: BlockStored per page, parents first, then tombstones."""
+        """The whole tree as events: BlockStored per page, parents first (namespace roots in
+        creation order, then depth first with children in creation order), then tombstones."""
+        held = self._state.sink.snapshot()
+        if held is not None:
+            return held
         return snapshot_events(self._state.roots.items(), self._state.page_size)
 
     def state_digest(self) -> str:
-        """The order-independent digest of every page and its SWA residency."""
+        """The order-independent digest of every page and its SWA residency.
+
+        O(1) per event: with events on, the native recorder keeps it; it first processes the
+        changes recorded but not yet hashed (it may wait for a publisher's worker thread that is
+        processing them). With events off it is recomputed from the tree (O(tree)).
+        """
         value = self._state.sink.digest_value()
         if value is None:
             return digest_from_scratch(self._state.roots.items(), self._state.page_size)

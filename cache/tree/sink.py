@@ -1,44 +1,29 @@
-"""Where the tree's mutations go: a recording sink (events + state digest) or a null sink.
+"""Where the tree's changes go: the native event recorder, or nowhere (events off).
 
-The tree calls the sink at every block-level change; with events disabled it gets the null sink,
-so no hashing, event building or digest work happens and no ``if enabled`` tests are scattered
-through the tree. The recording sink keeps each node's per-page digests, block hashes and digest
-terms on the node, so a split just slices them and a removal never rehashes.
+The tree calls its sink at every block-level change. With events on, ``RecorderSink`` passes each
+change to the native ``EventRecorder`` as one small op (node ids and, for a store, the tokens):
+nothing is hashed and no event object is built on the serving loop. Hashing, the digest and the
+events happen in the core, when someone reads them (``take_events()``, ``state_digest()``) or in
+a publisher's worker thread. With events off the tree gets ``NullSink``, so nothing at all happens
+and no ``if enabled`` tests are scattered through the tree.
+
+``cache.tree.reference_sink.ReferenceSink`` is the pure-Python twin (tests only).
 """
 
 from __future__ import annotations
 
-from typing import Final, Protocol
+from typing import Protocol
 
-from cache.events import (
-    AllBlocksCleared,
-    BlockRemoved,
-    BlockSWAEvicted,
-    BlockSWARestored,
-    Event,
-    chain_block_terms,
-    chain_page_digests,
-)
-from cache.events.build import block_hashes_fast, build_stored
+from cache.events import Event
+from cache.events.recorder import EventRecorder
 from cache.tree.node import TreeNode
-
-_MASK: Final = (1 << 64) - 1
-
-
-def first_parent_hash(node: TreeNode) -> int | None:
-    """The block hash the node's first page chains onto (None at a namespace root)."""
-    parent = node._parent
-    assert parent is not None, "a namespace root has no pages"
-    return parent.hashes[-1] if parent.hashes else None
-
-
-def page_terms(node: TreeNode, swa_resident: bool) -> list[int]:
-    """The digest term of each page of ``node`` in residency ``swa_resident``."""
-    return chain_block_terms(node.hashes, first_parent_hash(node), swa_resident)
 
 
 class EventSink(Protocol):
     """Receives every block-level change of the tree."""
+
+    def root(self, node: TreeNode, extra_key: str | None) -> None:
+        """``node`` became the (empty) root of namespace ``extra_key``."""
 
     def stored(self, node: TreeNode) -> None:
         """``node`` was linked into the tree with all its pages SWA-resident."""
@@ -56,7 +41,7 @@ class EventSink(Protocol):
         """``suffix`` was split; ``prefix`` took its first ``prefix_pages`` pages."""
 
     def cleared(self) -> None:
-        """Every block was dropped."""
+        """Every node, namespace roots included, was dropped."""
 
     def take(self) -> list[Event]:
         """The events recorded since the last call."""
@@ -66,9 +51,25 @@ class EventSink(Protocol):
         """The maintained digest accumulator, or None when this sink keeps none."""
         ...
 
+    def snapshot(self) -> list[Event] | None:
+        """The whole tree as events from what the sink holds, or None when it holds nothing."""
+        ...
+
+    def block_hashes(self, node: TreeNode) -> list[int] | None:
+        """The block hashes the sink holds for ``node``'s pages, or None when it holds none."""
+        ...
+
+    @property
+    def recorder(self) -> EventRecorder | None:
+        """The native recorder behind this sink, if any (what a publisher cuts steps from)."""
+        ...
+
 
 class NullSink:
     """Events disabled: nothing is hashed, recorded or digested."""
+
+    def root(self, node: TreeNode, extra_key: str | None) -> None:
+        """Ignore a new namespace root."""
 
     def stored(self, node: TreeNode) -> None:
         """Ignore a store."""
@@ -96,86 +97,76 @@ class NullSink:
         """No digest is maintained."""
         return None
 
+    def snapshot(self) -> list[Event] | None:
+        """Nothing is held: the tree walks itself."""
+        return None
 
-class RecordingSink:
-    """Builds DESIGN §4 events and keeps the state digest.
+    def block_hashes(self, node: TreeNode) -> list[int] | None:
+        """No hashes are held."""
+        return None
 
-    Digest terms are computed lazily: a stored node waits in ``_pending`` until the digest is
-    read, so pages that come and go between two reads never pay for their terms. Each read
-    folds the pending nodes in with their residency at that moment, which is what the eager
-    sum would hold.
-    """
+    @property
+    def recorder(self) -> EventRecorder | None:
+        """No recorder."""
+        return None
 
-    __slots__ = ("_digest", "_events", "_page_size", "_pending")
+
+class RecorderSink:
+    """Events on: every change becomes one op of the native ``EventRecorder``."""
+
+    __slots__ = ("_page_size", "_recorder")
 
     def __init__(self, page_size: int) -> None:
         self._page_size = page_size
-        self._events: list[Event] = []
-        self._digest = 0
-        self._pending: dict[int, TreeNode] = {}
+        self._recorder = EventRecorder(page_size)
+
+    @property
+    def recorder(self) -> EventRecorder:
+        """The native recorder (a publisher cuts its steps from it)."""
+        return self._recorder
+
+    def root(self, node: TreeNode, extra_key: str | None) -> None:
+        """Record a new namespace root."""
+        self._recorder.root(node.node_id, extra_key)
 
     def stored(self, node: TreeNode) -> None:
-        """Hash the node's pages onto its parent's chain and record one BlockStored per page."""
+        """Record the store of ``node``'s tokens under its parent (hashed later, in the core)."""
         parent = node._parent
         assert parent is not None, "a namespace root is never stored"
-        tokens = node._token_ids
-        digests = chain_page_digests(parent.digests[-1], tokens, self._page_size)
-        hashes = block_hashes_fast(digests)
-        node.digests = digests
-        node.hashes = hashes
-        node.terms = []
-        self._pending[node.node_id] = node
-        parents = [parent.hashes[-1] if parent.hashes else None, *hashes[:-1]]
-        self._events.extend(build_stored(hashes, parents, tokens, self._page_size))
+        self._recorder.stored(node.node_id, parent.node_id, node._token_ids)
 
     def removed(self, node: TreeNode) -> None:
-        """Record one BlockRemoved with all the node's pages."""
-        if self._pending.pop(node.node_id, None) is None:
-            self._digest = (self._digest - sum(node.terms)) & _MASK
-        self._events.append(BlockRemoved(tuple(node.hashes)))
-
-    def _flip(self, node: TreeNode, swa_resident: bool) -> None:
-        if node.node_id in self._pending:
-            return  # its terms are computed at the next read, with the residency then
-        terms = page_terms(node, swa_resident)
-        self._digest = (self._digest + sum(terms) - sum(node.terms)) & _MASK
-        node.terms = terms
+        """Record a removal."""
+        self._recorder.removed(node.node_id, len(node._token_ids) // self._page_size)
 
     def swa_evicted(self, node: TreeNode) -> None:
-        """Record BlockSWAEvicted and flip the node's terms to non-resident."""
-        self._flip(node, False)
-        self._events.append(BlockSWAEvicted(tuple(node.hashes)))
+        """Record a tombstoning."""
+        self._recorder.swa_evicted(node.node_id, len(node._token_ids) // self._page_size)
 
     def swa_restored(self, node: TreeNode) -> None:
-        """Record BlockSWARestored and flip the node's terms to resident."""
-        self._flip(node, True)
-        self._events.append(BlockSWARestored(tuple(node.hashes)))
+        """Record a restore."""
+        self._recorder.swa_restored(node.node_id, len(node._token_ids) // self._page_size)
 
     def split(self, prefix: TreeNode, suffix: TreeNode, prefix_pages: int) -> None:
-        """Hand the first ``prefix_pages`` pages' hashes to ``prefix``; no event."""
-        k = prefix_pages
-        prefix.digests, suffix.digests = suffix.digests[:k], suffix.digests[k:]
-        prefix.hashes, suffix.hashes = suffix.hashes[:k], suffix.hashes[k:]
-        if suffix.node_id in self._pending:
-            self._pending[prefix.node_id] = prefix
-        else:
-            prefix.terms, suffix.terms = suffix.terms[:k], suffix.terms[k:]
+        """Record a split (no event: hashes are per page and survive it)."""
+        self._recorder.split(prefix.node_id, suffix.node_id, prefix_pages)
 
     def cleared(self) -> None:
-        """Record AllBlocksCleared and zero the digest."""
-        self._digest = 0
-        self._pending = {}
-        self._events.append(AllBlocksCleared())
+        """Record that everything was dropped."""
+        self._recorder.cleared()
 
     def take(self) -> list[Event]:
-        """The events recorded since the last call."""
-        events, self._events = self._events, []
-        return events
+        """The events since the last call, one ``BlockStored`` per page (hashes them first)."""
+        return self._recorder.take_events()
 
-    def digest_value(self) -> int | None:
-        """The digest accumulator of every page in the tree (folds pending terms in first)."""
-        for node in self._pending.values():
-            node.terms = page_terms(node, not node._tombstone)
-            self._digest = (self._digest + sum(node.terms)) & _MASK
-        self._pending = {}
-        return self._digest
+    def digest_value(self) -> int:
+        """The digest of every page in the tree (processes pending ops first)."""
+        return self._recorder.digest()
+
+    def snapshot(self) -> list[Event]:
+        """The tree as events, from the recorder's node table."""
+        return self._recorder.snapshot_events()
+
+    def block_hashes(self, node: TreeNode) -> list[int] | None:
+        """The recorder's block hashes of ``node``'s pages."""
+        return self._recorder.block_hashes(node.node_id)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import torch
 
 from cache.allocator import SWAKVAllocator
-from cache.events import namespace_prior
 from cache.tree.lru import LRUList
 from cache.tree.node import FULL, SWA, ChildKey, TreeNode
 from cache.tree.sink import EventSink
@@ -62,8 +61,8 @@ class TreeState:
         root = self.roots.get(extra_key)
         if root is None:
             root = self._new_node((), self.empty_value, None)
-            root.digests = [namespace_prior(extra_key)]
             self.roots[extra_key] = root
+            self.sink.root(root, extra_key)
         return root
 
     def child_key(self, tokens: tuple[int, ...], pos: int) -> ChildKey:

@@ -1,7 +1,7 @@
 """Whole-tree walks: every page's hashes (recomputed), snapshot events and the digest from scratch.
 
-These never trust what the sink stored on the nodes, so ``sanity_check`` can compare the two and a
-tree with events disabled can still report its digest and its snapshot.
+These never trust what the sink holds, so ``sanity_check`` can compare the two and a tree with
+events disabled can still report its digest and its snapshot.
 """
 
 from __future__ import annotations
@@ -31,33 +31,34 @@ class NodeBlocks:
 
 
 def walk_blocks(
-    roots: Iterable[tuple[str | None, TreeNode]], page_size: int, *, reuse_stored: bool = False
+    roots: Iterable[tuple[str | None, TreeNode]], page_size: int
 ) -> Iterator[NodeBlocks]:
-    """Every non-root node, parents before children, with its hashes.
-
-    Hashes are recomputed from the tokens, or with ``reuse_stored`` taken from what the
-    recording sink stored on the node where it did (events on).
-    """
+    """Every non-root node with its hashes recomputed from the tokens, parents first: namespace
+    roots in the order given, then depth first with children in creation (node id) order, the
+    order the native recorder's snapshot has too."""
     for extra_key, root in roots:
         stack: list[tuple[TreeNode, bytes, int | None]] = [
-            (child, namespace_prior(extra_key), None) for child in root._children.values()
+            (child, namespace_prior(extra_key), None) for child in _children_last_first(root)
         ]
         while stack:
             node, prior, parent_hash = stack.pop()
-            if reuse_stored and node.hashes:
-                digests, hashes = node.digests, node.hashes
-            else:
-                digests = chain_page_digests(prior, node._token_ids, page_size)
-                hashes = block_hashes_of(digests)
+            digests = chain_page_digests(prior, node._token_ids, page_size)
+            hashes = block_hashes_of(digests)
             yield NodeBlocks(node, hashes, parent_hash)
-            stack.extend((child, digests[-1], hashes[-1]) for child in node._children.values())
+            stack.extend((child, digests[-1], hashes[-1]) for child in _children_last_first(node))
+
+
+def _children_last_first(node: TreeNode) -> list[TreeNode]:
+    """``node``'s children, newest first, so a stack pops the oldest first."""
+    return sorted(node._children.values(), key=lambda child: -child.node_id)
 
 
 def snapshot_events(roots: Iterable[tuple[str | None, TreeNode]], page_size: int) -> list[Event]:
-    """The tree as events: BlockStored per page (parents first), then BlockSWAEvicted."""
+    """The tree as events, recomputed: BlockStored per page (parents first), then
+    BlockSWAEvicted per tombstoned node."""
     stored: list[Event] = []
     tombstones: list[Event] = []
-    for item in walk_blocks(roots, page_size, reuse_stored=True):
+    for item in walk_blocks(roots, page_size):
         tokens = item.node._token_ids
         parents = [item.parent_hash, *item.hashes[:-1]]
         for i, (h, p) in enumerate(zip(item.hashes, parents, strict=True)):

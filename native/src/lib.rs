@@ -10,6 +10,7 @@ pub mod codec;
 pub mod digest;
 pub mod events;
 pub mod hashing;
+pub mod recorder;
 pub mod replica;
 
 #[cfg(feature = "python")]

@@ -148,39 +148,70 @@ class BatchBuilder:
         """The ``seq`` the next batch of the current epoch will get."""
         return self._next_seq
 
+    @property
+    def max_split_bytes(self) -> int:
+        """The bound ``split_events`` cuts a batch's events by (the envelope set aside)."""
+        return self.max_batch_bytes - BATCH_OVERHEAD_BYTES
+
+    def now(self) -> float:
+        """The batch timestamp now (the builder's clock)."""
+        return self._clock()
+
     def _split(self, events: Sequence[Event]) -> list[Sequence[Event]]:
         return split_events(
-            events,
-            max_events=self.max_events_per_batch,
-            max_bytes=self.max_batch_bytes - BATCH_OVERHEAD_BYTES,
+            events, max_events=self.max_events_per_batch, max_bytes=self.max_split_bytes
         )
 
+    def new_epoch(self) -> str:
+        """Start a new epoch: a fresh id, seqs from 0, the digest cadence from 0. Its opening
+        (``AllBlocksCleared`` and the tree, the digest on the last batch) takes the first seqs:
+        ``open_epoch`` builds it, or a native encoder writes it and reports ``opened``."""
+        self._epoch = self._epoch_ids()
+        self._next_seq = 0
+        self._since_digest = 0
+        return self._epoch
+
+    def opened(self, batches: int) -> None:
+        """The new epoch's opening was written as ``batches`` batches (seq 0 onwards)."""
+        self._next_seq += batches
+
+    def reserve(self, batches: int) -> tuple[int, bool]:
+        """Number the ``batches`` batches of one step: the seq of the first, and whether the
+        digest cadence puts the digest on the last of them."""
+        if not self._epoch:
+            raise RuntimeError("open_epoch() must come before the first step")
+        first = self._next_seq
+        self._next_seq += batches
+        self._since_digest += batches
+        due = batches > 0 and self._since_digest >= self.digest_every_batches
+        if due:
+            self._since_digest = 0
+        return first, due
+
     def _batch(
-        self, events: Sequence[Event], *, digest: str | None, meta: BatchMeta | None
+        self, seq: int, events: Sequence[Event], *, digest: str | None, meta: BatchMeta | None
     ) -> EventBatch:
-        batch = EventBatch(
+        return EventBatch(
             source=self.source,
             epoch=self._epoch,
-            seq=self._next_seq,
+            seq=seq,
             ts=self._clock(),
             events=tuple(events),
             digest=digest,
             meta=meta,
         )
-        self._next_seq += 1
-        return batch
 
     def open_epoch(self, snapshot: Sequence[Event], digest: str) -> list[EventBatch]:
         """Start a new epoch: ``AllBlocksCleared`` then ``snapshot``, in as many batches as
         ``max_events_per_batch`` and ``max_batch_bytes`` need; ``meta`` on the first, ``digest``
         on the last."""
-        self._epoch = self._epoch_ids()
-        self._next_seq = 0
-        self._since_digest = 0
+        self.new_epoch()
         chunks = self._split([AllBlocksCleared(), *snapshot])
+        self.opened(len(chunks))
         last = len(chunks) - 1
         return [
             self._batch(
+                index,
                 chunk,
                 digest=digest if index == last else None,
                 meta=self.meta if index == 0 else None,
@@ -192,18 +223,18 @@ class BatchBuilder:
         """Start a new epoch whose state is unknown: one empty batch at seq 0, with ``meta`` and
         without ``AllBlocksCleared``, so followers mark the source diverged (not guessed) until
         an epoch that does begin with ``AllBlocksCleared``."""
-        self._epoch = self._epoch_ids()
-        self._next_seq = 0
-        self._since_digest = 0
-        return [self._batch((), digest=None, meta=self.meta)]
+        self.new_epoch()
+        self.opened(1)
+        return [self._batch(0, (), digest=None, meta=self.meta)]
 
     def gap_batch(self) -> EventBatch:
         """An empty batch one seq past the next one: followers see a seq gap and mark the
         source diverged until the next epoch (events were lost upstream)."""
         if not self._epoch:
             raise RuntimeError("open_epoch() must come before a gap")
-        self._next_seq += 1
-        return self._batch((), digest=None, meta=None)
+        seq = self._next_seq + 1
+        self._next_seq += 2
+        return self._batch(seq, (), digest=None, meta=None)
 
     def step_batches(self, events: Sequence[Event], digest: Callable[[], str]) -> list[EventBatch]:
         """The batches of one step's events (none for an empty step: nothing changed).
@@ -214,12 +245,11 @@ class BatchBuilder:
         if not self._epoch:
             raise RuntimeError("open_epoch() must come before the first step")
         chunks = self._split(events)
-        self._since_digest += len(chunks)
-        due = bool(chunks) and self._since_digest >= self.digest_every_batches
-        if due:
-            self._since_digest = 0
+        first, due = self.reserve(len(chunks))
         last = len(chunks) - 1
         return [
-            self._batch(chunk, digest=digest() if due and index == last else None, meta=None)
+            self._batch(
+                first + index, chunk, digest=digest() if due and index == last else None, meta=None
+            )
             for index, chunk in enumerate(chunks)
         ]

@@ -1,9 +1,13 @@
 """``Publisher``: a cache's events, one batch per scheduler step, appended in order to a log.
 
-``step()`` is synchronous and never blocks the serving loop: it takes the cache's events, builds
-and encodes one batch and queues it. A background anyio task appends queued batches to the log,
-several per ``append_batch`` call, strictly in queue order. The queue is bounded; when it is full
-the overflow policy decides (see ``OverflowPolicy``), and every overflow is counted.
+``step()`` is synchronous and never blocks the serving loop. For a tree with a native recorder
+(``SWARadixCache``) it only cuts what the tree recorded and numbers its batches; the recorder's
+encoder thread hashes and encodes the cut steps in order without the GIL, and a background task
+collects the records when it signals, so the serving loop pays for neither
+(``swa_es.publish.feeds``). For any other cache it takes the events and encodes them at once.
+A second background task appends the encoded batches to the log, several per
+``append_batch`` call, strictly in queue order. The queue is bounded; when it is full the
+overflow policy decides (see ``OverflowPolicy``), and every overflow is counted.
 """
 
 from __future__ import annotations
@@ -12,31 +16,21 @@ import logging
 import math
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from cache.events import Event, EventBatch, encode_batch
 from log import EventLog, LogError
 from swa_es.publish.batching import BatchBuilder, PublishedCache, cache_meta
 from swa_es.publish.config import PublisherConfig
 from swa_es.publish.errors import PublisherClosedError, PublisherFailedError
+from swa_es.publish.feeds import QueuedBatch, feed_for
 from swa_es.publish.metrics import PublisherMetrics
 from swa_es.publish.overflow import Backpressure, OverflowPolicy
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class _Queued:
-    """One encoded batch waiting for the log; tickets grow by one per queued batch."""
-
-    ticket: int
-    payload: bytes
-    events: int
 
 
 class Publisher:
@@ -52,7 +46,9 @@ class Publisher:
     the queue overflows. ``meta`` replaces the epoch meta built from the cache (a bridge
     describes an engine it does not run); ``trusted_start=False`` opens the first epoch as
     unknown (``BatchBuilder.open_unknown_epoch``): followers distrust the source until a later
-    epoch.
+    epoch. Both, and ``publish_gap()``, are for sources whose events come from elsewhere; a
+    cache with a native recorder (``SWARadixCache``) refuses ``trusted_start=False`` and
+    ``publish_gap()`` with a ``ValueError``: it is its own source and loses nothing upstream.
     """
 
     def __init__(
@@ -85,20 +81,26 @@ class Publisher:
             max_events_per_batch=config.max_events_per_batch,
             max_batch_bytes=config.max_batch_bytes,
         )
+        self._feed = feed_for(cache, self._builder)
+        if not trusted_start and not self._feed.upstream:
+            raise ValueError(
+                "trusted_start=False: this cache is its own source (a native recorder), so its "
+                "first epoch is always known"
+            )
+        self._trusted_start = trusted_start
         self._metrics = PublisherMetrics(source, config.max_queue_batches)
-        self._pending: deque[_Queued] = deque()
-        # Events a ``Backpressure`` step took from the cache; the next step publishes them first.
-        self._carry: list[Event] = []
-        self._in_flight: Sequence[_Queued] = ()
+        # Batches not yet handed to the log, in order; a cut step's wait for the worker's bytes.
+        self._pending: deque[QueuedBatch] = deque()
+        self._in_flight: Sequence[tuple[QueuedBatch, bytes]] = ()
         self._last_ticket = 0
         self._durable_ticket = 0
         self._progress = anyio.Event()
         self._work = anyio.Event()
+        self._encode_work = anyio.Event()
         self._failure: BaseException | None = None
         self._running = False
         self._closing = False
         self._task_group: TaskGroup | None = None
-        self._trusted_start = trusted_start
 
     # --- public API -----------------------------------------------------------------------
 
@@ -118,34 +120,31 @@ class Publisher:
         return len(self._pending) < self.config.max_queue_batches
 
     def step(self) -> int:
-        """Take the cache's events and queue them as one batch; never blocks.
+        """Queue the cache's changes since the last step as one batch (or a few, for a huge
+        step); never blocks.
 
         Returns the number of batches queued (0 for a step without events, which publishes
         nothing and never overflows). On a full queue: ``resync`` discards the queued batches
         and queues a new epoch holding the whole tree; ``block`` keeps the events for the next
-        ``step()`` and raises ``Backpressure``. Raises ``PublisherFailedError`` once the append
-        task has died.
+        ``step()`` and raises ``Backpressure``. Raises ``PublisherFailedError`` once a
+        background task has died.
         """
         self._check_usable()
-        events = self.cache.take_events()
-        if self._carry:
-            events, self._carry = self._carry + events, []
-        if not events:
+        if not self._feed.pending():
             return 0
         if not self.ready:
-            return self._overflow(events)
-        batches = self._builder.step_batches(events, self.cache.state_digest)
+            return self._overflow()
+        batches = self._feed.step()
         self._enqueue(batches)
         return len(batches)
 
     def publish_gap(self) -> None:
         """Tell followers that events were lost upstream: skip one seq and queue an empty batch
         (they mark the source diverged until the next epoch). The cache's pending events are
-        discarded: they describe a state followers can no longer reach."""
+        discarded: they describe a state followers can no longer reach. ``ValueError`` for a
+        cache with a native recorder, which has no upstream to lose events from."""
         self._check_usable()
-        self.cache.take_events()
-        self._carry = []
-        self._enqueue([self._builder.gap_batch()])
+        self._enqueue(self._feed.gap())
 
     async def flush(self, timeout_s: float | None = None) -> None:
         """Return once every batch queued so far is durable (or superseded by a durable resync).
@@ -157,6 +156,7 @@ class Publisher:
         target = self._last_ticket
         with anyio.fail_after(timeout_s):
             while self._durable_ticket < target:
+                self._feed.hurry()
                 await self._wait_progress()
 
     async def wait_ready(self, timeout_s: float | None = None) -> None:
@@ -164,6 +164,7 @@ class Publisher:
         self._check_usable()
         with anyio.fail_after(timeout_s):
             while not self.ready:
+                self._feed.hurry()
                 await self._wait_progress()
 
     # --- lifecycle ------------------------------------------------------------------------
@@ -174,14 +175,17 @@ class Publisher:
         task_group = anyio.create_task_group()
         await task_group.__aenter__()
         try:
+            self._feed.start()
             if self._trusted_start:
                 self._open_epoch()
             else:
                 self._open_unknown_epoch()
+            await task_group.start(self._collect_loop)
             await task_group.start(self._append_loop)
         except BaseException:
             task_group.cancel_scope.cancel()
             await task_group.__aexit__(None, None, None)
+            self._feed.close()
             raise
         self._task_group = task_group
         self._running = True
@@ -203,8 +207,11 @@ class Publisher:
                     await self.flush()
         finally:
             self._stop(task_group, abandon=exc_type is not None)
-            await task_group.__aexit__(None, None, None)
-            self._task_group = None
+            try:
+                await task_group.__aexit__(None, None, None)
+            finally:
+                self._task_group = None
+                self._feed.close()
 
     async def _final_step(self) -> None:
         """Publish what the cache changed since the last ``step()``, waiting out backpressure."""
@@ -226,6 +233,7 @@ class Publisher:
         self._running = False
         self._closing = True
         self._wake_worker()
+        self._encode_work.set()
         self._notify()
 
     # --- queueing (event loop thread, synchronous) ----------------------------------------
@@ -238,35 +246,42 @@ class Publisher:
                 f"publisher {self.source!r} is not running (use it inside `async with`)"
             )
 
-    def _enqueue(self, batches: Sequence[EventBatch]) -> None:
+    def _enqueue(self, batches: Sequence[QueuedBatch]) -> None:
+        """Queue one step's (or opening's) batches: all encoded already, or all cut."""
+        if not batches:
+            return
         for batch in batches:
             self._last_ticket += 1
-            self._pending.append(_Queued(self._last_ticket, encode_batch(batch), len(batch.events)))
+            batch.ticket = self._last_ticket
+        self._pending.extend(batches)
         self._metrics.batches_queued += len(batches)
         self._metrics.queue_depth = len(self._pending)
-        if batches:
+        if batches[0].payload is not None:
             self._wake_worker()
+        else:
+            # A cut step: wake the collecting task if it sleeps (it then waits for the encoder's
+            # signal); setting an event nobody awaits costs next to nothing.
+            self._encode_work.set()
+            if 2 * len(self._pending) >= self.config.max_queue_batches:
+                self._feed.hurry()
 
     def _open_epoch(self) -> None:
-        # The snapshot already reflects every event still buffered in the cache: drop them.
-        self.cache.take_events()
-        snapshot = self.cache.snapshot_events()
-        self._enqueue(self._builder.open_epoch(snapshot, self.cache.state_digest()))
+        # The opening covers every change not yet published: the feed drops those.
+        self._enqueue(self._feed.reopen())
         self._metrics.epoch = self._builder.epoch
         self._metrics.epochs_started += 1
 
     def _open_unknown_epoch(self) -> None:
-        self.cache.take_events()
-        self._enqueue(self._builder.open_unknown_epoch())
+        self._enqueue(self._feed.reopen_unknown())
         self._metrics.epoch = self._builder.epoch
         self._metrics.epochs_started += 1
 
-    def _overflow(self, events: list[Event]) -> int:
+    def _overflow(self) -> int:
         metrics = self._metrics
         metrics.overflows += 1
         if self.config.overflow is OverflowPolicy.BLOCK:
+            # The events stay where they are (the recorder, or the feed's carry) for later.
             metrics.backpressure += 1
-            self._carry = events
             raise Backpressure(self.source, len(self._pending), self.config.max_queue_batches)
         discarded = list(self._pending)
         self._pending.clear()
@@ -303,17 +318,51 @@ class Publisher:
         if not self._running and self._durable_ticket < self._last_ticket:
             raise PublisherClosedError(f"publisher {self.source!r} stopped")
 
-    def _take_group(self) -> list[_Queued]:
-        group: list[_Queued] = []
+    def _appendable(self) -> bool:
+        return bool(self._pending) and self._pending[0].payload is not None
+
+    def _take_group(self) -> list[tuple[QueuedBatch, bytes]]:
+        group: list[tuple[QueuedBatch, bytes]] = []
         size_bytes = 0
         while self._pending and len(group) < self.config.max_append_batch:
-            item = self._pending[0]
-            if group and size_bytes + len(item.payload) > self.config.max_append_bytes:
+            payload = self._pending[0].payload
+            if payload is None or (
+                group and size_bytes + len(payload) > self.config.max_append_bytes
+            ):
                 break
-            group.append(self._pending.popleft())
-            size_bytes += len(item.payload)
+            group.append((self._pending.popleft(), payload))
+            size_bytes += len(payload)
         self._metrics.queue_depth = len(self._pending)
         return group
+
+    async def _collect_loop(
+        self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Collect the payloads the feed writes beside the loop (cut steps), as they come."""
+        task_status.started()
+        try:
+            while True:
+                if not self._feed.writing():
+                    if self._closing or self._failure is not None:
+                        return
+                    # No await between the check and the wait: a step cannot slip in between.
+                    self._encode_work = anyio.Event()
+                    await self._encode_work.wait()
+                    continue
+                await self._feed.wait_written()
+                self._feed.collect()
+                self._wake_worker()
+        except Exception as exc:
+            logger.error("publisher %r: collecting encoded batches failed: %r", self.source, exc)
+            self._fail(exc)
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._failure is None:
+            self._failure = exc
+        self._metrics.failed = True
+        self._wake_worker()
+        self._encode_work.set()
+        self._notify()
 
     async def _append_loop(
         self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -321,10 +370,10 @@ class Publisher:
         task_status.started()
         try:
             while True:
-                while not self._pending and not self._closing:
+                while not self._appendable() and not self._closing and self._failure is None:
                     await self._work.wait()
                     self._work = anyio.Event()
-                if not self._pending:
+                if not self._appendable() or self._failure is not None:
                     return
                 group = self._take_group()
                 self._in_flight = group
@@ -334,12 +383,10 @@ class Publisher:
                 self._notify()
         except Exception as exc:
             logger.error("publisher %r: append task died: %r", self.source, exc)
-            self._failure = exc
-            self._metrics.failed = True
-            self._notify()
+            self._fail(exc)
 
-    async def _append_group(self, group: Sequence[_Queued]) -> None:
-        records = [(self.source, item.payload) for item in group]
+    async def _append_group(self, group: Sequence[tuple[QueuedBatch, bytes]]) -> None:
+        records = [(self.source, payload) for _, payload in group]
         attempt = 0
         while True:
             try:
@@ -356,6 +403,6 @@ class Publisher:
         metrics = self._metrics
         metrics.appends += 1
         metrics.batches_published += len(group)
-        metrics.events_published += sum(item.events for item in group)
-        metrics.bytes_published += sum(len(item.payload) for item in group)
-        self._durable_ticket = group[-1].ticket
+        metrics.events_published += sum(item.events for item, _ in group)
+        metrics.bytes_published += sum(len(payload) for _, payload in group)
+        self._durable_ticket = group[-1][0].ticket

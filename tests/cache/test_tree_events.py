@@ -17,7 +17,6 @@ from cache.events import (
     namespace_prior,
     page_digest,
 )
-from cache.events.build import block_hashes_fast, build_stored
 from swa_es.testing import BlockModel
 from tests.cache.helpers import fill, make_cache, serve
 
@@ -165,25 +164,10 @@ def test_events_off_records_nothing_but_digests_alike(device: str) -> None:
     _busy_tree(on)
     _busy_tree(off)
     assert off.take_events() == []
+    assert off.event_recorder is None  # the null sink: no recorder, nothing hashed
     assert off.state_digest() == on.state_digest()
     assert off.snapshot_events() == on.snapshot_events()
     off.sanity_check(caller_held_full=0, caller_held_swa=0)
-
-
-def test_fast_builders_equal_the_plain_constructors() -> None:
-    """build_stored and block_hashes_fast produce exactly what the dataclass and helper would."""
-    tokens = tuple(range(12))
-    digests = chain_page_digests(b"", tokens, 4)
-    hashes = block_hashes_fast(digests)
-    assert hashes == block_hashes_of(digests)
-    parents = [None, *hashes[:-1]]
-    built = build_stored(hashes, parents, tokens, 4)
-    assert built == [
-        BlockStored((h,), p, tokens[i * 4 : i * 4 + 4], 4)
-        for i, (h, p) in enumerate(zip(hashes, parents, strict=True))
-    ]
-    many = chain_page_digests(b"", list(range(5000)), 1)
-    assert block_hashes_fast(many) == block_hashes_of(many)
 
 
 def test_match_indices_live_on_the_device(device: str) -> None:

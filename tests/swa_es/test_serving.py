@@ -141,7 +141,8 @@ def test_index_tensors_live_on_the_cache_device(device: str) -> None:
 
 @pytest.mark.slow  # a subprocess that imports torch: about 30 s on a loaded 2-core machine
 def test_the_cache_benchmark_runs_and_reports_ratios(tmp_path: Path) -> None:
-    """bench/cache_bench.py (ours only) prints JSON with per-run samples, medians and ratios."""
+    """bench/cache_bench.py (ours only) prints JSON with per-run samples, medians and ratios
+    (of medians and of bests), the publish-overhead case's included."""
     script = Path(__file__).resolve().parents[2] / "bench" / "cache_bench.py"
     argv = ["--no-sglang", "--requests", "20", "--repeat", "2", "--page-sizes", "1,16", "--json"]
     done = subprocess.run(
@@ -155,3 +156,12 @@ def test_the_cache_benchmark_runs_and_reports_ratios(tmp_path: Path) -> None:
     assert all((s["events_taken"] > 0) == s["events"] for s in samples)
     assert all(s["requests_per_s"] > 0 for s in samples)
     assert set(report["ratios"]) == {"ours_on_off_overhead_p1", "ours_on_off_overhead_p16"}
+    assert all(r["best"] > 0 and r["value"] > 0 for r in report["ratios"].values())
+    publish = report["publish"]
+    assert len(publish["samples"]) == 2 * 2 * 2
+    on = [s for s in publish["samples"] if s["events"]]
+    assert all(s["records"] > 0 and s["stored_blocks"] > 0 for s in on)
+    assert set(publish["ratios"]) == {
+        f"publish_on_off_p{page}_{clock}" for page in (1, 16) for clock in ("cpu", "process_cpu")
+    }
+    assert 0 < publish["wire"]["wire_bytes_per_block_p1_stored_only"] < 64

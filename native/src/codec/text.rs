@@ -1,17 +1,32 @@
 //! Writing JSON text exactly as orjson writes it: integers, doubles and strings.
 
-/// Append the decimal digits of `value`.
+/// "00", "01", ..., "99": two digits per table lookup.
+const DIGIT_PAIRS: &[u8; 200] = b"\
+0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839\
+4041424344454647484950515253545556575859\
+6061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
+
+/// Append the decimal digits of `value` (two at a time: block hashes have ~19 digits, and the
+/// publisher writes one per page).
 #[inline]
 pub fn write_u64(out: &mut Vec<u8>, mut value: u64) {
     let mut buffer = [0u8; 20];
     let mut at = buffer.len();
-    loop {
+    while value >= 100 {
+        let pair = (value % 100) as usize * 2;
+        value /= 100;
+        at -= 2;
+        buffer[at..at + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+    }
+    if value >= 10 {
+        let pair = value as usize * 2;
+        at -= 2;
+        buffer[at..at + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+    } else {
         at -= 1;
-        buffer[at] = b'0' + (value % 10) as u8;
-        value /= 10;
-        if value == 0 {
-            break;
-        }
+        buffer[at] = b'0' + value as u8;
     }
     out.extend_from_slice(&buffer[at..]);
 }
@@ -126,6 +141,34 @@ pub fn quoted_excerpt(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn integers_are_written_as_their_decimal_text() {
+        let mut samples = vec![
+            0u64,
+            1,
+            9,
+            10,
+            11,
+            99,
+            100,
+            101,
+            999,
+            1000,
+            u64::MAX,
+            1 << 63,
+        ];
+        samples.extend((0..64).map(|shift| (1u64 << shift) - 1));
+        samples.extend((1..20).map(|power| 10u64.pow(power)));
+        for value in samples {
+            let mut out = Vec::new();
+            write_u64(&mut out, value);
+            assert_eq!(out, value.to_string().into_bytes());
+        }
+        let mut out = Vec::new();
+        write_i64(&mut out, i64::MIN);
+        assert_eq!(out, i64::MIN.to_string().into_bytes());
+    }
 
     fn float(value: f64) -> String {
         let mut out = Vec::new();

@@ -22,7 +22,7 @@ use crate::events::{Batch, Event, Header, Stored};
 const DETACH_BYTES: usize = 64 * 1024;
 
 /// The Python classes the bindings build or raise, looked up once.
-struct Classes {
+pub(crate) struct Classes {
     stored: Py<PyType>,
     removed: Py<PyType>,
     swa_evicted: Py<PyType>,
@@ -36,7 +36,7 @@ struct Classes {
 
 static CLASSES: PyOnceLock<Classes> = PyOnceLock::new();
 
-fn classes(py: Python<'_>) -> PyResult<&Classes> {
+pub(crate) fn classes(py: Python<'_>) -> PyResult<&Classes> {
     CLASSES.get_or_try_init(py, || {
         let types = py.import("cache.events.types")?;
         let class = |name: &str| -> PyResult<Py<PyType>> {
@@ -116,7 +116,7 @@ fn optional<'py, T: IntoPyObjectExt<'py>>(
 }
 
 /// Append the Python events of `event`, one per page for a `Stored`.
-fn push_events<'py>(
+pub(crate) fn push_events<'py>(
     py: Python<'py>,
     classes: &Classes,
     event: &Event,

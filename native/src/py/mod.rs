@@ -8,6 +8,7 @@ use pyo3::prelude::*;
 pub(crate) mod codec;
 mod digest;
 mod hashing;
+mod recorder;
 mod replica;
 
 #[pymodule]
@@ -16,6 +17,7 @@ fn native_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
     hashing::register(module)?;
     digest::register(module)?;
     codec::register(module)?;
+    recorder::register(module)?;
     replica::register(module)?;
     Ok(())
 }

@@ -1,0 +1,29 @@
+"""The native event recorder of one tree: the typed face of ``cache.events._native``'s.
+
+The tree records each change as a small op (node stored under a parent with its tokens, removed,
+tombstoned, restored, split; everything cleared): no hash and no Python object per page on the
+serving loop. The core applies the ops in order to a node table that hashes pages, keeps the
+state digest (``DIGEST_ALGORITHM``) and makes the events, on whichever thread asks first:
+
+* ``take_events()``, ``digest()``, ``snapshot_events()`` and ``block_hashes()`` process what is
+  pending and answer (one ``BlockStored`` per page for Python callers);
+* a publisher steps through its ``RecordEncoder`` (``recorder.encoder(...)``): ``step()`` cuts
+  what was recorded (its event count and batch plan are known at once, before any hashing),
+  numbers the batches and queues them for the encoder's native thread, which processes the cuts
+  in order and writes their v2 records without ever taking the GIL, and signals a socket when
+  records are ready; a resync ``discard_all()``s what was cut and not written, and
+  ``encode_opening()`` writes the new epoch's opening from the node table.
+
+``cache/tree/reference_sink.py`` is the pure-Python twin (tests only; never chosen at run time).
+"""
+
+from __future__ import annotations
+
+from cache.events._native import EventRecorder, RecordEncoder
+
+__all__ = ["EventRecorder", "EventRecorderError", "RecordEncoder"]
+
+
+class EventRecorderError(RuntimeError):
+    """The recorded ops do not fit the recorder's node table (the tree and its recorder
+    disagree: a bug). Retrying cannot help; the recorder refuses every later read."""

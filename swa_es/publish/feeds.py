@@ -1,0 +1,293 @@
+"""Where a publisher's batches come from: a cache's native recorder, or its event list.
+
+A feed turns one scheduler step into batches queued for the log.
+
+* ``RecorderFeed`` serves a cache with a native ``EventRecorder`` (``SWARadixCache`` with events
+  on). A step only *cuts* the ops the tree recorded: the cut knows at once how many events it
+  holds and how they split into batches, so the step is numbered and queued without hashing
+  anything. The hashing, the digest and the v2 encoding run later, in order, on the recorder's
+  encoder thread, a native thread that never takes the GIL (so the serving loop never hands it
+  over); it signals a socket the event loop waits on when records are ready. No Python event
+  object is built on the way. An epoch's opening (the start, or a resync) is written from the
+  recorder's node table.
+* ``EventListFeed`` serves any other ``PublishedCache``: it takes the step's events as Python
+  objects and encodes them on the spot.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import anyio
+
+from cache.events import Event, EventBatch, encode_batch
+from cache.events.recorder import EventRecorder, RecordEncoder
+from swa_es.publish.batching import BatchBuilder, PublishedCache
+
+_SIGNAL_READ_BYTES = 4096
+
+
+@dataclass(slots=True, eq=False)
+class QueuedBatch:
+    """One batch on its way to the log: ``payload`` is None until the worker has written it;
+    ``ticket`` is set by the publisher when it queues the batch."""
+
+    events: int
+    payload: bytes | None
+    ticket: int = 0
+
+
+@runtime_checkable
+class RecordingCache(Protocol):
+    """A cache whose changes a native recorder keeps (``SWARadixCache``)."""
+
+    @property
+    def event_recorder(self) -> EventRecorder | None:
+        """The recorder, or None when the cache records no events."""
+        ...
+
+
+class Feed(Protocol):
+    """What a publisher needs from its source of batches."""
+
+    @property
+    def upstream(self) -> bool:
+        """Whether the events come from elsewhere (and can be lost there: gaps, unknown
+        starts), rather than from the cache itself."""
+        ...
+
+    def start(self) -> None:
+        """Start what runs beside the serving loop (the publisher is starting)."""
+
+    def pending(self) -> bool:
+        """Whether the next ``step()`` has events to publish."""
+        ...
+
+    def step(self) -> list[QueuedBatch]:
+        """The step's batches (their payloads may come later: see ``wait_written``)."""
+        ...
+
+    def reopen(self) -> list[QueuedBatch]:
+        """Drop what was taken or cut and not yet written; the batches opening a new epoch."""
+        ...
+
+    def reopen_unknown(self) -> list[QueuedBatch]:
+        """Drop the cache's pending events; an empty batch opening an epoch of unknown state."""
+        ...
+
+    def gap(self) -> list[QueuedBatch]:
+        """Drop the cache's pending events; an empty batch one seq past the next."""
+        ...
+
+    def writing(self) -> bool:
+        """Whether batches handed out by ``step()`` still wait for their payloads."""
+        ...
+
+    def hurry(self) -> None:
+        """Someone waits for those payloads: write them without delay."""
+
+    async def wait_written(self) -> None:
+        """Return once some of those payloads are written (``collect`` fills them in)."""
+
+    def collect(self) -> None:
+        """Fill in every payload written so far."""
+
+    def close(self) -> None:
+        """Stop what runs beside the serving loop (the publisher has stopped)."""
+
+
+class RecorderFeed:
+    """Steps cut from a native ``EventRecorder``; records written by its encoder thread."""
+
+    def __init__(self, recorder: EventRecorder, builder: BatchBuilder) -> None:
+        self._recorder = recorder
+        self._builder = builder
+        self._encoder: RecordEncoder | None = None
+        # Submitted jobs by id, with the batches their records fill.
+        self._jobs: dict[int, list[QueuedBatch]] = {}
+
+    @property
+    def upstream(self) -> bool:
+        """No: the tree is the source of its own events."""
+        return False
+
+    def reopen_unknown(self) -> list[QueuedBatch]:
+        """Refused: the tree's state is always known."""
+        raise ValueError("a cache with a native recorder opens every epoch from its own state")
+
+    def gap(self) -> list[QueuedBatch]:
+        """Refused: the tree loses no events upstream."""
+        raise ValueError("a cache with a native recorder loses no events upstream: no gap")
+
+    def start(self) -> None:
+        """Start the encoder thread."""
+        if self._encoder is None:
+            builder = self._builder
+            self._encoder = self._recorder.encoder(
+                builder.source,
+                builder.max_events_per_batch,
+                builder.max_split_bytes,
+                builder.digest_every_batches,
+            )
+
+    def _running(self) -> RecordEncoder:
+        if self._encoder is None:
+            raise RuntimeError("the recorder feed is not started")
+        return self._encoder
+
+    def pending(self) -> bool:
+        """Whether the tree recorded an event since the last cut."""
+        return self._recorder.pending_events > 0
+
+    def step(self) -> list[QueuedBatch]:
+        """Cut the recorded ops and number their batches now (one native call: the encoder
+        keeps the step numbering of the epoch the builder opened); the encoder thread hashes
+        and writes them."""
+        cut = self._running().step(self._builder.now())
+        if cut is None:
+            return []
+        job, counts = cut
+        batches = [QueuedBatch(count, None) for count in counts]
+        self._jobs[job] = batches
+        return batches
+
+    def reopen(self) -> list[QueuedBatch]:
+        """Discard every cut not yet written (its ops still reach the recorder's table) and
+        write the new epoch's opening from the table."""
+        self._jobs.clear()
+        builder = self._builder
+        epoch = builder.new_epoch()
+        records = self._recorder.encode_opening(
+            builder.source,
+            epoch,
+            builder.now(),
+            builder.meta.to_json(),
+            builder.max_events_per_batch,
+            builder.max_split_bytes,
+        )
+        builder.opened(len(records))
+        self._running().begin_epoch(epoch, len(records))
+        return [QueuedBatch(events, payload) for payload, events in records]
+
+    def writing(self) -> bool:
+        """Whether submitted jobs are not written yet."""
+        return bool(self._jobs)
+
+    def hurry(self) -> None:
+        """Have the encoder write its waiting jobs now (it otherwise lingers up to a
+        millisecond to write several steps in one round)."""
+        if self._encoder is not None and self._jobs:
+            self._encoder.hurry()
+
+    async def wait_written(self) -> None:
+        """Wait for the encoder's signal that jobs are finished."""
+        await anyio.wait_readable(self._running().fileno())
+
+    def collect(self) -> None:
+        """Fill the batches of every finished job (those of discarded jobs are dropped)."""
+        encoder = self._running()
+        fd = encoder.fileno()
+        # Empty the signal before taking the jobs: a job finished in between signals again. A
+        # short read has emptied it (the thread writes a byte per round); that saves the call
+        # that would fail with EAGAIN.
+        with contextlib.suppress(BlockingIOError):
+            while len(os.read(fd, _SIGNAL_READ_BYTES)) == _SIGNAL_READ_BYTES:
+                pass
+        for job, records in encoder.take_done():
+            batches = self._jobs.pop(job, None)
+            if batches is None:
+                continue  # discarded by a resync
+            if records is None or len(records) != len(batches):
+                raise RuntimeError(
+                    f"encoder wrote {None if records is None else len(records)} record(s) for "
+                    f"a cut planned as {len(batches)} batch(es)"
+                )
+            for batch, (payload, events) in zip(batches, records, strict=True):
+                if events != batch.events:
+                    raise RuntimeError(f"encoder wrote {events} events, {batch.events} planned")
+                batch.payload = payload
+
+    def close(self) -> None:
+        """Stop the encoder thread (after its current job)."""
+        if self._encoder is not None:
+            self._encoder.close()
+
+
+class EventListFeed:
+    """Steps taken from ``cache.take_events()`` and encoded at once."""
+
+    def __init__(self, cache: PublishedCache, builder: BatchBuilder) -> None:
+        self._cache = cache
+        self._builder = builder
+        # Events taken from the cache and not yet published (kept over a ``Backpressure``).
+        self._carry: list[Event] = []
+
+    def pending(self) -> bool:
+        """Take the cache's new events; whether any is waiting."""
+        self._carry += self._cache.take_events()
+        return bool(self._carry)
+
+    def step(self) -> list[QueuedBatch]:
+        """The waiting events as encoded batches."""
+        events, self._carry = self._carry, []
+        return _encoded(self._builder.step_batches(events, self._cache.state_digest))
+
+    @property
+    def upstream(self) -> bool:
+        """Yes: the events come from ``take_events()`` (an engine's stream, for a bridge)."""
+        return True
+
+    def reopen(self) -> list[QueuedBatch]:
+        """Drop the waiting events (the snapshot covers them) and open a new epoch."""
+        self._carry = []
+        self._cache.take_events()
+        snapshot = self._cache.snapshot_events()
+        return _encoded(self._builder.open_epoch(snapshot, self._cache.state_digest()))
+
+    def reopen_unknown(self) -> list[QueuedBatch]:
+        """Drop the waiting events; an epoch of unknown state (an empty batch with meta)."""
+        self._carry = []
+        self._cache.take_events()
+        return _encoded(self._builder.open_unknown_epoch())
+
+    def gap(self) -> list[QueuedBatch]:
+        """Drop the waiting events; an empty batch one seq past the next."""
+        self._carry = []
+        self._cache.take_events()
+        return _encoded([self._builder.gap_batch()])
+
+    def start(self) -> None:
+        """Nothing runs beside the loop."""
+
+    def writing(self) -> bool:
+        """Never: every batch is encoded in ``step``."""
+        return False
+
+    def hurry(self) -> None:
+        """Nothing is being written."""
+
+    async def wait_written(self) -> None:
+        """Never called (nothing is written later)."""
+        raise RuntimeError("EventListFeed encodes on the spot; nothing is written later")
+
+    def collect(self) -> None:
+        """Nothing to collect."""
+
+    def close(self) -> None:
+        """Nothing to stop."""
+
+
+def _encoded(batches: list[EventBatch]) -> list[QueuedBatch]:
+    return [QueuedBatch(len(batch.events), encode_batch(batch)) for batch in batches]
+
+
+def feed_for(cache: PublishedCache, builder: BatchBuilder) -> Feed:
+    """The native feed when ``cache`` has a recorder, else the event-list feed."""
+    if isinstance(cache, RecordingCache):
+        recorder = cache.event_recorder
+        if recorder is not None:
+            return RecorderFeed(recorder, builder)
+    return EventListFeed(cache, builder)

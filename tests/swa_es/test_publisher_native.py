@@ -1,0 +1,284 @@
+"""The publisher on a real tree (the native recorder path) against the pure-Python reference.
+
+The tree's changes are teed into a ``ReferenceSink``; the reference path takes its events per
+step, numbers them with a ``BatchBuilder`` and encodes them with the reference codec. The records
+the publisher wrote (cut on the serving loop, hashed and encoded in its worker thread) must be
+byte for byte what the reference path writes for the same epoch and timestamp.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import anyio
+import anyio.lowlevel
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cache import SWAKVAllocator, SWARadixCache
+from cache.events import EventBatch, decode_batch, format_digest
+from cache.events.recorder import EventRecorderError
+from cache.events.reference.codec import encode_batch as reference_encode
+from cache.tree.reference_sink import ReferenceSink, attach_reference
+from log import MemoryLog
+from swa_es import Backpressure, Publisher, PublisherFailedError
+from swa_es.engine.worker import CacheWorker
+from swa_es.engine.workload import ChatWorkload
+from swa_es.publish.batching import BatchBuilder, cache_meta
+from swa_es.publish.config import PublisherConfig
+from swa_es.testing import SlowLog
+from tests.swa_es.doubles import replay
+
+PAGE_SIZES = [1, 2, 4, 16]
+
+
+def small_tree(page_size: int) -> SWARadixCache:
+    """A tree on pools small enough for evictions and tombstones in a short workload."""
+    alloc = SWAKVAllocator(2048, 512, page_size=page_size, device="cpu")
+    return SWARadixCache(alloc, sliding_window_size=24, page_size=page_size)
+
+
+def workload(seed: int, count: int) -> list[object]:
+    """Chat requests short enough for the small pools."""
+    chat = ChatWorkload(seed=seed, system_prompt_tokens=128, max_conversation_tokens=640)
+    return list(chat.take(count))
+
+
+class ReferencePath:
+    """What the publisher must write, built from the twin's events the old way."""
+
+    def __init__(self, cache: SWARadixCache, twin: ReferenceSink, **limits: int) -> None:
+        self.twin = twin
+        self.builder = BatchBuilder(
+            "w0", cache_meta(cache, digest_every_batches=limits["digest_every_batches"]), **limits
+        )
+        self.batches: list[EventBatch] = []
+
+    def _digest(self) -> str:
+        return format_digest(self.twin.digest_value())
+
+    def open_epoch(self) -> None:
+        """The opening: pending events dropped, the twin's snapshot and digest."""
+        self.twin.take()
+        self.batches += self.builder.open_epoch(self.twin.snapshot(), self._digest())
+
+    def step(self) -> None:
+        """One step of the twin's events (nothing for an empty step)."""
+        events = self.twin.take()
+        if events:
+            self.batches += self.builder.step_batches(events, self._digest)
+
+
+def assert_same_records(payloads: list[bytes], reference: list[EventBatch]) -> None:
+    """Each record equals the reference batch's bytes under the record's own epoch and ts."""
+    assert len(payloads) == len(reference)
+    for payload, expected in zip(payloads, reference, strict=True):
+        written = decode_batch(payload)
+        renamed = EventBatch(
+            source=expected.source,
+            epoch=written.epoch,
+            seq=expected.seq,
+            ts=written.ts,
+            events=expected.events,
+            digest=expected.digest,
+            meta=expected.meta,
+            v=2,
+        )
+        assert written == renamed
+        assert payload == reference_encode(renamed)
+
+
+@pytest.mark.parametrize("page_size", PAGE_SIZES)
+async def test_records_equal_the_reference_path_byte_for_byte(page_size: int) -> None:
+    """Random steps (evictions, tombstones, resets, empty steps, split steps) write the same
+    records the reference path does, digests included."""
+    rng = random.Random(page_size)
+    cache = small_tree(page_size)
+    twin = attach_reference(cache)
+    worker = CacheWorker(cache)
+    limits = {"digest_every_batches": 3, "max_events_per_batch": 97}
+    reference = ReferencePath(cache, twin, **limits)
+    log = MemoryLog()
+    requests = workload(page_size, 80)
+    worker.serve(requests[0])  # changes before the start are covered by the opening
+    async with Publisher(cache, log, "w0", config=PublisherConfig(**limits)) as pub:
+        reference.open_epoch()
+        for request in requests[1:]:
+            worker.serve(request)  # type: ignore[arg-type]  # a ChatRequest
+            if rng.random() < 0.03:
+                cache.reset()
+            if rng.random() < 0.8:
+                pub.step()
+                reference.step()
+            if rng.random() < 0.3:
+                await anyio.lowlevel.checkpoint()
+        reference.step()  # the publisher's last step, taken on leaving
+    payloads = [record.payload async for record in log.read()]
+    assert_same_records(payloads, reference.batches)
+    state = (await replay(log))["w0"]
+    assert state.digest.hexdigest() == cache.state_digest()
+    assert state.digests_checked > 10
+
+
+def _threads() -> set[str]:
+    """Ids of this process's threads, native ones included (Linux)."""
+    return {task.name for task in Path("/proc/self/task").iterdir()}
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
+async def test_the_native_path_never_takes_python_events_and_encodes_off_the_loop() -> None:
+    """The publisher cuts the recorder (take_events() is never called) and its records are
+    written by the recorder's own encoder thread, which stops with the publisher."""
+    cache = small_tree(1)
+    before = _threads()
+
+    def refuse() -> None:
+        raise AssertionError("the native path took Python events")
+
+    cache.take_events = refuse  # type: ignore[assignment, method-assign]  # a tripwire
+    worker = CacheWorker(cache)
+    async with Publisher(cache, MemoryLog(), "w0") as pub:
+        assert len(_threads() - before) == 1, "one encoder thread beside the loop"
+        for request in workload(0, 20):
+            worker.serve(request)  # type: ignore[arg-type]  # a ChatRequest
+            pub.step()
+            await anyio.lowlevel.checkpoint()
+    assert not _threads() - before, "the encoder thread stopped with the publisher"
+    assert pub.metrics.batches_published == 21
+
+
+async def test_a_recorder_that_loses_track_fails_the_publisher_loudly() -> None:
+    """An op the recorder's table cannot follow fails the encoder's job: flush, step and the
+    exit raise PublisherFailedError naming the recorder's error; what was durable stays."""
+    cache = small_tree(1)
+    log = MemoryLog()
+    with pytest.raises(PublisherFailedError) as at_exit:
+        async with Publisher(cache, log, "w0") as pub:
+            await pub.flush()
+            recorder = cache.event_recorder
+            assert recorder is not None
+            recorder.removed(10**9, 1)  # a node the tree never had
+            pub.step()
+            with pytest.raises(PublisherFailedError) as info:
+                await pub.flush()
+            assert isinstance(info.value.cause, EventRecorderError)
+            with pytest.raises(PublisherFailedError):
+                pub.step()
+    assert isinstance(at_exit.value.cause, EventRecorderError)
+    assert pub.metrics.failed
+    assert len([r async for r in log.read()]) == 1, "the opening stays"
+
+
+async def test_overflow_resync_on_a_real_tree_replays_exactly() -> None:
+    """Queued cut steps discarded by a resync still reach the recorder's table: the new epoch's
+    opening holds the tree as it is, and the replay ends equal to it."""
+    cache = small_tree(1)
+    worker = CacheWorker(cache)
+    slow = SlowLog(MemoryLog(), held=True)
+    requests = workload(5, 30)
+    async with Publisher(cache, slow, "w0", config=PublisherConfig(max_queue_batches=4)) as pub:
+        first = pub.epoch
+        await slow.wait_blocked()
+        for request in requests[:4]:
+            worker.serve(request)  # type: ignore[arg-type]  # a ChatRequest
+            pub.step()
+        worker.serve(requests[4])  # type: ignore[arg-type]  # a ChatRequest
+        assert pub.step() == 1  # the new epoch's opening
+        m = pub.metrics
+        assert (m.resyncs, m.discarded_batches, m.epochs_started) == (1, 4, 2)
+        assert pub.epoch != first
+        for request in requests[5:]:
+            worker.serve(request)  # type: ignore[arg-type]  # a ChatRequest
+            pub.step()
+            await anyio.lowlevel.checkpoint()
+        slow.release()
+    state = (await replay(slow))["w0"]
+    assert state.epochs == [first, pub.epoch]
+    assert state.digest.hexdigest() == cache.state_digest()
+
+
+async def test_backpressure_on_a_real_tree_keeps_every_change() -> None:
+    """Under `block` the cut waits in the recorder; the next step publishes it."""
+    cache = small_tree(2)
+    worker = CacheWorker(cache)
+    slow = SlowLog(MemoryLog(), held=True)
+    requests = workload(9, 6)
+    config = PublisherConfig(max_queue_batches=2, overflow="block")
+    async with Publisher(cache, slow, "w0", config=config) as pub:
+        await slow.wait_blocked()
+        for request in requests[:2]:
+            worker.serve(request)  # type: ignore[arg-type]  # a ChatRequest
+            pub.step()
+        worker.serve(requests[2])  # type: ignore[arg-type]  # a ChatRequest
+        with pytest.raises(Backpressure):
+            pub.step()
+        worker.serve(requests[3])  # type: ignore[arg-type]  # a ChatRequest
+        slow.release()
+        await pub.wait_ready()
+        assert pub.step() == 1
+    state = (await replay(slow))["w0"]
+    assert len(state.epochs) == 1 and state.next_seq == 4
+    assert state.digest.hexdigest() == cache.state_digest()
+
+
+OPS = st.lists(
+    st.sampled_from(["serve", "serve", "step", "step", "yield", "hold", "release", "reset"]),
+    max_size=60,
+)
+
+
+async def _interleaving(ops: list[str], overflow: str, page_size: int, seed: int) -> None:
+    cache = small_tree(page_size)
+    worker = CacheWorker(cache)
+    requests = iter(workload(seed, len(ops)))
+    slow = SlowLog(MemoryLog())
+    config = PublisherConfig(max_queue_batches=3, max_append_batch=2, overflow=overflow)
+    async with Publisher(cache, slow, "w0", config=config) as pub:
+        for op in ops:
+            if op == "serve":
+                worker.serve(next(requests))  # type: ignore[arg-type]  # a ChatRequest
+            elif op == "step":
+                try:
+                    pub.step()
+                except Backpressure:
+                    assert overflow == "block"
+            elif op == "yield":
+                await anyio.lowlevel.checkpoint()
+            elif op == "hold":
+                slow.hold()
+            elif op == "release":
+                slow.release()
+            else:
+                cache.reset()
+        slow.release()
+    state = (await replay(slow))["w0"]
+    assert state.digest.hexdigest() == cache.state_digest()
+    m = pub.metrics
+    assert m.batches_queued == m.batches_published + m.discarded_batches
+    assert m.queue_depth == 0 and not m.failed
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    ops=OPS,
+    overflow=st.sampled_from(["resync", "block"]),
+    page_size=st.sampled_from(PAGE_SIZES),
+    seed=st.integers(0, 1000),
+)
+def test_any_interleaving_on_a_real_tree_replays_to_it(
+    ops: list[str], overflow: str, page_size: int, seed: int
+) -> None:
+    """Random serving, steps, holds, resets and yields under both policies replay exactly."""
+    anyio.run(_interleaving, ops, overflow, page_size, seed)
+
+
+async def test_a_tree_refuses_the_upstream_only_calls() -> None:
+    """A tree is its own source: an unknown start and a gap are refused with a ValueError."""
+    cache = small_tree(1)
+    with pytest.raises(ValueError, match="first epoch is always known"):
+        Publisher(cache, MemoryLog(), "w0", trusted_start=False)
+    async with Publisher(cache, MemoryLog(), "w0") as pub:
+        with pytest.raises(ValueError, match="no gap"):
+            pub.publish_gap()
