@@ -41,7 +41,7 @@ revived and trimmed at random, with real chained block hashes::
         [--replay-events 300000] [--apply-blocks 1000000] [--memory-blocks 1000000]
         [--wire-blocks 100000]
         [--prompt-tokens 4096] [--prefix-sources 64] [--rate 50000] [--low-rate 5000]
-        [--lag-s 5] [--kafka host:port] [--json OUT]
+        [--lag-s 5] [--kafka host:port] [--json OUT] [--only replay]
 """
 
 from __future__ import annotations
@@ -765,6 +765,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="replica-bench-") as tmp:
         work = Path(tmp)
+        if args.only == "replay":
+            results["replay"] = await bench_replay(work, args.replay_events)
+            results["replay_prefill_steps"] = await bench_replay(
+                work, args.replay_events, events_per_batch=4, store_pages=64
+            )
+            results["machine"] = {"cpus": os.cpu_count(), "load_average_1m": os.getloadavg()[0]}
+            results["summary"] = {"replay_vs_v1_json": results["replay"]["replay_vs_v1_json"]}
+            return results
         results["memory"] = bench_memory(args.memory_blocks)
         results["wire"] = bench_wire(args.wire_blocks)
         results["apply"] = bench_apply(args.apply_blocks)
@@ -818,6 +826,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--lag-s", type=float, default=5.0)
     parser.add_argument("--kafka", help="host:port of a broker for the Kafka lag run")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument(
+        "--only", choices=["replay"], help="run only these rows (replay: both replay streams)"
+    )
     args = parser.parse_args(argv)
     results = anyio.run(run, args)
     for section, values in results.items():

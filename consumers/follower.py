@@ -138,9 +138,10 @@ class Follower:
             )
             return
         admission = self.cursors.admit(batch)
+        if admission.verdict is Verdict.APPLY:  # the common case, before the match
+            self._apply(batch)
+            return
         match admission.verdict:
-            case Verdict.APPLY:
-                self._apply(batch)
             case Verdict.DUPLICATE:
                 metrics.duplicates_skipped += 1
             case Verdict.STALE:
@@ -170,13 +171,14 @@ class Follower:
         metrics = self.metrics
         metrics.batches_applied += 1
         metrics.events_applied += batch.event_count
-        metrics.lag_s = max(0.0, time.time() - batch.ts)
+        lag_s = time.time() - batch.ts
+        metrics.lag_s = lag_s if lag_s > 0.0 else 0.0
         self._batches_since_snapshot += 1
         if failure is not None:
             metrics.inconsistent_batches += 1
             self._diverge(batch.source, failure.reason)
-        elif batch.digest is not None:
-            self._check_digest(batch, batch.digest)
+        elif (digest := batch.digest) is not None:
+            self._check_digest(batch, digest)
         if batch.seq == 0:
             metrics.diverged_sources = len(self.cursors.diverged())
         if self._on_applied is not None:
@@ -223,12 +225,13 @@ class Follower:
             # no position yet: "beginning" is wherever retention left the log's start
             start: StartAt = self.position if self._offsets else "beginning"
             done = 0
+            handle = self._handle
             async for record in self.log.read(start, follow=follow):
-                self._handle(record)
+                handle(record)
                 done += 1
                 if progress is not None and done % ADVANCE_EVERY_RECORDS == 0:
                     progress.advanced(done)
-                if self._snapshot_due():
+                if self.store is not None and self._snapshot_due():
                     await self.snapshot()
         finally:
             self._reading = False

@@ -123,7 +123,9 @@ def decode_wire(data: bytes, *, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
     """Validate one log record and hold it natively, without a Python object per event."""
     if type(data) is not bytes:
         data = bytes(data)
-    return _native.decode_wire(data, _checked_limit(max_record_bytes))
+    if max_record_bytes < 0:
+        _checked_limit(max_record_bytes)  # raises
+    return _native.decode_wire(data, max_record_bytes)
 
 
 def decode_batch(data: bytes, *, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> EventBatch:

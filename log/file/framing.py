@@ -67,10 +67,25 @@ def decode_frame(buf: bytes | memoryview, pos: int, max_body_bytes: int) -> Fram
     Raises ``FrameIncompleteError`` when ``buf`` ends before the frame does and
     ``FrameInvalidError`` when the length, CRC or key fails its check.
     """
-    header_end = pos + FRAME_HEADER.size
+    return Frame(*decode_frame_fields(buf, pos, max_body_bytes))
+
+
+_FRAME_HEADER_BYTES = FRAME_HEADER.size
+_BODY_HEADER_BYTES = BODY_HEADER.size
+_unpack_frame_header = FRAME_HEADER.unpack_from
+_unpack_body_header = BODY_HEADER.unpack_from
+_crc32c = crc32c.crc32c
+
+
+def decode_frame_fields(
+    buf: bytes | memoryview, pos: int, max_body_bytes: int
+) -> tuple[int, float, str, bytes, int]:
+    """``decode_frame`` as a plain tuple ``(offset, timestamp, key, payload, end_pos)``, with
+    the same checks and errors: the reader's per-record path, which makes no ``Frame``."""
+    header_end = pos + _FRAME_HEADER_BYTES
     if header_end > len(buf):
         raise FrameIncompleteError()
-    length, crc = FRAME_HEADER.unpack_from(buf, pos)
+    length, crc = _unpack_frame_header(buf, pos)
     if length < MIN_BODY_BYTES or length > max_body_bytes:
         raise FrameInvalidError(
             f"frame length {length} outside [{MIN_BODY_BYTES}, {max_body_bytes}]"
@@ -78,19 +93,19 @@ def decode_frame(buf: bytes | memoryview, pos: int, max_body_bytes: int) -> Fram
     end = header_end + length
     if end > len(buf):
         raise FrameIncompleteError()
-    body = bytes(buf[header_end:end])
-    actual = crc32c.crc32c(body)
+    body = bytes(buf[header_end:end])  # a slice of bytes is already a copy: no second one
+    actual = _crc32c(body)
     if actual != crc:
         raise FrameInvalidError(f"crc32c mismatch (stored {crc:#010x}, computed {actual:#010x})")
-    offset, timestamp, key_length = BODY_HEADER.unpack_from(body, 0)
-    key_end = BODY_HEADER.size + key_length
+    offset, timestamp, key_length = _unpack_body_header(body, 0)
+    key_end = _BODY_HEADER_BYTES + key_length
     if key_end > length:
         raise FrameInvalidError(f"key length {key_length} exceeds the frame")
     try:
-        key = body[BODY_HEADER.size : key_end].decode("utf-8")
+        key = body[_BODY_HEADER_BYTES:key_end].decode("utf-8")
     except UnicodeDecodeError as exc:
         raise FrameInvalidError(f"key is not UTF-8: {exc}") from None
-    return Frame(offset, timestamp, key, body[key_end:], end)
+    return offset, timestamp, key, body[key_end:], end
 
 
 def find_frame(buf: bytes, after_pos: int, offset: int, max_body_bytes: int) -> int | None:

@@ -21,10 +21,10 @@ from log.file.framing import (
     FRAME_HEADER,
     MAX_BODY_BYTES,
     MIN_BODY_BYTES,
-    Frame,
     FrameIncompleteError,
     FrameInvalidError,
     decode_frame,
+    decode_frame_fields,
     next_good_frame,
 )
 from log.file.index import floor_entry, load_index
@@ -135,11 +135,18 @@ class SegmentCursor:
         data = os.pread(self._fd, want, self._pos)
         self._need_bytes = 0
         p, status = 0, _Status.MORE
+        # The per-record loop runs on locals (this is a follower's hot path); the cursor's
+        # offset is written back before anything that reads it.
+        data_bytes, target = len(data), self._target or 0
+        append, decode = records.append, decode_frame_fields
         while len(records) < max_records and (limit is None or self._scan_offset < limit):
-            if p >= len(data):
+            if p >= data_bytes:
                 break
+            expected = self._scan_offset
             try:
-                frame = self._decode(data, p)
+                offset, timestamp, key, payload, end_pos = decode(data, p, MAX_BODY_BYTES)
+                if offset != expected:
+                    raise FrameInvalidError(f"offset {offset} where {expected} was expected")
             except FrameIncompleteError:
                 status = self._incomplete(data, p, size)
                 resumed = self._skip_damage_before_start(data, p)
@@ -154,20 +161,14 @@ class SegmentCursor:
                     continue
                 status = self._invalid(data, p, size, exc.reason, tolerate_tail)
                 break
-            if frame.offset >= (self._target or 0):
-                records.append(Record(0, frame.offset, frame.key, frame.payload, frame.timestamp))
-            p = frame.end_pos
-            self._scan_offset += 1
+            if offset >= target:
+                append(Record(0, offset, key, payload, timestamp))
+            p = end_pos
+            self._scan_offset = expected + 1
         else:
             status = _Status.STOP
         self._pos += p
         return status
-
-    def _decode(self, data: bytes, p: int) -> Frame:
-        frame = decode_frame(data, p, MAX_BODY_BYTES)
-        if frame.offset != self._scan_offset:
-            raise FrameInvalidError(f"offset {frame.offset} where {self._scan_offset} was expected")
-        return frame
 
     def _skip_damage_before_start(self, data: bytes, p: int) -> tuple[int, int] | None:
         """Step over a damaged frame the caller did not ask for (it lies before the start)."""

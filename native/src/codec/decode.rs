@@ -35,7 +35,8 @@ pub fn decode_with_meta(
         ));
     }
     let mut scanner = Scanner::new(data);
-    let mut events = Vec::new();
+    // An event takes 50 bytes or more of JSON: room for the common records without regrowing.
+    let mut events = Vec::with_capacity((data.len() / 64).min(256));
     let top = scan_top(&mut scanner, &mut events).map_err(not_json)?;
     match top {
         Top::NotObject(kind) => Err(DecodeError::new(
@@ -95,6 +96,22 @@ const SOURCE: usize = 5;
 const TS: usize = 6;
 const VERSION: usize = 7;
 
+/// The index in `TOP_FIELDS` of `key` (a `match`: compiled to length and byte checks).
+#[inline]
+fn top_field(key: &str) -> Option<usize> {
+    Some(match key {
+        "digest" => DIGEST,
+        "epoch" => EPOCH,
+        "events" => EVENTS,
+        "meta" => META,
+        "seq" => SEQ,
+        "source" => SOURCE,
+        "ts" => TS,
+        "v" => VERSION,
+        _ => return None,
+    })
+}
+
 enum Top<'a> {
     NotObject(Kind),
     Object(Box<TopSlots<'a>>),
@@ -134,7 +151,7 @@ fn scan_top<'a>(
     let mut scratch = Scratch::default();
     let mut first = true;
     while let Some(key) = scanner.next_key(&mut first)? {
-        let Some(index) = TOP_FIELDS.iter().position(|name| *name == key) else {
+        let Some(index) = top_field(&key) else {
             scanner.skip_value()?;
             note_unknown(&mut slots.least_unknown, key);
             continue;
@@ -372,6 +389,21 @@ const PARENT: u8 = 1 << 4;
 const TOKENS: u8 = 1 << 5;
 const TYPE: u8 = 1 << 6;
 
+/// The `EVENT_FIELDS` bit of `key` (a `match`: compiled to length and byte checks).
+#[inline]
+fn event_field(key: &str) -> Option<u8> {
+    Some(match key {
+        "block_hashes" => HASHES,
+        "block_size" => BLOCK_SIZE,
+        "lora_id" => LORA_ID,
+        "medium" => MEDIUM,
+        "parent_block_hash" => PARENT,
+        "token_ids" => TOKENS,
+        "type" => TYPE,
+        _ => return None,
+    })
+}
+
 const INT64_RANGE: &str = "[-9223372036854775808, 9223372036854775807]";
 const UINT32_RANGE: &str = "[0, 4294967295]";
 
@@ -448,12 +480,11 @@ fn scan_event<'a>(
     let mut slots = EventSlots::default();
     let mut first = true;
     while let Some(key) = scanner.next_key(&mut first)? {
-        let Some(index) = EVENT_FIELDS.iter().position(|name| *name == key) else {
+        let Some(bit) = event_field(&key) else {
             scanner.skip_value()?;
             note_unknown(&mut slots.least_unknown, key);
             continue;
         };
-        let bit = 1u8 << index;
         slots.present |= bit;
         match bit {
             TYPE => {
@@ -629,5 +660,32 @@ impl EventSlots<'_> {
             lora_id,
             medium,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_matches_agree_with_the_field_tables() {
+        for (index, name) in TOP_FIELDS.iter().enumerate() {
+            assert_eq!(top_field(name), Some(index), "{name}");
+        }
+        for (index, name) in EVENT_FIELDS.iter().enumerate() {
+            assert_eq!(event_field(name), Some(1 << index), "{name}");
+        }
+        for other in [
+            "",
+            "V",
+            "event",
+            "eventss",
+            "block_hash",
+            "types",
+            "medium ",
+        ] {
+            assert_eq!(top_field(other), None, "{other}");
+            assert_eq!(event_field(other), None, "{other}");
+        }
     }
 }

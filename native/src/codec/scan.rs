@@ -118,6 +118,16 @@ fn hex_digit(byte: u8) -> Option<u32> {
     }
 }
 
+/// `bytes` as text; the caller has seen that every byte is below 0x80.
+#[inline]
+fn ascii(bytes: &[u8]) -> &str {
+    debug_assert!(bytes.is_ascii());
+    // SAFETY: every byte is below 0x80 (the caller ORed them all together and checked the
+    // result), and a byte below 0x80 is a whole one-byte UTF-8 sequence, so `bytes` is valid
+    // UTF-8, which is all `from_utf8_unchecked` requires.
+    unsafe { std::str::from_utf8_unchecked(bytes) }
+}
+
 impl<'a> Scanner<'a> {
     /// A scanner at the start of `bytes`.
     pub fn new(bytes: &'a [u8]) -> Self {
@@ -299,20 +309,31 @@ impl<'a> Scanner<'a> {
 
     /// The string at the cursor (on its opening quote), unescaped; borrowed when it has no
     /// escapes.
+    #[inline]
     pub fn string(&mut self) -> Result<Cow<'a, str>, SyntaxError> {
         self.pos += 1; // the opening quote
         let start = self.pos;
         let bytes = self.bytes;
+        // The OR of every byte seen: below 0x80 means the text is ASCII (keys, event types,
+        // mediums, hex digests: nearly every string of a record), which needs no UTF-8 check.
+        let mut seen = 0u8;
         while let Some(&byte) = bytes.get(self.pos) {
             match byte {
                 b'"' => {
-                    let text = self.utf8(start, self.pos)?;
+                    let text = if seen < 0x80 {
+                        ascii(&bytes[start..self.pos])
+                    } else {
+                        self.utf8(start, self.pos)?
+                    };
                     self.pos += 1;
                     return Ok(Cow::Borrowed(text));
                 }
                 b'\\' => return self.escaped_string(start).map(Cow::Owned),
                 0..=0x1f => return self.fail("unexpected control character in string"),
-                _ => self.pos += 1,
+                _ => {
+                    seen |= byte;
+                    self.pos += 1;
+                }
             }
         }
         self.fail("unexpected end of data")
