@@ -25,6 +25,7 @@ import anyio
 import zmq
 import zmq.asyncio
 from anyio.abc import TaskGroup, TaskStatus
+from zmq.utils.monitor import parse_monitor_message
 
 from log import EventLog
 from swa_es.bridge.formats import (
@@ -94,6 +95,8 @@ class Bridge:
         self.tracker = StreamTracker()
         self._context = zmq.asyncio.Context()
         self._sub: zmq.asyncio.Socket | None = None
+        self._sub_monitor: zmq.asyncio.Socket | None = None
+        self._reconnected = False
         self._dealer: zmq.asyncio.Socket | None = None
         self._publisher: Publisher | None = None
         self._hosts: TaskGroup | None = None
@@ -120,6 +123,7 @@ class Bridge:
         sub.setsockopt(zmq.RCVHWM, _SUB_HWM)
         sub.setsockopt(zmq.LINGER, 0)
         sub.subscribe(b"")
+        self._sub_monitor = sub.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         sub.connect(self.endpoint)
         self._sub = sub
         if self.replay_endpoint is not None:
@@ -132,7 +136,9 @@ class Bridge:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        for socket in (self._sub, self._dealer):
+        if self._sub is not None:
+            self._sub.disable_monitor()
+        for socket in (self._sub_monitor, self._sub, self._dealer):
             if socket is not None:
                 socket.close(linger=0)
         self._context.term()
@@ -172,10 +178,12 @@ class Bridge:
             if parts is None:
                 # Quiet: ask the replay socket whether something was published that never
                 # reached us (a slow join after an engine restart), and check the last batch.
+                await self._note_reconnects()
                 if self._dealer is not None:
                     await self._catch_up(self._expected(), until=None)
                 continue
             self.metrics.received += 1
+            await self._note_reconnects()
             try:
                 frame = parse_live(parts)
             except FrameError as exc:
@@ -191,15 +199,37 @@ class Bridge:
         if verdict is Verdict.DUPLICATE:
             self.metrics.duplicates += 1
             return
+        # After the SUB lost its connection even the next seq proves nothing: the engine may
+        # be a new run whose first messages were lost to the slow join of the reconnect.
+        unverified, self._reconnected = self._reconnected, False
         if verdict is Verdict.RESTART:
-            await self._restart(frame.seq)
+            await self._restart(f"live batch {frame.seq} is not the one applied")
             verdict = Verdict.FIRST
-        if verdict is Verdict.FIRST and frame.seq > 0:
-            await self._catch_up(0, until=frame.seq)
-        elif verdict is Verdict.GAP:
-            self.metrics.gaps += 1
-            await self._catch_up(self._expected(), until=frame.seq)
+        if verdict is Verdict.FIRST:
+            if frame.seq > 0:
+                await self._catch_up(0, until=frame.seq)
+        elif verdict is Verdict.GAP or unverified:
+            if verdict is Verdict.GAP:
+                self.metrics.gaps += 1
+            if unverified and self._dealer is None:
+                await self._give_up(
+                    "the engine connection dropped, and without a replay socket a restart "
+                    "cannot be told from a reconnect"
+                )
+            else:
+                await self._catch_up(self._expected(), until=frame.seq)
         await self._handle(frame)
+
+    async def _note_reconnects(self) -> None:
+        """Drain the SUB's monitor; a dropped connection makes the next batch unverified."""
+        monitor = self._sub_monitor
+        assert monitor is not None
+        while await monitor.poll(0):
+            event = parse_monitor_message(await monitor.recv_multipart())
+            if event["event"] == zmq.EVENT_DISCONNECTED:
+                self.metrics.disconnects += 1
+                self._reconnected = True
+                logger.info("bridge %r: the engine connection dropped", self.source)
 
     def _expected(self) -> int:
         return 0 if self.tracker.expected is None else self.tracker.expected
@@ -208,22 +238,13 @@ class Bridge:
         """Apply replayed batches from ``start`` (below ``until``); what stays missing is a gap
         passed on.
 
-        A gap fill asks from the last batch already applied too: if the engine's batch at that
-        seq is not the one applied, the engine restarted (its new run got past our seq before
-        we heard from it), and the run is rebuilt from its seq 0 instead.
+        A gap fill (``start > 0``) asks from the last batch already applied, so that an engine
+        restart shows (see ``_replay_after``) and the new run is rebuilt from its seq 0.
         """
-        overlap = start > 0
-        frames = await self._replay(start - 1 if overlap else start)
-        first = frames[0] if frames else None
-        restarted = (
-            overlap
-            and first is not None
-            and first.seq == start - 1
-            and not self.tracker.matches(first.seq, first.payload)
-        )
-        if restarted and first is not None:
-            await self._restart(first.seq)
-            frames = await self._replay(0)
+        if start > 0:
+            frames = await self._replay_after(start - 1)
+        else:
+            frames = await self._replay(0) or []
         for frame in frames:
             if (until is not None and frame.seq >= until) or frame.seq < self._expected():
                 continue
@@ -239,12 +260,41 @@ class Bridge:
             await self._give_up(f"engine batches {missing} are not replayable")
             self.tracker.expected = until
 
-    async def _restart(self, seq: int) -> None:
+    async def _replay_after(self, applied: int) -> list[Frame]:
+        """What the replay socket has from ``applied`` (the last batch applied) on; after an
+        engine restart, the new run's batches from seq 0 (the restart already handled).
+
+        A replay buffer always keeps the engine's newest batches, so within one run the answer
+        starts with ``applied`` itself. The run changed when that batch is another one (the
+        new run got past our seq before we heard from it), or when the answer is empty while
+        the engine does have batches (the new run has not reached our seq: the restart went
+        unheard, its first messages lost to the slow join of a reconnecting SUB). An engine
+        whose buffer is empty tells nothing either way: nothing changes until it publishes.
+        """
+        answer = await self._replay(applied)
+        if not answer:
+            if answer is None:
+                return []
+            fresh = await self._replay(0)
+            if not fresh:
+                return []
+            if any(f.seq == applied and self.tracker.matches(f.seq, f.payload) for f in fresh):
+                return [f for f in fresh if f.seq >= applied]  # it got there meanwhile
+            await self._restart(
+                f"the replay has no batch {applied} but has {fresh[0].seq}..{fresh[-1].seq}"
+            )
+            return fresh
+        first = answer[0]
+        if first.seq != applied or self.tracker.matches(first.seq, first.payload):
+            return answer
+        await self._restart(f"its batch {applied} is not the one applied")
+        return await self._replay(0) or []
+
+    async def _restart(self, evidence: str) -> None:
         logger.warning(
-            "bridge %r: engine seq %d is not the batch applied (expected next %s): "
-            "the engine restarted",
+            "bridge %r: the engine restarted (%s; expected next %s): a new epoch",
             self.source,
-            seq,
+            evidence,
             self.tracker.expected,
         )
         self.metrics.restarts += 1
@@ -254,11 +304,11 @@ class Bridge:
         self._lost = None
         self.metrics.unknown = 0
 
-    async def _replay(self, start: int) -> list[Frame]:
-        """Every batch the replay socket has from ``start`` (none without a replay socket or
-        when it does not answer in time)."""
+    async def _replay(self, start: int) -> list[Frame] | None:
+        """Every batch the replay socket has from ``start``; None without a replay socket or
+        when it does not answer in time."""
         if self._dealer is None:
-            return []
+            return None
         self.metrics.replay_requests += 1
         frames: list[Frame] = []
         with anyio.move_on_after(self.replay_timeout_s) as scope:
@@ -286,6 +336,7 @@ class Bridge:
             )
             self._dealer.close(linger=0)
             self._dealer = self._new_dealer()
+            return None
         return frames
 
     # --- one engine batch ---------------------------------------------------------------------

@@ -14,7 +14,8 @@ class BridgeMetrics:
     on to followers); ``epochs``: epochs opened in the log; ``restarts``: engine restarts seen;
     ``undecodable``: messages or batches that could not be read; ``unknown_events``: events of
     types this bridge does not know (skipped); ``duplicates``: live messages a replay had
-    already delivered; ``batches_applied``: engine batches turned into our batches.
+    already delivered; ``batches_applied``: engine batches turned into our batches;
+    ``disconnects``: live connections to the engine that dropped (its exits and restarts).
     """
 
     received: int = 0
@@ -29,6 +30,7 @@ class BridgeMetrics:
     batches_applied: int = 0
     replay_requests: int = 0
     replay_timeouts: int = 0
+    disconnects: int = 0
     unknown: int = 0
 
     def as_dict(self) -> dict[str, int]:

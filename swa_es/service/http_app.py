@@ -100,9 +100,17 @@ def parse_match_request(body: bytes) -> tuple[list[int], str | None]:
     token_ids = raw.get("token_ids")
     if type(token_ids) is not list:
         raise BadRequestError("token_ids must be a list of ints")
-    for index, token in enumerate(token_ids):
-        if type(token) is not int or not 0 <= token <= MAX_TOKEN_ID:
-            raise BadRequestError(f"token_ids[{index}] must be an int in [0, 2**32), got {token!r}")
+    # Three passes in C for the common case; the slow loop only to name a bad token.
+    if token_ids and (
+        not set(map(type, token_ids)) <= {int}
+        or min(token_ids) < 0
+        or max(token_ids) > MAX_TOKEN_ID
+    ):
+        for index, token in enumerate(token_ids):
+            if type(token) is not int or not 0 <= token <= MAX_TOKEN_ID:
+                raise BadRequestError(
+                    f"token_ids[{index}] must be an int in [0, 2**32), got {token!r}"
+                )
     extra_key = raw.get("extra_key")
     if extra_key is not None and type(extra_key) is not str:
         raise BadRequestError("extra_key must be a string or null")
@@ -242,6 +250,27 @@ class _QuietServer(uvicorn.Server):
         return contextlib.nullcontext()
 
 
+def bind_listener(host: str, port: int, backlog: int = 128) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (0: any free port) for uvicorn to serve.
+
+    The protocol is named (``IPPROTO_TCP``, not the default 0): asyncio turns on TCP_NODELAY
+    only for connections accepted from a socket whose ``proto`` says TCP. Without it Nagle
+    holds back the response body (h11 writes headers and body separately) until the client's
+    delayed ACK of the headers, about 40 ms later, on every request.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(backlog)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 class HttpServer:
     """Serves ``app`` on ``host:port`` until the context exits (an async context manager)."""
 
@@ -266,16 +295,7 @@ class HttpServer:
         return self._host
 
     async def __aenter__(self) -> Self:
-        family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((self._host, self._requested_port))
-        except OSError:
-            sock.close()
-            raise
-        sock.listen(128)
-        sock.setblocking(False)
+        sock = bind_listener(self._host, self._requested_port)
         self._port = int(sock.getsockname()[1])
         config = uvicorn.Config(
             self._app,

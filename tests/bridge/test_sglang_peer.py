@@ -145,35 +145,42 @@ async def test_engine_started_first_replay_fills_the_gap(tmp_path: Path) -> None
         engine.close()
 
 
-@pytest.mark.xfail(
-    reason="open bug: after the engine process exits and a new one binds the same ipc:// "
-    "endpoints, the bridge's SUB/DEALER never hear from it (replay probes time out); the "
-    "restart path itself passes in manual runs with tcp:// and when the engine restarts later",
-    strict=False,
-)
-async def test_engine_restart_starts_a_new_epoch(tmp_path: Path) -> None:
-    """A restarted engine's seq goes back: a new epoch holding only the new run's blocks."""
-    first = SglangEngine(*engine_endpoints(tmp_path))
-    async with (
-        await open_log(f"file://{tmp_path}/log") as log,
-        running_bridge(log, tmp_path) as bridge,
-    ):
-        published = await serve(first, 30)
-        await wait_until(lambda: bridge.tracker.expected == published, bridge=bridge)
-        first.close()
-        await anyio.sleep(1.0)  # a restart takes a while; the old socket file goes away
-        second = await anyio.to_thread.run_sync(SglangEngine, *engine_endpoints(tmp_path))
-        try:
-            published = await serve(second, 10, seed=7)
-            await wait_until(
-                lambda: bridge.metrics.restarts == 1 and bridge.tracker.expected == published,
-                bridge=bridge,
-            )
+async def test_engine_restarts_start_new_epochs(tmp_path: Path) -> None:
+    """Each engine process bound to the same ipc:// endpoints after the last one exited is a
+    new epoch holding only its run's blocks: a run that stays below the old seq (its batches
+    never answer a replay from there) and one that passes it before the bridge's SUB has
+    reconnected (its first messages lost to the slow join)."""
+    runs = [(30, 0), (10, 7), (40, 8)]  # (requests, seed): shorter, then longer than the last
+    engines: list[SglangEngine] = []
+    try:
+        async with await open_log(f"file://{tmp_path}/log") as log:
+            async with running_bridge(log, tmp_path) as bridge:
+                for restarts, (requests, seed) in enumerate(runs):
+                    if engines:
+                        await anyio.to_thread.run_sync(engines[-1].close)
+                    engine = await anyio.to_thread.run_sync(
+                        SglangEngine, *engine_endpoints(tmp_path)
+                    )
+                    engines.append(engine)
+                    published = await serve(engine, requests, seed)
+                    await wait_until(
+                        lambda restarts=restarts, published=published: (
+                            bridge.metrics.restarts == restarts
+                            and bridge.tracker.expected == published
+                        ),
+                        bridge=bridge,
+                    )
+            # Read after the bridge left: leaving flushed every batch it appended.
             replicas, _ = await replica_of(log)
-            assert_same_blocks(replicas, second)
-            assert bridge.metrics.epochs == 2
-        finally:
-            second.close()
+            assert_same_blocks(replicas, engines[-1])
+            assert bridge.metrics.epochs == len(runs)
+            assert bridge.metrics.disconnects == len(runs) - 1
+            assert bridge.lost is None
+    finally:
+        for engine in engines[:-1]:
+            engine.kill()
+        if engines:
+            engines[-1].close()
 
 
 async def test_bridge_restarted_rebuilds_from_the_engine_replay(tmp_path: Path) -> None:

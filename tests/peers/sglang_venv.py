@@ -1,4 +1,5 @@
-"""Locating bench/.venv-sglang, and driving the sglang KV-event engine script in it."""
+"""Locating bench/.venv-sglang and bench/.venv-vllm, and driving the KV-event engine scripts
+in them (``tests/peers/sglang_kv_engine.py``, ``tests/peers/vllm_kv_engine.py``)."""
 
 from __future__ import annotations
 
@@ -27,24 +28,28 @@ def require_sglang() -> Path:
 
 
 def require_vllm() -> Path:
-    """The vLLM venv's python; skip without it."""
+    """The vLLM venv's python; skip (or fail with SWA_ES_REQUIRE_VLLM=1) without it."""
     if VLLM_PYTHON.exists():
         return VLLM_PYTHON
-    pytest.skip("bench/.venv-vllm is missing (bash bench/setup_vllm.sh)")
+    message = "bench/.venv-vllm is missing (bash bench/setup_vllm.sh)"
+    if os.environ.get("SWA_ES_REQUIRE_VLLM") == "1":
+        pytest.fail(message)
+    pytest.skip(message)
 
 
-class SglangEngine:
-    """``tests/peers/sglang_kv_engine.py`` in the sglang venv: sglang's SWARadixCache publishing
-    through sglang's ZmqEventPublisher."""
+class PeerEngine:
+    """An engine script in its peer venv, speaking JSON lines on stdin/stdout."""
 
-    def __init__(self, endpoint: str, replay_endpoint: str, *extra: str) -> None:
+    MODULE = ""
+
+    def __init__(self, python: Path, endpoint: str, replay_endpoint: str, *extra: str) -> None:
         self.process = subprocess.Popen(
             [
-                str(require_sglang()),
+                str(python),
                 "-W",
                 "ignore",
                 "-m",
-                "tests.peers.sglang_kv_engine",
+                self.MODULE,
                 "--endpoint",
                 endpoint,
                 "--replay-endpoint",
@@ -64,7 +69,7 @@ class SglangEngine:
         assert self.process.stdout is not None
         line = self.process.stdout.readline()
         if not line:
-            raise RuntimeError(f"sglang engine exited with {self.process.wait()}")
+            raise RuntimeError(f"{self.MODULE} exited with {self.process.wait()}")
         reply: dict[str, Any] = json.loads(line)
         return reply
 
@@ -79,10 +84,6 @@ class SglangEngine:
         """Serve ``requests`` chat requests; the number of batches published so far."""
         return int(self.command(cmd="serve", requests=requests, seed=seed)["published"])
 
-    def blocks(self) -> set[int]:
-        """Every block hash sglang's tree holds."""
-        return set(self.command(cmd="blocks")["blocks"])
-
     def close(self) -> None:
         """Shut the publisher down and wait for the process."""
         if self.process.poll() is None:
@@ -94,3 +95,33 @@ class SglangEngine:
         """Kill the engine (no shutdown)."""
         self.process.kill()
         self.process.wait(timeout=30)
+
+
+class SglangEngine(PeerEngine):
+    """``tests/peers/sglang_kv_engine.py`` in the sglang venv: sglang's SWARadixCache publishing
+    through sglang's ZmqEventPublisher."""
+
+    MODULE = "tests.peers.sglang_kv_engine"
+
+    def __init__(self, endpoint: str, replay_endpoint: str, *extra: str) -> None:
+        super().__init__(require_sglang(), endpoint, replay_endpoint, *extra)
+
+    def blocks(self) -> set[int]:
+        """Every block hash sglang's tree holds."""
+        return set(self.command(cmd="blocks")["blocks"])
+
+
+class VllmEngine(PeerEngine):
+    """``tests/peers/vllm_kv_engine.py`` in the vLLM venv: vLLM's KVCacheManager publishing
+    through vLLM's ZmqEventPublisher."""
+
+    MODULE = "tests.peers.vllm_kv_engine"
+
+    def __init__(self, endpoint: str, replay_endpoint: str, *extra: str) -> None:
+        super().__init__(require_vllm(), endpoint, replay_endpoint, *extra)
+
+    def prefixes(self) -> tuple[set[str], int]:
+        """The prefix key (``vllm_kv_engine.prefix_key``) of every block vLLM's cache holds,
+        and how many blocks it has evicted (``BlockRemoved``) so far."""
+        reply = self.command(cmd="prefixes")
+        return set(reply["prefixes"]), int(reply["removed"])

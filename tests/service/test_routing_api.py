@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import socket
+
 import httpx
 import pytest
 
@@ -9,7 +12,7 @@ from cache import SWAKVAllocator, SWARadixCache
 from consumers import Follower
 from log import open_log
 from swa_es.publish.publisher import Publisher
-from swa_es.service.http_app import AppParts, HttpServer, build_app
+from swa_es.service.http_app import AppParts, HttpServer, bind_listener, build_app
 from swa_es.service.routing import FollowerRouting
 from swa_es.service.service_metrics import registry_of
 from swa_es.service.views import StandardViews
@@ -84,6 +87,8 @@ async def test_match_sources_and_bad_requests(tmp_path) -> None:  # type: ignore
                 (b'{"token_ids": [1], "extra_key": 3}', "extra_key"),
                 (b'{"token_ids": [1], "bogus": 1}', "bogus"),
                 (b'{"token_ids": [4294967296]}', "token_ids[0]"),
+                (b'{"token_ids": [1, true]}', "token_ids[1]"),
+                (b'{"token_ids": [1, 2.0]}', "token_ids[1]"),
             ):
                 reply = await client.post(f"{base}/v1/match", content=bad)
                 assert reply.status_code == 400, bad
@@ -102,3 +107,22 @@ async def test_http_server_reports_the_bound_port(host: str) -> None:
         assert server.port > 0
         reply = await client.get(f"http://{host}:{server.port}/healthz")
         assert reply.text == "ok\n"
+
+
+async def test_accepted_connections_have_nagle_off() -> None:
+    """Connections accepted from the server's listener get TCP_NODELAY from asyncio (without
+    it every response waited ~40 ms for the client's delayed ACK)."""
+    listener = bind_listener("127.0.0.1", 0)
+    nodelay: asyncio.Queue[int] = asyncio.Queue()
+
+    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted = writer.get_extra_info("socket")
+        await nodelay.put(accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+        writer.close()
+
+    server = await asyncio.start_server(on_connect, sock=listener)
+    async with server:
+        port = listener.getsockname()[1]
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        assert await asyncio.wait_for(nodelay.get(), 10) != 0
+        writer.close()

@@ -1,4 +1,5 @@
-"""The ZMQ stream out, read by sglang 0.5.16's own msgspec ``KVEventBatch`` decoder."""
+"""The ZMQ stream out, read by the engines' own msgspec ``KVEventBatch`` decoders: sglang
+0.5.16's (``--zmq-format sglang``) and vLLM 0.33.0's (``--zmq-format vllm``)."""
 
 from __future__ import annotations
 
@@ -20,9 +21,7 @@ from cache.events import (
 )
 from log import EventLog, open_log
 from swa_es.egress.stream import EgressConfig, ZmqEgress
-from tests.peers.sglang_venv import ROOT, require_sglang
-
-pytestmark = pytest.mark.sglang
+from tests.peers.sglang_venv import ROOT, require_sglang, require_vllm
 
 BATCHES = 100_000
 
@@ -47,14 +46,21 @@ async def fill(log: EventLog, start: int, stop: int) -> None:
         await log.append_batch(records)
 
 
-async def test_replay_from_seq_0_after_100k_batches(tmp_path: Path) -> None:
-    """Every batch still in the log is replayed from seq 0 and decodes with sglang's decoder;
-    live batches follow on the PUB socket with their log offsets as seqs."""
-    python = require_sglang()
+@pytest.mark.parametrize(
+    "engine",
+    [
+        pytest.param("sglang", marks=pytest.mark.sglang),
+        pytest.param("vllm", marks=pytest.mark.vllm),
+    ],
+)
+async def test_replay_from_seq_0_after_100k_batches(tmp_path: Path, engine: str) -> None:
+    """Every batch still in the log is replayed from seq 0 and decodes with the engine's own
+    decoder; live batches follow on the PUB socket with their log offsets as seqs."""
+    python = require_sglang() if engine == "sglang" else require_vllm()
     pub, replay = f"ipc://{tmp_path}/out.pub", f"ipc://{tmp_path}/out.replay"
     async with await open_log(f"file://{tmp_path}/log?fsync=never") as log:
         await fill(log, 0, BATCHES)
-        config = EgressConfig(publish_endpoint=pub, replay_endpoint=replay, wire_format="sglang")
+        config = EgressConfig(publish_endpoint=pub, replay_endpoint=replay, wire_format=engine)
         async with ZmqEgress(log, config) as egress:
             reader = subprocess.Popen(  # noqa: ASYNC220 -- read through a thread below
                 [
@@ -62,7 +68,9 @@ async def test_replay_from_seq_0_after_100k_batches(tmp_path: Path) -> None:
                     "-W",
                     "ignore",
                     "-m",
-                    "tests.peers.sglang_stream_reader",
+                    "tests.peers.kv_stream_reader",
+                    "--engine",
+                    engine,
                     "--pub",
                     pub,
                     "--replay",
@@ -92,3 +100,37 @@ async def test_replay_from_seq_0_after_100k_batches(tmp_path: Path) -> None:
         "BlockRemoved": BATCHES // 100,
     }
     assert result["live"] == list(range(BATCHES, BATCHES + 5))
+
+
+@pytest.mark.parametrize(
+    ("engine", "tombstones"),
+    [
+        pytest.param("sglang", "keep", marks=pytest.mark.sglang),
+        pytest.param("sglang", "remove", marks=pytest.mark.sglang),
+        pytest.param("vllm", "remove", marks=pytest.mark.vllm),
+    ],
+)
+async def test_tombstone_policy(tmp_path: Path, engine: str, tombstones: str) -> None:
+    """``--zmq-tombstones keep`` sends nothing for a tombstone (the engine's reader keeps the
+    block); ``remove`` sends a ``BlockRemoved`` the engine's own decoder reads."""
+    python = require_sglang() if engine == "sglang" else require_vllm()
+    pub, replay = f"ipc://{tmp_path}/out.pub", f"ipc://{tmp_path}/out.replay"
+    batches = 200
+    async with await open_log(f"file://{tmp_path}/log") as log:
+        await fill(log, 0, batches)
+        config = EgressConfig(
+            publish_endpoint=pub, replay_endpoint=replay, wire_format=engine, tombstones=tombstones
+        )
+        async with ZmqEgress(log, config):
+            command = [str(python), "-W", "ignore", "-m", "tests.peers.kv_stream_reader"]
+            command += ["--engine", engine, "--pub", pub, "--replay", replay]
+            done = await anyio.run_process(command, cwd=ROOT, stderr=subprocess.DEVNULL)
+    lines = done.stdout.decode().splitlines()
+    assert json.loads(lines[0]) == {"ready": True}
+    kinds = json.loads(lines[1])["kinds"]
+    evicted = batches // 10 if tombstones == "remove" else 0
+    assert kinds == {
+        "AllBlocksCleared": 1,
+        "BlockStored": batches,
+        "BlockRemoved": batches // 100 + evicted,
+    }

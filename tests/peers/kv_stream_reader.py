@@ -1,8 +1,10 @@
-"""Read a KV-event stream with sglang 0.5.16's own msgspec decoder (run in bench/.venv-sglang).
+"""Read a KV-event stream with an engine's own msgspec decoder: sglang 0.5.16's (run in
+bench/.venv-sglang, ``--engine sglang``) or vLLM 0.33.0's (bench/.venv-vllm, ``--engine vllm``).
 
 Subscribes to ``--pub`` (topic ``""``), asks ``--replay`` for everything from ``--from``,
 decodes every payload with ``msgspec.msgpack.Decoder(KVEventBatch)`` from
-``sglang.srt.disaggregation.kv_events``, then waits for ``--live`` live messages. Prints one
+``sglang.srt.disaggregation.kv_events`` or ``vllm.distributed.kv_events``, then waits for
+``--live`` live messages. Prints one
 JSON object: batches replayed, their first and last seq, event counts by type, live seqs.
 """
 
@@ -15,7 +17,17 @@ from collections import Counter
 
 import msgspec
 import zmq
-from sglang.srt.disaggregation.kv_events import KVEventBatch
+
+
+def batch_type(engine: str) -> type:
+    """The engine's own ``KVEventBatch`` (imported only in that engine's venv)."""
+    if engine == "sglang":
+        from sglang.srt.disaggregation.kv_events import KVEventBatch as SglangBatch
+
+        return SglangBatch
+    from vllm.distributed.kv_events import KVEventBatch as VllmBatch
+
+    return VllmBatch
 
 
 def main() -> int:
@@ -24,8 +36,9 @@ def main() -> int:
     parser.add_argument("--replay", required=True)
     parser.add_argument("--from", dest="start", type=int, default=0)
     parser.add_argument("--live", type=int, default=0)
+    parser.add_argument("--engine", choices=("sglang", "vllm"), default="sglang")
     args = parser.parse_args()
-    decoder = msgspec.msgpack.Decoder(KVEventBatch)
+    decoder = msgspec.msgpack.Decoder(batch_type(args.engine))
     context = zmq.Context()
     sub = context.socket(zmq.SUB)
     sub.setsockopt(zmq.SUBSCRIBE, b"")
@@ -36,7 +49,8 @@ def main() -> int:
     kinds: Counter[str] = Counter()
     seqs: list[int] = []
     while True:
-        _, seq_bytes, payload = dealer.recv_multipart()
+        # sglang replies (seq, payload); vLLM (topic, seq, payload), as its ZmqEventPublisher does.
+        *_, seq_bytes, payload = dealer.recv_multipart()
         seq = int.from_bytes(seq_bytes, "big", signed=True)
         if seq == -1:
             break
