@@ -73,13 +73,13 @@ from cache.events import (
     EventBatch,
     StateDigest,
     WireBatch,
-    batch_to_dict,
     block_hashes_of,
     chain_block_hashes,
     chain_page_digests,
     decode_wire,
     encode_batch,
 )
+from cache.events.reference.codec import batch_to_v1_pages_dict
 from cache.events.reference.replica import ReferenceReplicaSet
 from consumers import Follower, PrefixIndex, ReplicaSet, SnapshotStore
 from log import EventLog, open_log
@@ -214,21 +214,7 @@ async def _append_all(log: EventLog, batches: list[EventBatch], chunk: int = 500
 
 def v1_json(batch: EventBatch) -> bytes:
     """``batch`` as plain v1 JSON: one dict per event, one ``BlockStored`` per page."""
-    raw = batch_to_dict(batch)
-    events: list[dict[str, Any]] = []
-    for event in batch.events:
-        if isinstance(event, BlockStored) and len(event.block_hashes) > 1:
-            size = event.block_size
-            parent = event.parent_block_hash
-            for page, block_hash in enumerate(event.block_hashes):
-                tokens = event.token_ids[page * size : (page + 1) * size]
-                page_event = BlockStored((block_hash,), parent, tokens, size)
-                events.append(batch_to_dict(EventBatch("", "", 0, 0.0, (page_event,)))["events"][0])
-                parent = block_hash
-        else:
-            events.append(batch_to_dict(EventBatch("", "", 0, 0.0, (event,)))["events"][0])
-    raw["v"], raw["events"] = 1, events
-    return orjson.dumps(raw)
+    return orjson.dumps(batch_to_v1_pages_dict(batch))
 
 
 def v1_event_count(payloads: list[bytes]) -> int:

@@ -27,11 +27,11 @@ from cache.events import (
     BlockSWARestored,
     Event,
     EventBatch,
-    batch_to_dict,
     chain_block_hashes,
     decode_wire,
     encode_batch,
 )
+from cache.events.reference.codec import batch_to_v1_pages_dict
 from cache.events.reference.replica import ReferenceReplicaSet
 from cache.events.replica_store import ReplicaConsistencyError
 from consumers import PrefixIndex, ReplicaSet, ViewConsistencyError
@@ -80,23 +80,6 @@ streams = st.lists(
 )
 
 
-def _v1_record(batch: EventBatch) -> bytes:
-    raw = batch_to_dict(batch)
-    events: list[dict[str, Any]] = []
-    for event in batch.events:
-        if isinstance(event, BlockStored):
-            size, parent = event.block_size, event.parent_block_hash
-            for page, block_hash in enumerate(event.block_hashes):
-                tokens = event.token_ids[page * size : (page + 1) * size]
-                one = BlockStored((block_hash,), parent, tokens, size)
-                events.append(batch_to_dict(EventBatch("", "", 0, 0.0, (one,)))["events"][0])
-                parent = block_hash
-        else:
-            events.append(batch_to_dict(EventBatch("", "", 0, 0.0, (event,)))["events"][0])
-    raw["v"], raw["events"] = 1, events
-    return orjson.dumps(raw)
-
-
 def _state(replicas: ReplicaSet, source: str) -> dict[str, Any]:
     tree = replicas[source]
     return {
@@ -141,7 +124,9 @@ def test_apply_wire_equals_the_event_batch_path_and_the_reference(
         seqs[source] += 1
         meta = BatchMeta(events[0].block_size if isinstance(events[0], BlockStored) else 1, 3)
         batch = EventBatch(source, "e", seqs[source], 0.0, tuple(events), None, meta)
-        record = encode_batch(batch) if version == 2 else _v1_record(batch)
+        record = (
+            encode_batch(batch) if version == 2 else orjson.dumps(batch_to_v1_pages_dict(batch))
+        )
         wire = decode_wire(record)
         decoded = wire.to_batch()
         outcomes = [

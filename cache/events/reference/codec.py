@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, Final
 
 import orjson
 
+from cache.events.codec import event_to_dict  # a plain dict view, not codec logic: one copy
 from cache.events.errors import DecodeError
 from cache.events.meta import BatchMeta
 from cache.events.types import (
@@ -56,34 +58,6 @@ _EXCERPT_CHARS: Final = 40
 
 
 # --- encoding -------------------------------------------------------------------------------
-
-
-def event_to_dict(event: Event) -> dict[str, Any]:
-    """The JSON object of one event."""
-    match event:
-        case BlockStored():
-            return {
-                "type": "BlockStored",
-                "block_hashes": list(event.block_hashes),
-                "parent_block_hash": event.parent_block_hash,
-                "token_ids": list(event.token_ids),
-                "block_size": event.block_size,
-                "lora_id": event.lora_id,
-                "medium": event.medium,
-            }
-        case BlockRemoved():
-            return {
-                "type": "BlockRemoved",
-                "block_hashes": list(event.block_hashes),
-                "medium": event.medium,
-            }
-        case BlockSWAEvicted():
-            return {"type": "BlockSWAEvicted", "block_hashes": list(event.block_hashes)}
-        case BlockSWARestored():
-            return {"type": "BlockSWARestored", "block_hashes": list(event.block_hashes)}
-        case AllBlocksCleared():
-            return {"type": "AllBlocksCleared"}
-    raise TypeError(f"not an event: {event!r}")
 
 
 def _joins(chain: dict[str, Any], event: BlockStored) -> bool:
@@ -158,6 +132,17 @@ def batch_to_dict(batch: EventBatch) -> dict[str, Any]:
 def encode_batch(batch: EventBatch) -> bytes:
     """Serialise a batch to the bytes of one log record."""
     return orjson.dumps(batch_to_dict(batch))
+
+
+def batch_to_v1_pages_dict(batch: EventBatch) -> dict[str, Any]:
+    """The JSON object of ``batch`` as plain version 1: one object per event and one
+    ``BlockStored`` per page (the form before wire compaction; benchmarks' yardstick)."""
+    pages = tuple(
+        page
+        for event in batch.events
+        for page in (split_pages(event) if isinstance(event, BlockStored) else (event,))
+    )
+    return batch_to_dict(replace(batch, v=1, events=pages))
 
 
 # --- decoding -------------------------------------------------------------------------------

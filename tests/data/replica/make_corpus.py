@@ -26,11 +26,11 @@ from cache.events import (
     Event,
     EventBatch,
     StateDigest,
-    batch_to_dict,
     chain_block_hashes,
     encode_batch,
     namespace_prior,
 )
+from cache.events.reference.codec import batch_to_v1_pages_dict
 
 HERE = Path(__file__).parent
 INT64_MIN, INT64_MAX, UINT32_MAX = -(1 << 63), (1 << 63) - 1, (1 << 32) - 1
@@ -64,7 +64,7 @@ class Stream:
         if version == 2:
             self.lines.append(encode_batch(batch))
         else:
-            self.lines.append(orjson.dumps(_v1(batch)))
+            self.lines.append(orjson.dumps(batch_to_v1_pages_dict(batch)))
 
     def raw(self, text: str | bytes) -> None:
         """A record as it is (usually not a valid one)."""
@@ -72,23 +72,6 @@ class Stream:
 
     def write(self, name: str) -> None:
         (HERE / f"{name}.jsonl").write_bytes(b"".join(line + b"\n" for line in self.lines))
-
-
-def _v1(batch: EventBatch) -> dict[str, Any]:
-    raw = batch_to_dict(batch)
-    events: list[dict[str, Any]] = []
-    for event in batch.events:
-        if isinstance(event, BlockStored):
-            size, parent = event.block_size, event.parent_block_hash
-            for page, block_hash in enumerate(event.block_hashes):
-                tokens = event.token_ids[page * size : (page + 1) * size]
-                one = BlockStored((block_hash,), parent, tokens, size)
-                events.append(batch_to_dict(EventBatch("", "", 0, 0.0, (one,)))["events"][0])
-                parent = block_hash
-        else:
-            events.append(batch_to_dict(EventBatch("", "", 0, 0.0, (event,)))["events"][0])
-    raw["v"], raw["events"] = 1, events
-    return raw
 
 
 def meta(page_size: int = 1, window: int = 4, **extra: Any) -> BatchMeta:
