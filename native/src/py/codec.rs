@@ -79,7 +79,7 @@ fn decode_error(py: Python<'_>, error: DecodeError) -> PyErr {
 /// Set a field of a frozen dataclass instance as `object.__setattr__` does (the class's own
 /// `__setattr__` refuses: it is frozen). Only used on instances made here, before anyone else
 /// sees them.
-fn set_field(
+pub(crate) fn set_field(
     instance: &Bound<'_, PyAny>,
     name: &Bound<'_, PyString>,
     value: &Bound<'_, PyAny>,
@@ -103,6 +103,15 @@ fn new_instance<'py>(
     class: &Py<PyType>,
 ) -> PyResult<Bound<'py, PyAny>> {
     classes.object_new.bind(py).call1((class.bind(py),))
+}
+
+/// An instance of `class` made by `object.__new__`, its `__init__` not run: fill its fields
+/// with `set_field` before anyone else sees it.
+pub(crate) fn new_uninitialised<'py>(
+    py: Python<'py>,
+    class: &Bound<'py, PyType>,
+) -> PyResult<Bound<'py, PyAny>> {
+    classes(py)?.object_new.bind(py).call1((class,))
 }
 
 fn optional<'py, T: IntoPyObjectExt<'py>>(

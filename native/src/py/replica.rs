@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyInt, PyList, PyString, PyTuple, PyType};
 
-use super::codec::WireBatch;
+use super::codec::{self, WireBatch};
 use super::hashing::tokens_u32;
 use crate::events::{Event, Stored};
 use crate::hashing::namespace_prior;
@@ -178,28 +178,6 @@ fn prompt_tokens(token_ids: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
     Ok(tokens)
 }
 
-/// Set attribute `name` of an instance just made by `object.__new__` as `object.__setattr__`
-/// does (a frozen dataclass refuses its own `__setattr__`; its `__init__` goes around it the
-/// same way).
-fn set_slot(
-    instance: &Bound<'_, PyAny>,
-    name: &Bound<'_, PyString>,
-    value: &Bound<'_, PyAny>,
-) -> PyResult<()> {
-    // SAFETY: the three pointers come from live `Bound` references held for the whole call, and
-    // holding a `Bound` proves the GIL is held. PyObject_GenericSetAttr borrows (never steals)
-    // its arguments and returns -1 with an exception set on failure, which `PyErr::fetch` takes.
-    let status =
-        unsafe { ffi::PyObject_GenericSetAttr(instance.as_ptr(), name.as_ptr(), value.as_ptr()) };
-    if status == 0 {
-        Ok(())
-    } else {
-        Err(PyErr::fetch(instance.py()))
-    }
-}
-
-static OBJECT_NEW: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-
 /// A `result_type` instance with `full_tokens` and `swa_tokens` set, made without running its
 /// `__init__` (its fields are exactly these two).
 fn prefix_match<'py>(
@@ -208,20 +186,13 @@ fn prefix_match<'py>(
     held: Option<u64>,
     usable: Option<u64>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let object_new = OBJECT_NEW.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
-        Ok(py
-            .import("builtins")?
-            .getattr("object")?
-            .getattr("__new__")?
-            .unbind())
-    })?;
-    let instance = object_new.bind(py).call1((result_type,))?;
-    set_slot(
+    let instance = codec::new_uninitialised(py, result_type)?;
+    codec::set_field(
         &instance,
         intern!(py, "full_tokens"),
         &held.into_pyobject(py)?,
     )?;
-    set_slot(
+    codec::set_field(
         &instance,
         intern!(py, "swa_tokens"),
         &usable.into_pyobject(py)?,
