@@ -143,6 +143,50 @@ impl<'a> Scanner<'a> {
         self.pos
     }
 
+    /// How many arrays and objects are open at the cursor.
+    pub fn depth(&self) -> usize {
+        self.depth
+    }
+
+    /// Move the cursor back to `offset` (taken from `offset()` at the same depth), for a fast
+    /// path that gave up.
+    pub fn rewind(&mut self, offset: usize) {
+        debug_assert!(offset <= self.pos);
+        self.pos = offset;
+    }
+
+    /// Consume `literal` when the bytes at the cursor are exactly it; false (cursor unmoved)
+    /// otherwise. No whitespace is skipped.
+    #[inline]
+    pub fn eat(&mut self, literal: &[u8]) -> bool {
+        let matched = self.bytes[self.pos..].starts_with(literal);
+        if matched {
+            self.pos += literal.len();
+        }
+        matched
+    }
+
+    /// The string at the cursor (on its opening quote) when it is printable ASCII without
+    /// escapes, which is exactly its text; None (cursor unmoved) for any other string, which the
+    /// caller reads with `string`.
+    #[inline]
+    pub fn plain_ascii_string(&mut self) -> Option<&'a str> {
+        let bytes = self.bytes;
+        if bytes.get(self.pos) != Some(&b'"') {
+            return None;
+        }
+        let start = self.pos + 1;
+        let rest = bytes.get(start..)?;
+        let length = rest
+            .iter()
+            .position(|&byte| matches!(byte, b'"' | b'\\' | 0..=0x1f | 0x80..=0xff))?;
+        if rest[length] != b'"' {
+            return None;
+        }
+        self.pos = start + length + 1;
+        Some(ascii(&rest[..length]))
+    }
+
     /// The bytes between two offsets (a value's source text).
     pub fn slice(&self, start: usize, end: usize) -> &'a [u8] {
         &self.bytes[start..end]
