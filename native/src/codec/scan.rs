@@ -118,6 +118,26 @@ fn hex_digit(byte: u8) -> Option<u32> {
     }
 }
 
+/// The value of eight ASCII digits (`chunk` holds eight bytes), None when any byte is not one.
+#[inline]
+fn eight_digits(chunk: &[u8]) -> Option<u64> {
+    let word = u64::from_le_bytes(chunk.try_into().ok()?);
+    // A digit is 0x30..=0x39: its high nibble is 3 (this alone leaves 0x30..=0x3f), and adding
+    // 6 keeps it 3 (0x3a..=0x3f become 0x40..=0x45). A byte whose high nibble is not 3 fails the
+    // first half whatever a carry out of it does to its neighbour.
+    let high = word & 0xf0f0_f0f0_f0f0_f0f0;
+    let carried = word.wrapping_add(0x0606_0606_0606_0606) & 0xf0f0_f0f0_f0f0_f0f0;
+    if high | (carried >> 4) != 0x3333_3333_3333_3333 {
+        return None;
+    }
+    // Combine the digits pairwise: 8 of 1 digit -> 4 of 2 -> 2 of 4 -> 1 of 8 (the first byte,
+    // the lowest in little-endian order, is the most significant digit).
+    let digits = word & 0x0f0f_0f0f_0f0f_0f0f;
+    let pairs = (digits * 10 + (digits >> 8)) & 0x00ff_00ff_00ff_00ff;
+    let quads = (pairs * 100 + (pairs >> 16)) & 0x0000_ffff_0000_ffff;
+    Some((quads * 10_000 + (quads >> 32)) & 0xffff_ffff)
+}
+
 /// `bytes` as text; the caller has seen that every byte is below 0x80.
 #[inline]
 fn ascii(bytes: &[u8]) -> &str {
@@ -534,6 +554,15 @@ impl<'a> Scanner<'a> {
         let start = self.pos + usize::from(negative);
         let mut at = start;
         let mut magnitude: u64 = 0;
+        // Whole runs of eight digits first (a block hash has 18 or 19), while they keep the
+        // count within the 19 this path takes: below 10^16 before the last one, so no overflow.
+        while at - start + 8 <= 19 {
+            let Some(value) = bytes.get(at..at + 8).and_then(eight_digits) else {
+                break;
+            };
+            magnitude = magnitude * 100_000_000 + value;
+            at += 8;
+        }
         while let Some(&byte) = bytes.get(at) {
             let digit = byte.wrapping_sub(b'0');
             if digit > 9 {
@@ -738,6 +767,43 @@ mod tests {
         ] {
             assert_eq!(read(text), None, "{:?}", String::from_utf8_lossy(text));
         }
+    }
+
+    #[test]
+    fn eight_digits_are_read_at_once_or_refused() {
+        assert_eq!(eight_digits(b"01234567"), Some(1_234_567));
+        assert_eq!(eight_digits(b"99999999"), Some(99_999_999));
+        for bad in [
+            &b"1234567/"[..],
+            b"1234567:",
+            b"/1234567",
+            b"1234 567",
+            b"\xff2345678",
+        ] {
+            assert_eq!(eight_digits(bad), None);
+        }
+        let read = |text: &[u8]| Scanner::new(text).plain_int();
+        for digits in 1..=19 {
+            let text: String = (0..digits)
+                .map(|i| char::from(b'1' + (i % 9) as u8))
+                .collect();
+            let expected: i128 = text.parse().unwrap();
+            assert_eq!(
+                read(format!("{text},").as_bytes()),
+                Some(expected),
+                "{text}"
+            );
+            assert_eq!(
+                read(format!("-{text}]").as_bytes()),
+                Some(-expected),
+                "{text}"
+            );
+        }
+        assert_eq!(
+            read(b"9999999999999999999,"),
+            Some(9_999_999_999_999_999_999)
+        );
+        assert_eq!(read(b"12345678a,"), None);
     }
 
     #[test]
