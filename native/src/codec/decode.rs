@@ -9,7 +9,7 @@
 
 use std::borrow::Cow;
 
-use super::canonical::canonical_event;
+use super::canonical::{canonical_batch, canonical_event};
 use super::meta::{scan_meta, Meta};
 use super::scan::{Kind, Number, Scanner, SyntaxError, Value};
 use super::text::quoted_excerpt;
@@ -35,9 +35,16 @@ pub fn decode_with_meta(
             ),
         ));
     }
+    match canonical_batch(data) {
+        Some(batch) => Ok((batch, None)),
+        None => decode_slots(data),
+    }
+}
+
+/// `decode_with_meta` through the slots alone (the general path), without the size check.
+pub(super) fn decode_slots(data: &[u8]) -> Result<(Batch, Option<Meta>), DecodeError> {
     let mut scanner = Scanner::new(data);
-    // An event takes 50 bytes or more of JSON: room for the common records without regrowing.
-    let mut events = Vec::with_capacity((data.len() / 64).min(256));
+    let mut events = Vec::with_capacity(events_capacity(data));
     let top = scan_top(&mut scanner, &mut events).map_err(not_json)?;
     match top {
         Top::NotObject(kind) => Err(DecodeError::new(
@@ -66,6 +73,12 @@ pub fn decode_event(data: &[u8], path: &str) -> Result<Event, DecodeError> {
     })()
     .map_err(not_json)?;
     outcome.map_err(|error| under(path, error))
+}
+
+/// Room for the events of a common record of `data`'s size without regrowing: an event takes
+/// 50 bytes or more of JSON.
+pub(super) fn events_capacity(data: &[u8]) -> usize {
+    (data.len() / 64).min(256)
 }
 
 fn not_json(error: SyntaxError) -> DecodeError {
@@ -311,7 +324,7 @@ pub(super) struct Scratch {
 
 /// Decode the events array at the cursor (on `[`) into `events`; the first event that does
 /// not decode, named from the batch (the rest is still scanned).
-fn scan_events(
+pub(super) fn scan_events(
     scanner: &mut Scanner<'_>,
     events: &mut Vec<Event>,
     scratch: &mut Scratch,
