@@ -551,7 +551,7 @@ impl<'a> Scanner<'a> {
     /// The common case of an int list item, read without the general number path: at most 19
     /// digits (no overflow), no fraction or exponent, directly followed by `,` or `]`. None
     /// (cursor unmoved) for anything else, which the caller reads with `number`.
-    #[inline]
+    #[inline(always)]
     pub fn plain_int(&mut self) -> Option<i128> {
         let bytes = self.bytes;
         let negative = bytes.get(self.pos) == Some(&b'-');
