@@ -15,11 +15,3 @@ pub mod replica;
 
 #[cfg(feature = "python")]
 mod py;
-
-/// The extension module's allocator: mimalloc. Decoding a record makes a few dozen small
-/// vectors and strings that live until the batch is applied; mimalloc's per-thread free lists
-/// serve them for a fraction of what glibc's malloc costs (about a fifth of `decode_wire`'s
-/// time went to malloc and free). Python objects still come from Python's allocator.
-#[cfg(feature = "python")]
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
