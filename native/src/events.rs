@@ -5,6 +5,60 @@
 //! form): `hashes[i]` is page i, its parent is `hashes[i - 1]` (the first page's is `parent`),
 //! and its tokens are `tokens[i * block_size..(i + 1) * block_size]`.
 
+use std::borrow::Cow;
+use std::ops::Deref;
+
+/// Where a block's KV lives (`"GPU"`, `"CPU"`, ...), as the wire names it. The usual names are
+/// static strings, so decoding one costs no allocation (a batch holds one per store); any other
+/// text is kept as it came.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Medium(Cow<'static, str>);
+
+impl Medium {
+    /// `"GPU"`, the medium of nearly every event.
+    pub const GPU: Medium = Medium(Cow::Borrowed("GPU"));
+    /// `"CPU"`.
+    pub const CPU: Medium = Medium(Cow::Borrowed("CPU"));
+
+    /// The medium named `text` (the usual names without allocating).
+    pub fn new(text: &str) -> Self {
+        match text {
+            "GPU" => Self::GPU,
+            "CPU" => Self::CPU,
+            other => Medium(Cow::Owned(other.to_owned())),
+        }
+    }
+
+    /// Its name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Deref for Medium {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for Medium {
+    fn from(text: &str) -> Self {
+        Medium::new(text)
+    }
+}
+
+impl From<String> for Medium {
+    fn from(text: String) -> Self {
+        match text.as_str() {
+            "GPU" => Self::GPU,
+            "CPU" => Self::CPU,
+            _ => Medium(Cow::Owned(text)),
+        }
+    }
+}
+
 /// One or more chained pages entered the tree.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Stored {
@@ -13,7 +67,7 @@ pub struct Stored {
     pub tokens: Vec<u32>,
     pub block_size: u32,
     pub lora_id: Option<i64>,
-    pub medium: Option<String>,
+    pub medium: Option<Medium>,
 }
 
 /// One state change of a source's tree.
@@ -23,7 +77,7 @@ pub enum Event {
     /// The pages of one node left the tree.
     Removed {
         hashes: Vec<i64>,
-        medium: Option<String>,
+        medium: Option<Medium>,
     },
     /// The pages of one node were tombstoned (SWA KV freed, full KV kept).
     SwaEvicted {

@@ -14,7 +14,7 @@ use super::meta::{scan_meta, Meta};
 use super::scan::{Kind, Number, Scanner, SyntaxError, Value};
 use super::text::quoted_excerpt;
 use super::{DecodeError, SUPPORTED_VERSIONS};
-use crate::events::{Batch, Event, Header, Stored};
+use crate::events::{Batch, Event, Header, Medium, Stored};
 
 /// Decode one record; `max_record_bytes` bounds its size.
 pub fn decode(data: &[u8], max_record_bytes: usize) -> Result<Batch, DecodeError> {
@@ -584,10 +584,10 @@ fn optional_int64(field: &str, value: Option<Value<'_>>) -> Result<Option<i64>, 
     }
 }
 
-fn optional_str(field: &str, value: Option<Value<'_>>) -> Result<Option<String>, DecodeError> {
+fn optional_medium(field: &str, value: Option<Value<'_>>) -> Result<Option<Medium>, DecodeError> {
     match value {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::Str(text)) => Ok(Some(text.into_owned())),
+        Some(Value::Str(text)) => Ok(Some(Medium::new(&text))),
         Some(other) => Err(DecodeError::new(
             field,
             format!("expected str, got {}", other.kind().name()),
@@ -633,7 +633,7 @@ impl EventSlots<'_> {
             EventType::Stored => self.judge_stored(scratch),
             EventType::Removed => {
                 let hashes = hashes_of(&self.hashes, scratch)?;
-                let medium = optional_str("medium", self.medium)?;
+                let medium = optional_medium("medium", self.medium)?;
                 Ok(Event::Removed { hashes, medium })
             }
             EventType::SwaEvicted => Ok(Event::SwaEvicted {
@@ -674,7 +674,7 @@ impl EventSlots<'_> {
         }
         let parent = optional_int64("parent_block_hash", self.parent)?;
         let lora_id = optional_int64("lora_id", self.lora_id)?;
-        let medium = optional_str("medium", self.medium)?;
+        let medium = optional_medium("medium", self.medium)?;
         // Only a record of 2^32 tokens or more (40 GB of JSON) gets here with a wider size.
         let block_size = u32::try_from(block_size).map_err(|_| {
             DecodeError::new("block_size", format!("{block_size} exceeds 4294967295"))

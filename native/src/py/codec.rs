@@ -16,7 +16,7 @@ use pyo3::types::{PyBytes, PyString, PyTuple, PyType};
 use pyo3::{intern, IntoPyObjectExt};
 
 use crate::codec::{self, DecodeError, Meta};
-use crate::events::{Batch, Event, Header, Stored};
+use crate::events::{Batch, Event, Header, Medium, Stored};
 
 /// Records at least this long are decoded with the GIL released.
 const DETACH_BYTES: usize = 64 * 1024;
@@ -444,12 +444,14 @@ fn event_from_py(
             tokens: field(event, intern!(py, "token_ids"), at("token_ids"))?,
             block_size: field(event, intern!(py, "block_size"), at("block_size"))?,
             lora_id: field(event, intern!(py, "lora_id"), at("lora_id"))?,
-            medium: field(event, intern!(py, "medium"), at("medium"))?,
+            medium: field::<Option<String>>(event, intern!(py, "medium"), at("medium"))?
+                .map(Medium::from),
         }))
     } else if class.is(classes.removed.bind(py)) {
         Ok(Event::Removed {
             hashes: hashes()?,
-            medium: field(event, intern!(py, "medium"), at("medium"))?,
+            medium: field::<Option<String>>(event, intern!(py, "medium"), at("medium"))?
+                .map(Medium::from),
         })
     } else if class.is(classes.swa_evicted.bind(py)) {
         Ok(Event::SwaEvicted { hashes: hashes()? })

@@ -12,7 +12,7 @@ use pyo3::types::{PyBytes, PyDict, PyInt, PyList, PyString, PyTuple, PyType};
 
 use super::codec::{self, WireBatch};
 use super::hashing::tokens_u32;
-use crate::events::{Event, Stored};
+use crate::events::{Event, Medium, Stored};
 use crate::hashing::namespace_prior;
 use crate::replica::{self, swa_rule, Answer, ConsistencyError, Replica, SourceMeta};
 
@@ -92,13 +92,19 @@ fn event_from_py(
             tokens: tokens_u32(&tokens)?,
             block_size,
             lora_id: event.getattr(intern!(py, "lora_id"))?.extract()?,
-            medium: event.getattr(intern!(py, "medium"))?.extract()?,
+            medium: event
+                .getattr(intern!(py, "medium"))?
+                .extract::<Option<String>>()?
+                .map(Medium::from),
         }));
     }
     if kind.is(classes.removed.bind(py)) {
         return Ok(Event::Removed {
             hashes: hashes()?,
-            medium: event.getattr(intern!(py, "medium"))?.extract()?,
+            medium: event
+                .getattr(intern!(py, "medium"))?
+                .extract::<Option<String>>()?
+                .map(Medium::from),
         });
     }
     if kind.is(classes.evicted.bind(py)) {

@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 
 use super::ops::{NodeId, Op, OpLog};
 use crate::digest::StateDigest;
-use crate::events::{Event, Stored};
+use crate::events::{Event, Medium, Stored};
 use crate::hashing::{self, PageDigest};
 
 /// The medium every event of the primary names.
@@ -287,7 +287,7 @@ impl NodeTable {
                 tokens: tokens.to_vec(),
                 block_size: page_size as u32,
                 lora_id: None,
-                medium: Some(MEDIUM_GPU.to_owned()),
+                medium: Some(Medium::GPU),
             }));
         }
         Ok(())
@@ -312,7 +312,7 @@ impl NodeTable {
         if let Some(out) = out {
             out.push(Event::Removed {
                 hashes,
-                medium: Some(MEDIUM_GPU.to_owned()),
+                medium: Some(Medium::GPU),
             });
         }
         Ok(())
@@ -415,7 +415,7 @@ impl NodeTable {
                     tokens: node.tokens.clone(),
                     block_size: self.page_size as u32,
                     lora_id: None,
-                    medium: Some(MEDIUM_GPU.to_owned()),
+                    medium: Some(Medium::GPU),
                 }));
                 if let Some(list) = children.get(&id) {
                     stack.extend_from_slice(list);
