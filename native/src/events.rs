@@ -8,6 +8,16 @@
 use std::borrow::Cow;
 use std::ops::Deref;
 
+use smallvec::SmallVec;
+
+/// The block hashes of an event: up to two inline (most events name one or two pages), more on
+/// the heap. The same 24 bytes as a `Vec`.
+pub type Hashes = SmallVec<[i64; 2]>;
+
+/// The token ids of a `Stored`: up to four inline (one or two pages of size 1 or 2), more on
+/// the heap. The same 24 bytes as a `Vec`.
+pub type Tokens = SmallVec<[u32; 4]>;
+
 /// Where a block's KV lives (`"GPU"`, `"CPU"`, ...), as the wire names it. The usual names are
 /// static strings, so decoding one costs no allocation (a batch holds one per store); any other
 /// text is kept as it came.
@@ -62,9 +72,9 @@ impl From<String> for Medium {
 /// One or more chained pages entered the tree.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Stored {
-    pub hashes: Vec<i64>,
+    pub hashes: Hashes,
     pub parent: Option<i64>,
-    pub tokens: Vec<u32>,
+    pub tokens: Tokens,
     pub block_size: u32,
     pub lora_id: Option<i64>,
     pub medium: Option<Medium>,
@@ -76,16 +86,16 @@ pub enum Event {
     Stored(Stored),
     /// The pages of one node left the tree.
     Removed {
-        hashes: Vec<i64>,
+        hashes: Hashes,
         medium: Option<Medium>,
     },
     /// The pages of one node were tombstoned (SWA KV freed, full KV kept).
     SwaEvicted {
-        hashes: Vec<i64>,
+        hashes: Hashes,
     },
     /// The pages of one tombstoned node got SWA KV again.
     SwaRestored {
-        hashes: Vec<i64>,
+        hashes: Hashes,
     },
     /// Every block of the source was dropped.
     Cleared,

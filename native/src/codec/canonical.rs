@@ -14,7 +14,7 @@
 use super::decode::{events_capacity, scan_events, EventType, Scratch};
 use super::scan::{Number, Scanner, MAX_DEPTH};
 use super::SUPPORTED_VERSIONS;
-use crate::events::{Batch, Event, Header, Medium, Stored};
+use crate::events::{Batch, Event, Hashes, Header, Medium, Stored, Tokens};
 
 /// The whole record if it has the encoder's layout, no `meta` (every batch but an epoch's
 /// first) and every event decodes; None otherwise, for the general path to decode it from the
@@ -114,15 +114,15 @@ fn read_event(scanner: &mut Scanner<'_>, scratch: &mut Scratch) -> Option<Event>
             }
             let medium = optional_medium(scanner)?;
             Event::Removed {
-                hashes: scratch.hashes.clone(),
+                hashes: Hashes::from_slice(&scratch.hashes),
                 medium,
             }
         }
         EventType::SwaEvicted => Event::SwaEvicted {
-            hashes: scratch.hashes.clone(),
+            hashes: Hashes::from_slice(&scratch.hashes),
         },
         EventType::SwaRestored => Event::SwaRestored {
-            hashes: scratch.hashes.clone(),
+            hashes: Hashes::from_slice(&scratch.hashes),
         },
         EventType::Cleared => unreachable!("handled above"),
     };
@@ -156,9 +156,9 @@ fn read_stored_rest(scanner: &mut Scanner<'_>, scratch: &mut Scratch) -> Option<
     }
     let medium = optional_medium(scanner)?;
     Some(Stored {
-        hashes: scratch.hashes.clone(),
+        hashes: Hashes::from_slice(&scratch.hashes),
         parent,
-        tokens: scratch.tokens.clone(),
+        tokens: Tokens::from_slice(&scratch.tokens),
         block_size,
         lora_id,
         medium,

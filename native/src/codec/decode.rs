@@ -14,7 +14,7 @@ use super::meta::{scan_meta, Meta};
 use super::scan::{Kind, Number, Scanner, SyntaxError, Value};
 use super::text::quoted_excerpt;
 use super::{DecodeError, SUPPORTED_VERSIONS};
-use crate::events::{Batch, Event, Header, Medium, Stored};
+use crate::events::{Batch, Event, Hashes, Header, Medium, Stored, Tokens};
 
 /// Decode one record; `max_record_bytes` bounds its size.
 pub fn decode(data: &[u8], max_record_bytes: usize) -> Result<Batch, DecodeError> {
@@ -558,7 +558,7 @@ fn list_error(field: &str, range: &str, slot: &Option<ListSlot>) -> Option<Decod
     }
 }
 
-fn hashes_of(slot: &Option<ListSlot>, scratch: &Scratch) -> Result<Vec<i64>, DecodeError> {
+fn hashes_of(slot: &Option<ListSlot>, scratch: &Scratch) -> Result<Hashes, DecodeError> {
     if let Some(error) = list_error("block_hashes", INT64_RANGE, slot) {
         return Err(error);
     }
@@ -568,7 +568,7 @@ fn hashes_of(slot: &Option<ListSlot>, scratch: &Scratch) -> Result<Vec<i64>, Dec
             "must hold at least one block hash",
         ));
     }
-    Ok(scratch.hashes.clone())
+    Ok(Hashes::from_slice(&scratch.hashes))
 }
 
 fn optional_int64(field: &str, value: Option<Value<'_>>) -> Result<Option<i64>, DecodeError> {
@@ -682,7 +682,7 @@ impl EventSlots<'_> {
         Ok(Event::Stored(Stored {
             hashes,
             parent,
-            tokens: scratch.tokens.clone(),
+            tokens: Tokens::from_slice(&scratch.tokens),
             block_size,
             lora_id,
             medium,

@@ -16,7 +16,7 @@ use pyo3::types::{PyBytes, PyString, PyTuple, PyType};
 use pyo3::{intern, IntoPyObjectExt};
 
 use crate::codec::{self, DecodeError, Meta};
-use crate::events::{Batch, Event, Header, Medium, Stored};
+use crate::events::{Batch, Event, Hashes, Header, Medium, Stored};
 
 /// Records at least this long are decoded with the GIL released.
 const DETACH_BYTES: usize = 64 * 1024;
@@ -432,7 +432,9 @@ fn event_from_py(
 ) -> PyResult<Event> {
     let class = event.get_type();
     let at = |name: &'static str| move || format!("events[{index}].{name}");
-    let hashes = || field::<Vec<i64>>(event, intern!(py, "block_hashes"), at("block_hashes"));
+    let hashes = || {
+        field::<Vec<i64>>(event, intern!(py, "block_hashes"), at("block_hashes")).map(Hashes::from)
+    };
     if class.is(classes.stored.bind(py)) {
         Ok(Event::Stored(Stored {
             hashes: hashes()?,
@@ -441,7 +443,7 @@ fn event_from_py(
                 intern!(py, "parent_block_hash"),
                 at("parent_block_hash"),
             )?,
-            tokens: field(event, intern!(py, "token_ids"), at("token_ids"))?,
+            tokens: field::<Vec<u32>>(event, intern!(py, "token_ids"), at("token_ids"))?.into(),
             block_size: field(event, intern!(py, "block_size"), at("block_size"))?,
             lora_id: field(event, intern!(py, "lora_id"), at("lora_id"))?,
             medium: field::<Option<String>>(event, intern!(py, "medium"), at("medium"))?
