@@ -16,8 +16,9 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-VENV=${1:-$ROOT/bench/.venv-sglang}
-MAIN=$ROOT/.venv
+# shellcheck source=bench/peer_venv.sh
+source "$ROOT/bench/peer_venv.sh"
+
 PROBE='from sglang.srt.mem_cache.swa_radix_cache import SWARadixCache
 from sglang.srt.mem_cache.allocator.swa import SWATokenToKVPoolAllocator
 from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
@@ -37,28 +38,4 @@ PACKAGES=(
   truststore==0.10.5 typing-inspection==0.4.5 urllib3==2.8.0 xgrammar==0.2.9 yarl==1.25.1
 )
 
-probe() { "$VENV/bin/python" -W ignore -c "$PROBE" >/dev/null 2>&1; }
-
-if [ ! -x "$MAIN/bin/python" ]; then
-  echo "setup_sglang: $MAIN missing; set up the project venv first (see README)" >&2
-  exit 1
-fi
-if [ -x "$VENV/bin/python" ] && probe; then
-  echo "setup_sglang: $VENV already imports sglang 0.5.16's SWARadixCache"
-  exit 0
-fi
-
-BASE_PY=$("$MAIN/bin/python" -c 'import sys; print(sys._base_executable)')
-"$BASE_PY" -m venv "$VENV"
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps "${PACKAGES[@]}"
-
-SITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-MAIN_SITE=$("$MAIN/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-printf '%s\n%s\n' "$MAIN_SITE" "$ROOT" > "$SITE/zz_swa_es_main_venv.pth"
-
-if ! probe; then
-  echo "setup_sglang: the new venv still cannot import sglang's SWARadixCache:" >&2
-  "$VENV/bin/python" -W ignore -c "$PROBE" 2>&1 | tail -5 >&2
-  exit 1
-fi
-echo "setup_sglang: $VENV ready"
+make_peer_venv setup_sglang "${1:-$ROOT/bench/.venv-sglang}" "$PROBE" "sglang 0.5.16's SWARadixCache" "${PACKAGES[@]}"

@@ -15,8 +15,9 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-VENV=${1:-$ROOT/bench/.venv-vllm}
-MAIN=$ROOT/.venv
+# shellcheck source=bench/peer_venv.sh
+source "$ROOT/bench/peer_venv.sh"
+
 PROBE='from vllm.distributed.kv_events import ZmqEventPublisher, KVEventBatch
 from vllm.v1.core.block_pool import BlockPool
 import tests.peers.vllm_kv_engine'
@@ -36,28 +37,4 @@ PACKAGES=(
   urllib3==2.8.0 uvloop==0.23.0 xgrammar==0.2.9 yarl==1.25.1 zipp==4.1.2
 )
 
-probe() { (cd "$ROOT" && "$VENV/bin/python" -W ignore -c "$PROBE") >/dev/null 2>&1; }
-
-if [ ! -x "$MAIN/bin/python" ]; then
-  echo "setup_vllm: $MAIN missing; set up the project venv first (see README)" >&2
-  exit 1
-fi
-if [ -x "$VENV/bin/python" ] && probe; then
-  echo "setup_vllm: $VENV already imports vLLM 0.33.0's kv_events"
-  exit 0
-fi
-
-BASE_PY=$("$MAIN/bin/python" -c 'import sys; print(sys._base_executable)')
-"$BASE_PY" -m venv "$VENV"
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps "${PACKAGES[@]}"
-
-SITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-MAIN_SITE=$("$MAIN/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-printf '%s\n%s\n' "$MAIN_SITE" "$ROOT" > "$SITE/zz_swa_es_main_venv.pth"
-
-if ! probe; then
-  echo "setup_vllm: the new venv still cannot import vLLM's kv_events:" >&2
-  (cd "$ROOT" && "$VENV/bin/python" -W ignore -c "$PROBE") 2>&1 | tail -5 >&2
-  exit 1
-fi
-echo "setup_vllm: $VENV ready"
+make_peer_venv setup_vllm "${1:-$ROOT/bench/.venv-vllm}" "$PROBE" "vLLM 0.33.0's kv_events" "${PACKAGES[@]}"

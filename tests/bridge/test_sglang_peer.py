@@ -6,8 +6,7 @@ sglang's tree holds (sglang's own block hashes), and report SWA-usable lengths a
 
 from __future__ import annotations
 
-import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import pytest
 from consumers import Follower, PrefixIndex, ReplicaSet
 from log import EventLog, open_log
 from swa_es.bridge.ingest import Bridge
+from tests.bridge.waiting import free_port, wait_until
 from tests.peers.sglang_venv import SglangEngine, require_sglang
 
 pytestmark = pytest.mark.sglang
@@ -25,12 +25,6 @@ pytestmark = pytest.mark.sglang
 @pytest.fixture(autouse=True)
 def _sglang_present() -> None:
     require_sglang()
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 _TCP: dict[Path, tuple[str, str]] = {}
@@ -51,17 +45,6 @@ def engine_endpoints(tmp_path: Path) -> tuple[str, str]:
 
 def use_tcp(tmp_path: Path) -> None:
     _TCP[tmp_path] = (f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}")
-
-
-async def wait_until(
-    condition: Callable[[], bool], timeout_s: float = 60.0, bridge: Bridge | None = None
-) -> None:
-    deadline = anyio.current_time() + timeout_s
-    while not condition():
-        if anyio.current_time() > deadline:
-            state = "" if bridge is None else f": {bridge.metrics}, next {bridge.tracker.expected}"
-            raise TimeoutError(f"condition not met in {timeout_s} s{state}")
-        await anyio.sleep(0.05)
 
 
 @asynccontextmanager

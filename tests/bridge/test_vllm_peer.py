@@ -9,8 +9,7 @@ the same way by the engine script. The two sets must be equal.
 from __future__ import annotations
 
 import hashlib
-import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import pytest
 from consumers import Follower, PrefixIndex, ReplicaSet
 from log import EventLog, open_log
 from swa_es.bridge.ingest import Bridge
+from tests.bridge.waiting import free_port, wait_until
 from tests.peers.sglang_venv import VllmEngine, require_vllm
 
 pytestmark = pytest.mark.vllm
@@ -30,25 +30,6 @@ SOURCE = "vl"
 @pytest.fixture(autouse=True)
 def _vllm_present() -> None:
     require_vllm()
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-async def wait_until(
-    condition: Callable[[], bool], bridge: Bridge, timeout_s: float = 60.0
-) -> None:
-    deadline = anyio.current_time() + timeout_s
-    while not condition():
-        if anyio.current_time() > deadline:
-            raise TimeoutError(
-                f"condition not met in {timeout_s} s: {bridge.metrics}, "
-                f"next {bridge.tracker.expected}"
-            )
-        await anyio.sleep(0.05)
 
 
 @asynccontextmanager
@@ -121,7 +102,7 @@ async def test_bridge_started_before_the_engine(tmp_path: Path) -> None:
             engine = await start_engine(pub, replay, "--num-blocks", "256")
             try:
                 published = await serve(engine, 80)
-                await wait_until(lambda: bridge.tracker.expected == published, bridge)
+                await wait_until(lambda: bridge.tracker.expected == published, bridge=bridge)
             except BaseException:
                 engine.kill()
                 raise
@@ -147,14 +128,14 @@ async def test_engine_first_then_restarts_and_bridge_restart(tmp_path: Path) -> 
         async with await open_log(f"file://{tmp_path}/log") as log:
             async with running_bridge(log, pub, replay) as bridge:
                 published = await serve(engine, 40, seed=1)
-                await wait_until(lambda: bridge.tracker.expected == published, bridge)
+                await wait_until(lambda: bridge.tracker.expected == published, bridge=bridge)
             assert bridge.metrics.replayed >= before
             assert_same_blocks(await replica_of(log), engine)
 
             await serve(engine, 20, seed=2)  # while no bridge runs
             async with running_bridge(log, pub, replay) as bridge:
                 published = await serve(engine, 20, seed=3)
-                await wait_until(lambda: bridge.tracker.expected == published, bridge)
+                await wait_until(lambda: bridge.tracker.expected == published, bridge=bridge)
                 assert bridge.publisher is not None
                 await bridge.publisher.flush(timeout_s=30)  # appended is not yet durable
                 replicas = await replica_of(log)
@@ -165,7 +146,7 @@ async def test_engine_first_then_restarts_and_bridge_restart(tmp_path: Path) -> 
                 published = await serve(engine, 30, seed=4)
                 await wait_until(
                     lambda: bridge.metrics.restarts == 1 and bridge.tracker.expected == published,
-                    bridge,
+                    bridge=bridge,
                 )
             replicas = await replica_of(log)
             assert_same_blocks(replicas, engine)

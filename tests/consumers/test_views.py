@@ -158,6 +158,20 @@ def test_prefix_index_without_tombstones_matches_everything_held() -> None:
     assert index.match([99]) == {}
 
 
+def test_prefix_index_reads_a_list_that_an_index_method_shortens() -> None:
+    """A token whose ``__index__`` shortens the prompt list ends the read there, safely."""
+    _, index = _swa_model()
+    prompt: list[object] = [0, 1, 2]
+
+    class Shrinking:
+        def __index__(self) -> int:
+            del prompt[4:]
+            return 3
+
+    prompt += [Shrinking(), 4, 5, 6]
+    assert index.match(prompt) == {"w": PrefixMatch(4, 4)}  # type: ignore[arg-type]
+
+
 def test_prefix_index_applies_the_swa_rule_after_a_tombstone() -> None:
     """After a tombstone at page 3 a match may end only once 3 more resident tokens follow."""
     model, index = _swa_model()

@@ -3,8 +3,8 @@
 Runs only inside ``bench/.venv-sglang`` (``bash bench/setup_sglang.sh``), which also puts the
 repository root on ``sys.path``: ``bench/.venv-sglang/bin/python -m
 tests.differential.sglang_driver``. The cache is built as sglang's own unit tests build it on the
-CPU (see ``bench/sglang_adapter.py``): a minimal ``SWAKVPool``, ``SWATokenToKVPoolAllocator``
-with ``need_sort=False``, and ``CacheInitParams`` with events on.
+CPU (``bench.sglang_adapter.build_cache``): a minimal ``SWAKVPool``,
+``SWATokenToKVPoolAllocator`` with ``need_sort=False``, and ``CacheInitParams`` with events on.
 
 Protocol: one JSON object per line each way. First the driver prints ``{"ready": true,
 "sglang": version, "flags": {...}}`` (the SWA optimisation flags, all expected off). Then each
@@ -24,18 +24,15 @@ from typing import Any
 
 import torch
 from sglang.srt.environ import envs
-from sglang.srt.mem_cache.allocator.swa import SWATokenToKVPoolAllocator
 from sglang.srt.mem_cache.base_prefix_cache import (
     DecLockRefParams,
     EvictParams,
     InsertParams,
     MatchPrefixParams,
 )
-from sglang.srt.mem_cache.cache_init_params import CacheInitParams
 from sglang.srt.mem_cache.radix_cache import RadixKey
-from sglang.srt.mem_cache.swa_memory_pool import SWAKVPool
-from sglang.srt.mem_cache.swa_radix_cache import SWARadixCache
 
+from bench.sglang_adapter import RunConfig, build_cache
 from tests.differential.program import Matched, Outcome, StepRunner
 from tests.differential.steps import CacheConfig, config_from_json, step_from_json
 
@@ -51,35 +48,15 @@ class SglangCache:
 
     def __init__(self, config: CacheConfig) -> None:
         page = config.page_size
-        kvcache = SWAKVPool(
-            size=config.full_size,
-            size_swa=config.swa_size,
+        run = RunConfig(
             page_size=page,
-            dtype=torch.bfloat16,
-            head_num=1,
-            head_dim=1,
-            swa_attention_layer_ids=[0],
-            full_attention_layer_ids=[1],
-            device="cpu",
+            events=True,
+            requests=0,
+            full_size=config.full_size,
+            swa_size=config.swa_size,
+            window=config.window,
         )
-        self._allocator: Any = SWATokenToKVPoolAllocator(
-            size=config.full_size,
-            size_swa=config.swa_size,
-            page_size=page,
-            dtype=torch.bfloat16,
-            device="cpu",
-            kvcache=kvcache,
-            need_sort=False,
-        )
-        params = CacheInitParams(
-            disable=False,
-            req_to_token_pool=None,  # only cache_(un)finished_req use it
-            token_to_kv_pool_allocator=self._allocator,
-            page_size=page,
-            enable_kv_cache_events=True,
-            sliding_window_size=config.window,
-        )
-        self._cache: Any = SWARadixCache(params)
+        self._cache, self._allocator = build_cache(run)
         self._page_size = page
         self._window = config.window
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from array import array
 from types import SimpleNamespace
 from typing import Any
@@ -29,6 +28,7 @@ from sglang.srt.mem_cache.utils import compute_node_hash_values, hash_str_to_int
 
 from bench.sglang_adapter import RunConfig, SglangWorker, build_cache
 from swa_es.engine.workload import ChatWorkload
+from tests.peers.command_loop import serve_commands, wait_sent
 
 
 def tree_blocks(cache: Any, page_size: int) -> list[int]:
@@ -89,42 +89,33 @@ def main() -> int:
         get_stats=lambda: None,
     )
     zmq_publisher = publisher.kv_event_publisher
-    published = 0
     publisher.publish_kv_events()  # the AllBlocksCleared of the cache's reset() at start-up
-    published += 1
-    print(json.dumps({"ready": True}), flush=True)
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        request = json.loads(line)
-        cmd = request["cmd"]
-        reply: dict[str, Any]
-        if cmd == "serve":
-            workload = ChatWorkload(seed=int(request.get("seed", 0)))
-            for item in workload.take(int(request["requests"])):
-                worker.serve(array("q", item.prompt_ids), array("q", item.output_ids))
-                if cache.kv_event_queue:
-                    published += 1
-                publisher.publish_kv_events()
-            while not zmq_publisher._event_queue.empty():  # sent, not just queued
-                time.sleep(0.01)
-            reply = {"published": published}
-        elif cmd == "reset":
-            cache.reset()
+    published = 1
+
+    def serve(request: dict[str, Any]) -> dict[str, Any]:
+        nonlocal published
+        workload = ChatWorkload(seed=int(request.get("seed", 0)))
+        for item in workload.take(int(request["requests"])):
+            worker.serve(array("q", item.prompt_ids), array("q", item.output_ids))
+            if cache.kv_event_queue:
+                published += 1
             publisher.publish_kv_events()
-            published += 1
-            reply = {"published": published}
-        elif cmd == "blocks":
-            reply = {"blocks": tree_blocks(cache, args.page_size)}
-        elif cmd == "exit":
-            zmq_publisher.shutdown()
-            print(json.dumps({"bye": True}), flush=True)
-            return 0
-        else:
-            reply = {"error": f"unknown command {cmd!r}"}
-        print(json.dumps(reply), flush=True)
-    zmq_publisher.shutdown()
-    return 0
+        wait_sent(zmq_publisher._event_queue)
+        return {"published": published}
+
+    def reset(request: dict[str, Any]) -> dict[str, Any]:
+        nonlocal published
+        cache.reset()
+        publisher.publish_kv_events()
+        published += 1
+        return {"published": published}
+
+    handlers = {
+        "serve": serve,
+        "reset": reset,
+        "blocks": lambda request: {"blocks": tree_blocks(cache, args.page_size)},
+    }
+    return serve_commands(handlers, zmq_publisher.shutdown)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import sys
 import time
 from typing import Any
@@ -44,6 +43,7 @@ from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCache
 from vllm.v1.request import Request
 
 from swa_es.engine.workload import ChatWorkload
+from tests.peers.command_loop import serve_commands, wait_sent
 
 
 def prefix_key(tokens: list[int]) -> str:
@@ -146,35 +146,25 @@ def main() -> int:
     )
     publisher = EventPublisherFactory.create(config, data_parallel_rank=0)
     engine = VllmEngine(publisher, args.block_size, args.num_blocks)
-    print(json.dumps({"ready": True}), flush=True)
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        request = json.loads(line)
-        cmd = request["cmd"]
-        reply: dict[str, Any]
-        if cmd == "serve":
-            workload = ChatWorkload(seed=int(request.get("seed", 0)))
-            for item in workload.take(int(request["requests"])):
-                engine.serve(list(item.prompt_ids), list(item.output_ids))
-            while not publisher._event_queue.empty():  # type: ignore[attr-defined]  # sent
-                time.sleep(0.01)
-            reply = {"published": engine.published}
-        elif cmd == "reset":
-            engine.manager.reset_prefix_cache()
-            engine.publish()
-            reply = {"published": engine.published}
-        elif cmd == "prefixes":
-            reply = {"prefixes": engine.blocks(), "removed": engine.removed}
-        elif cmd == "exit":
-            publisher.shutdown()
-            print(json.dumps({"bye": True}), flush=True)
-            return 0
-        else:
-            reply = {"error": f"unknown command {cmd!r}"}
-        print(json.dumps(reply), flush=True)
-    publisher.shutdown()
-    return 0
+
+    def serve(request: dict[str, Any]) -> dict[str, Any]:
+        workload = ChatWorkload(seed=int(request.get("seed", 0)))
+        for item in workload.take(int(request["requests"])):
+            engine.serve(list(item.prompt_ids), list(item.output_ids))
+        wait_sent(publisher._event_queue)  # type: ignore[attr-defined]
+        return {"published": engine.published}
+
+    def reset(request: dict[str, Any]) -> dict[str, Any]:
+        engine.manager.reset_prefix_cache()
+        engine.publish()
+        return {"published": engine.published}
+
+    handlers = {
+        "serve": serve,
+        "reset": reset,
+        "prefixes": lambda request: {"prefixes": engine.blocks(), "removed": engine.removed},
+    }
+    return serve_commands(handlers, publisher.shutdown)
 
 
 if __name__ == "__main__":

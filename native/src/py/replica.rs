@@ -145,12 +145,16 @@ fn prompt_tokens(token_ids: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
             })
             .collect();
     };
-    let mut tokens = Vec::with_capacity(list.len());
+    // The length is read once and again only after the slow path, the one place where Python
+    // code (an `__index__`) can run and change the list.
+    let mut len = list.len();
+    let mut tokens = Vec::with_capacity(len);
     let py = list.py();
     let mut at = 0;
-    while at < list.len() {
+    while at < len {
         // SAFETY: `list` is a live list (a `Bound` keeps it alive and proves the GIL is held)
-        // and `at` is below its length, read just before. The item is a borrowed reference,
+        // and `at` is below its length, read when no Python code could have run since (see
+        // `len` above). The item is a borrowed reference,
         // valid while the list holds it: nothing runs Python code while it is used (only an
         // exact int is read in place; anything else is first turned into an owned `Bound`).
         let item = unsafe { ffi::PyList_GetItem(list.as_ptr(), at as ffi::Py_ssize_t) };
@@ -174,6 +178,7 @@ fn prompt_tokens(token_ids: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
         let item = list.get_item(at)?;
         tokens.push(item.extract::<u32>().map_err(|_| bad_token(&item))?);
         at += 1;
+        len = list.len();
     }
     Ok(tokens)
 }
