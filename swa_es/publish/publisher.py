@@ -4,11 +4,11 @@
 (``SWARadixCache``) it only cuts what the tree recorded and numbers its batches; the recorder's
 encoder thread hashes and encodes the cut steps in order without the GIL, so the serving loop
 pays for neither (``swa_es.publish.feeds``). For any other cache it takes the events and encodes
-them at once. One background task, the drain, collects the encoder's records when it signals and
-appends the encoded batches to the log, several per ``append_batch`` call, strictly in queue
-order (one task rather than a collector waking an appender: a task switch fewer per round). The
-queue is bounded; when it is full the overflow policy decides (see ``OverflowPolicy``), and every
-overflow is counted.
+them at once. One background task, the append task, collects the encoder's records when it
+signals and appends the encoded batches to the log, several per ``append_batch`` call, strictly
+in queue order (one task rather than a collector waking an appender: a task switch fewer per
+round). The queue is bounded; when it is full the overflow policy decides (see
+``OverflowPolicy``), and every overflow is counted.
 """
 
 from __future__ import annotations
@@ -180,7 +180,7 @@ class Publisher:
                 self._open_epoch()
             else:
                 self._open_unknown_epoch()
-            await task_group.start(self._drain_loop)
+            await task_group.start(self._append_loop)
         except BaseException:
             task_group.cancel_scope.cancel()
             await task_group.__aexit__(None, None, None)
@@ -254,7 +254,7 @@ class Publisher:
         self._pending.extend(batches)
         self._metrics.batches_queued += len(batches)
         self._metrics.queue_depth = len(self._pending)
-        # Wake the drain if it sleeps (for a cut step it then waits for the encoder's signal);
+        # Wake the append task if it sleeps (for a cut step it then waits for the encoder's signal);
         # setting an event already set, or one nobody awaits, costs next to nothing.
         self._wake_worker()
         if batches[0].payload is None and 2 * len(self._pending) >= self.config.max_queue_batches:
@@ -296,7 +296,7 @@ class Publisher:
         self._notify()
         return metrics.batches_queued - before
 
-    # --- the drain task -------------------------------------------------------------------
+    # --- the append task ------------------------------------------------------------------
 
     def _wake_worker(self) -> None:
         self._work.set()
@@ -337,7 +337,7 @@ class Publisher:
         self._wake_worker()
         self._notify()
 
-    async def _drain_loop(
+    async def _append_loop(
         self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         """Append what is encoded, in queue order; collect what the feed writes beside the loop
@@ -362,7 +362,7 @@ class Publisher:
                     self._work = anyio.Event()
                     await self._work.wait()
         except Exception as exc:
-            logger.error("publisher %r: drain task died: %r", self.source, exc)
+            logger.error("publisher %r: append task died: %r", self.source, exc)
             self._fail(exc)
 
     async def _append_group(self, group: Sequence[tuple[QueuedBatch, bytes]]) -> None:
