@@ -9,6 +9,7 @@
 
 use std::borrow::Cow;
 
+use super::canonical::{canonical_batch, canonical_event};
 use super::meta::{scan_meta, Meta};
 use super::scan::{Kind, Number, Scanner, SyntaxError, Value};
 use super::text::quoted_excerpt;
@@ -34,9 +35,16 @@ pub fn decode_with_meta(
             ),
         ));
     }
+    match canonical_batch(data) {
+        Some(batch) => Ok((batch, None)),
+        None => decode_slots(data),
+    }
+}
+
+/// `decode_with_meta` through the slots alone (the general path), without the size check.
+pub(super) fn decode_slots(data: &[u8]) -> Result<(Batch, Option<Meta>), DecodeError> {
     let mut scanner = Scanner::new(data);
-    // An event takes 50 bytes or more of JSON: room for the common records without regrowing.
-    let mut events = Vec::with_capacity((data.len() / 64).min(256));
+    let mut events = Vec::with_capacity(events_capacity(data));
     let top = scan_top(&mut scanner, &mut events).map_err(not_json)?;
     match top {
         Top::NotObject(kind) => Err(DecodeError::new(
@@ -65,6 +73,12 @@ pub fn decode_event(data: &[u8], path: &str) -> Result<Event, DecodeError> {
     })()
     .map_err(not_json)?;
     outcome.map_err(|error| under(path, error))
+}
+
+/// Room for the events of a common record of `data`'s size without regrowing: an event takes
+/// 50 bytes or more of JSON.
+pub(super) fn events_capacity(data: &[u8]) -> usize {
+    (data.len() / 64).min(256)
 }
 
 fn not_json(error: SyntaxError) -> DecodeError {
@@ -303,14 +317,14 @@ impl TopSlots<'_> {
 
 /// Reused buffers for the int lists of one event.
 #[derive(Default)]
-struct Scratch {
-    hashes: Vec<i64>,
-    tokens: Vec<u32>,
+pub(super) struct Scratch {
+    pub(super) hashes: Vec<i64>,
+    pub(super) tokens: Vec<u32>,
 }
 
 /// Decode the events array at the cursor (on `[`) into `events`; the first event that does
 /// not decode, named from the batch (the rest is still scanned).
-fn scan_events(
+pub(super) fn scan_events(
     scanner: &mut Scanner<'_>,
     events: &mut Vec<Event>,
     scratch: &mut Scratch,
@@ -340,7 +354,7 @@ fn scan_events(
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum EventType {
+pub(super) enum EventType {
     Stored,
     Removed,
     SwaEvicted,
@@ -349,7 +363,7 @@ enum EventType {
 }
 
 impl EventType {
-    fn from_name(name: &str) -> Option<Self> {
+    pub(super) fn from_name(name: &str) -> Option<Self> {
         match name {
             "BlockStored" => Some(EventType::Stored),
             "BlockRemoved" => Some(EventType::Removed),
@@ -472,7 +486,20 @@ fn scan_int_list<T>(
     Ok(ListSlot::List { bad })
 }
 
-fn scan_event<'a>(
+/// Decode the event object at the cursor (on `{`): the encoder's layout through the fast path,
+/// anything else through the slots.
+fn scan_event(
+    scanner: &mut Scanner<'_>,
+    scratch: &mut Scratch,
+) -> Result<Result<Event, DecodeError>, SyntaxError> {
+    match canonical_event(scanner, scratch) {
+        Some(event) => Ok(Ok(event)),
+        None => scan_event_slots(scanner, scratch),
+    }
+}
+
+/// Decode the event object at the cursor (on `{`) key by key into slots, then judge them.
+fn scan_event_slots<'a>(
     scanner: &mut Scanner<'a>,
     scratch: &mut Scratch,
 ) -> Result<Result<Event, DecodeError>, SyntaxError> {
@@ -666,6 +693,95 @@ impl EventSlots<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Both paths over one event's text: the fast path's event (None when it gave up) with the
+    /// cursor after it, and the slot path's outcome with its cursor.
+    fn both_paths(text: &str) -> (Option<(Event, usize)>, SlotOutcome) {
+        let mut scratch = Scratch::default();
+        let mut fast = Scanner::new(text.as_bytes());
+        let event = canonical_event(&mut fast, &mut scratch).map(|event| (event, fast.offset()));
+        if event.is_none() {
+            assert_eq!(fast.offset(), 0, "the fast path rewinds: {text}");
+        }
+        let mut slow = Scanner::new(text.as_bytes());
+        let outcome =
+            scan_event_slots(&mut slow, &mut scratch).map(|outcome| (outcome, slow.offset()));
+        (event, outcome)
+    }
+
+    type SlotOutcome = Result<(Result<Event, DecodeError>, usize), SyntaxError>;
+
+    #[test]
+    fn the_fast_path_agrees_with_the_slots_or_gives_up() {
+        let stored = |rest: &str| {
+            format!(
+                r#"{{"type":"BlockStored","block_hashes":[-9223372036854775808,9223372036854775807],"parent_block_hash":{rest}}}"#
+            )
+        };
+        let taken = [
+            r#"{"type":"AllBlocksCleared"}"#.to_string(),
+            r#"{"type":"BlockSWAEvicted","block_hashes":[1,-0,2]}"#.into(),
+            r#"{"type":"BlockSWARestored","block_hashes":[0]}"#.into(),
+            r#"{"type":"BlockRemoved","block_hashes":[5],"medium":null}"#.into(),
+            r#"{"type":"BlockRemoved","block_hashes":[5],"medium":"GPU"}"#.into(),
+            stored(
+                r#"null,"token_ids":[0,4294967295],"block_size":1,"lora_id":null,"medium":"GPU""#,
+            ),
+            stored(
+                r#"-7,"token_ids":[1,2,3,4],"block_size":2,"lora_id":-9223372036854775808,"medium":null"#,
+            ),
+        ];
+        for text in &taken {
+            let (fast, slow) = both_paths(text);
+            let (event, end) = fast.unwrap_or_else(|| panic!("not taken: {text}"));
+            let (outcome, slow_end) = slow.unwrap();
+            assert_eq!(Ok(event), outcome, "{text}");
+            assert_eq!(end, slow_end, "{text}");
+        }
+        let refused = [
+            r#"{ "type":"AllBlocksCleared"}"#.to_string(),
+            r#"{"type":"AllBlocksCleared","type":"AllBlocksCleared"}"#.into(),
+            r#"{"type":"AllBlocksCleared","x":1}"#.into(),
+            r#"{"type":"Block\u0053WAEvicted","block_hashes":[1]}"#.into(),
+            r#"{"type":"BlockSWAEvicted","block_hashes":[]}"#.into(),
+            r#"{"type":"BlockSWAEvicted","block_hashes":[1,]}"#.into(),
+            r#"{"type":"BlockSWAEvicted","block_hashes":[1 ]}"#.into(),
+            r#"{"type":"BlockSWAEvicted","block_hashes":[01]}"#.into(),
+            r#"{"type":"BlockSWAEvicted","block_hashes":[1.0]}"#.into(),
+            r#"{"type":"BlockSWAEvicted","block_hashes":[9223372036854775808]}"#.into(),
+            r#"{"type":"BlockSWAEvicted","block_hashes":[-9223372036854775809]}"#.into(),
+            r#"{"type":"BlockSWAEvicted","block_hashes":[18446744073709551616]}"#.into(),
+            r#"{"type":"BlockSWAEvicted","block_hashes":[1],"block_hashes":[2]}"#.into(),
+            r#"{"type":"BlockSWAEvicted","block_hashes":[1],"medium":"GPU"}"#.into(),
+            r#"{"type":"BlockRemoved","block_hashes":[5]}"#.into(),
+            r#"{"type":"BlockRemoved","block_hashes":[5],"medium":"G\u0050U"}"#.into(),
+            "{\"type\":\"BlockRemoved\",\"block_hashes\":[5],\"medium\":\"\u{e9}\"}".into(),
+            "{\"type\":\"BlockRemoved\",\"block_hashes\":[5],\"medium\":\"\t\"}".into(),
+            r#"{"type":"BlockRemoved","block_hashes":[5],"medium":1}"#.into(),
+            r#"{"type":"BlockRemoved","block_hashes":[5],"medium":nul}"#.into(),
+            r#"{"type":"Unknown","block_hashes":[5]}"#.into(),
+            stored(r#"null,"token_ids":[4294967296,1],"block_size":1,"lora_id":null,"medium":"GPU""#),
+            stored(r#"null,"token_ids":[-1,1],"block_size":1,"lora_id":null,"medium":"GPU""#),
+            stored(r#"null,"token_ids":[1,2,3],"block_size":1,"lora_id":null,"medium":"GPU""#),
+            stored(r#"null,"token_ids":[1,2],"block_size":0,"lora_id":null,"medium":"GPU""#),
+            stored(r#"null,"token_ids":[1,2],"block_size":-1,"lora_id":null,"medium":"GPU""#),
+            stored(r#"null,"token_ids":[1,2],"block_size":1.0,"lora_id":null,"medium":"GPU""#),
+            stored(r#"null,"token_ids":[1,2],"block_size":4294967297,"lora_id":null,"medium":"GPU""#),
+            stored(r#"9223372036854775808,"token_ids":[1,2],"block_size":1,"lora_id":null,"medium":"GPU""#),
+            stored(r#"null,"token_ids":[1,2],"block_size":1,"lora_id":1e3,"medium":"GPU""#),
+            stored(r#"null,"token_ids":[1,2],"block_size":1,"lora_id":null,"medium":"GPU","x":1"#),
+            stored(r#"null,"block_size":1,"token_ids":[1,2],"lora_id":null,"medium":"GPU""#),
+            stored(r#"null,"token_ids":[1,2],"block_size":1,"medium":"GPU""#),
+            stored(r#"nullx,"token_ids":[1,2],"block_size":1,"lora_id":null,"medium":"GPU""#),
+            r#"{"type":"BlockStored","block_hashes":[1],"parent_block_hash":null,"token_ids":[1],"block_size":1,"lora_id":null,"medium":"GPU""#.into(),
+            r#"{"type":"BlockStored","block_hashes":[1"#.into(),
+            r#"{"type":"#.into(),
+        ];
+        for text in &refused {
+            let (fast, _) = both_paths(text);
+            assert!(fast.is_none(), "taken: {text}");
+        }
+    }
 
     #[test]
     fn key_matches_agree_with_the_field_tables() {

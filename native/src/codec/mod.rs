@@ -15,6 +15,7 @@
 //! an object before any is judged. Slots filled while scanning, judged at the closing brace, do
 //! both in one pass without building a document tree and without a dependency.
 
+mod canonical;
 mod decode;
 mod encode;
 mod meta;

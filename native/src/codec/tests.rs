@@ -380,3 +380,61 @@ fn a_single_event_decodes_under_its_path() {
     assert_eq!(error.field, "event.block_hashes[1]");
     assert_eq!(decode_event(b"[]", "ev").unwrap_err().field, "ev");
 }
+
+#[test]
+fn the_record_fast_path_agrees_with_the_slots_or_gives_up() {
+    use super::canonical::canonical_batch;
+    use super::decode::decode_slots;
+    let plain = |version: u8, digest: Option<&str>| {
+        let mut batch = sample(version);
+        batch.header.meta_json = None;
+        batch.header.digest = digest.map(str::to_string);
+        String::from_utf8(encode(&batch).unwrap()).unwrap()
+    };
+    let mut taken = vec![
+        plain(1, None),
+        plain(2, None),
+        plain(2, Some("00000000000000ff")),
+    ];
+    taken.push(plain(2, None).replace(r#""ts":12.5"#, r#""ts":-12"#));
+    taken.push(plain(2, None).replace(r#""seq":3"#, r#""seq":-0"#));
+    taken.push(plain(2, None) + " \n");
+    // an event outside the encoder's layout goes through the slots inside the fast record path
+    taken.push(plain(2, None).replace(
+        r#"{"type":"AllBlocksCleared"}"#,
+        r#"{ "type" : "AllBlocksCleared" }"#,
+    ));
+    for text in &taken {
+        let fast = canonical_batch(text.as_bytes()).unwrap_or_else(|| panic!("not taken: {text}"));
+        assert_eq!(decode_slots(text.as_bytes()), Ok((fast, None)), "{text}");
+    }
+    let base = plain(2, None);
+    let refused = [
+        String::from_utf8(encode(&sample(2)).unwrap()).unwrap(), // has a meta
+        format!(" {base}"),
+        base.replace(r#""v":2"#, r#""v":3"#),
+        base.replace(r#""v":2"#, r#""v":2.0"#),
+        base.replace(r#""seq":3"#, r#""seq":-3"#),
+        base.replace(r#""seq":3"#, r#""seq":18446744073709551616"#),
+        base.replace(r#""ts":12.5"#, r#""ts":1e400"#),
+        base.replace(r#""ts":12.5"#, r#""ts":"12.5""#),
+        base.replace(r#""source":"worker-0""#, r#""source":"w\u00e9""#),
+        base.replace(r#""epoch":"e1""#, r#""epoch":1"#),
+        base.replace(r#""digest":null"#, r#""digest":1"#),
+        base.replace(r#""meta":null}"#, r#""meta":null,"x":1}"#),
+        base.replace(r#""meta":null}"#, r#""meta":null,"v":2}"#),
+        base.replace(
+            r#""block_hashes":[7470307888890966271]"#,
+            r#""block_hashes":[]"#,
+        ),
+        base.replace(
+            r#"{"type":"AllBlocksCleared"}"#,
+            r#"{"type":"AllBlocksCleared""#,
+        ),
+        base.clone() + "x",
+        base[..base.len() - 1].to_string(),
+    ];
+    for text in &refused {
+        assert!(canonical_batch(text.as_bytes()).is_none(), "taken: {text}");
+    }
+}
