@@ -9,10 +9,7 @@
 //! The thread works in rounds: woken by the first job after a pause, it lingers up to `LINGER`
 //! for more (or until `BATCH_JOBS` wait, or `hurry()`), then writes every waiting job and calls
 //! `notify` once. A serving loop that steps every 100 µs thus wakes it, and is woken by it,
-//! about every four milliseconds rather than once a step. The serving loop pays a fixed cost per
-//! round (its task waking on the socket, taking the records, one append call), so rounds are
-//! long: a record reaches the log up to a few milliseconds after its step, and waiters never pay
-//! the linger (`flush()` and `wait_ready()` hurry the round).
+//! about once a millisecond rather than once a step.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -23,9 +20,9 @@ use super::pipeline::{CutId, Recorder};
 use super::records::{step_records, Numbering, Record};
 
 /// How long a round waits for more jobs after its first one.
-pub const LINGER: Duration = Duration::from_millis(4);
+pub const LINGER: Duration = Duration::from_millis(1);
 /// A round starts at once when this many jobs wait.
-pub const BATCH_JOBS: usize = 64;
+pub const BATCH_JOBS: usize = 16;
 
 /// One cut step to write: which cut, its batch plan and its numbering.
 #[derive(Clone, Debug)]
