@@ -178,7 +178,7 @@ class RecorderFeed:
 
     def hurry(self) -> None:
         """Have the encoder write its waiting jobs now (it otherwise lingers up to
-        4 ms to write several steps in one round)."""
+        a millisecond to write several steps in one round)."""
         if self._encoder is not None and self._jobs:
             self._encoder.hurry()
 
