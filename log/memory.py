@@ -9,7 +9,7 @@ import anyio
 
 from log.closing import ClosesOnExit
 from log.errors import ConfigError, LogClosedError
-from log.position import Position, Record, StartAt
+from log.position import Position, Record, StartAt, new_record
 
 
 class MemoryLog(ClosesOnExit):
@@ -22,6 +22,7 @@ class MemoryLog(ClosesOnExit):
         self._name = name
         self._closed = False
         self._appended = anyio.Event()
+        self._partition_of_key: dict[str, int] = {}
 
     @property
     def url(self) -> str:
@@ -30,7 +31,10 @@ class MemoryLog(ClosesOnExit):
 
     def partition_for(self, key: str) -> int:
         """The partition that records with ``key`` go to (stable within a process)."""
-        return sum(key.encode()) % len(self._partitions)
+        partition = self._partition_of_key.get(key)
+        if partition is None:
+            partition = self._partition_of_key[key] = sum(key.encode()) % len(self._partitions)
+        return partition
 
     def _check_open(self) -> None:
         if self._closed:
@@ -41,9 +45,9 @@ class MemoryLog(ClosesOnExit):
             raise TypeError(f"payload must be bytes, got {type(payload).__name__}")
         partition = self.partition_for(key)
         records = self._partitions[partition]
-        record = Record(partition, len(records), key, payload, time.time())
-        records.append(record)
-        return record.position
+        offset = len(records)
+        records.append(new_record(partition, offset, key, payload, time.time()))
+        return Position(((partition, offset),))
 
     def _wake_readers(self) -> None:
         self._appended.set()

@@ -108,4 +108,25 @@ class Record:
         return Position(((self.partition, self.offset),))
 
 
+# The slot setters of Record's fields, for ``new_record``.
+_SET_PARTITION, _SET_OFFSET, _SET_KEY, _SET_PAYLOAD, _SET_TIMESTAMP = (
+    Record.__dict__[name].__set__ for name in ("partition", "offset", "key", "payload", "timestamp")
+)
+
+
+def new_record(partition: int, offset: int, key: str, payload: bytes, timestamp: float) -> Record:
+    """``Record(partition, offset, key, payload, timestamp)`` for a reader's per-record path.
+
+    The same frozen record, made at about half the cost: a frozen dataclass's ``__init__`` sets
+    each field through ``object.__setattr__``; this sets the slots directly.
+    """
+    record: Record = object.__new__(Record)
+    _SET_PARTITION(record, partition)
+    _SET_OFFSET(record, offset)
+    _SET_KEY(record, key)
+    _SET_PAYLOAD(record, payload)
+    _SET_TIMESTAMP(record, timestamp)
+    return record
+
+
 StartAt: TypeAlias = Literal["beginning", "end"] | Position

@@ -29,7 +29,7 @@ from log.file.framing import (
 )
 from log.file.index import floor_entry, load_index
 from log.file.segment import index_path, list_segments, segment_path
-from log.position import Record
+from log.position import Record, new_record
 
 END_SCAN_TARGET = 2**62
 _OPEN_RETRIES = 3
@@ -162,7 +162,7 @@ class SegmentCursor:
                 status = self._invalid(data, p, size, exc.reason, tolerate_tail)
                 break
             if offset >= target:
-                append(Record(0, offset, key, payload, timestamp))
+                append(new_record(0, offset, key, payload, timestamp))
             p = end_pos
             self._scan_offset = expected + 1
         else:

@@ -177,8 +177,8 @@ class RecorderFeed:
         return bool(self._jobs)
 
     def hurry(self) -> None:
-        """Have the encoder write its waiting jobs now (it otherwise lingers up to a
-        millisecond to write several steps in one round)."""
+        """Have the encoder write its waiting jobs now (it otherwise lingers up to
+        a millisecond to write several steps in one round)."""
         if self._encoder is not None and self._jobs:
             self._encoder.hurry()
 

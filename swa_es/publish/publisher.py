@@ -2,12 +2,13 @@
 
 ``step()`` is synchronous and never blocks the serving loop. For a tree with a native recorder
 (``SWARadixCache``) it only cuts what the tree recorded and numbers its batches; the recorder's
-encoder thread hashes and encodes the cut steps in order without the GIL, and a background task
-collects the records when it signals, so the serving loop pays for neither
-(``swa_es.publish.feeds``). For any other cache it takes the events and encodes them at once.
-A second background task appends the encoded batches to the log, several per
-``append_batch`` call, strictly in queue order. The queue is bounded; when it is full the
-overflow policy decides (see ``OverflowPolicy``), and every overflow is counted.
+encoder thread hashes and encodes the cut steps in order without the GIL, so the serving loop
+pays for neither (``swa_es.publish.feeds``). For any other cache it takes the events and encodes
+them at once. One background task, the append task, collects the encoder's records when it
+signals and appends the encoded batches to the log, several per ``append_batch`` call, strictly
+in queue order (one task rather than a collector waking an appender: a task switch fewer per
+round). The queue is bounded; when it is full the overflow policy decides (see
+``OverflowPolicy``), and every overflow is counted.
 """
 
 from __future__ import annotations
@@ -96,7 +97,6 @@ class Publisher:
         self._durable_ticket = 0
         self._progress = anyio.Event()
         self._work = anyio.Event()
-        self._encode_work = anyio.Event()
         self._failure: BaseException | None = None
         self._running = False
         self._closing = False
@@ -180,7 +180,6 @@ class Publisher:
                 self._open_epoch()
             else:
                 self._open_unknown_epoch()
-            await task_group.start(self._collect_loop)
             await task_group.start(self._append_loop)
         except BaseException:
             task_group.cancel_scope.cancel()
@@ -233,7 +232,6 @@ class Publisher:
         self._running = False
         self._closing = True
         self._wake_worker()
-        self._encode_work.set()
         self._notify()
 
     # --- queueing (event loop thread, synchronous) ----------------------------------------
@@ -256,14 +254,11 @@ class Publisher:
         self._pending.extend(batches)
         self._metrics.batches_queued += len(batches)
         self._metrics.queue_depth = len(self._pending)
-        if batches[0].payload is not None:
-            self._wake_worker()
-        else:
-            # A cut step: wake the collecting task if it sleeps (it then waits for the encoder's
-            # signal); setting an event nobody awaits costs next to nothing.
-            self._encode_work.set()
-            if 2 * len(self._pending) >= self.config.max_queue_batches:
-                self._feed.hurry()
+        # Wake the append task if it sleeps (for a cut step it then waits for the encoder's signal);
+        # setting an event already set, or one nobody awaits, costs next to nothing.
+        self._wake_worker()
+        if batches[0].payload is None and 2 * len(self._pending) >= self.config.max_queue_batches:
+            self._feed.hurry()
 
     def _open_epoch(self) -> None:
         # The opening covers every change not yet published: the feed drops those.
@@ -335,52 +330,37 @@ class Publisher:
         self._metrics.queue_depth = len(self._pending)
         return group
 
-    async def _collect_loop(
-        self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
-    ) -> None:
-        """Collect the payloads the feed writes beside the loop (cut steps), as they come."""
-        task_status.started()
-        try:
-            while True:
-                if not self._feed.writing():
-                    if self._closing or self._failure is not None:
-                        return
-                    # No await between the check and the wait: a step cannot slip in between.
-                    self._encode_work = anyio.Event()
-                    await self._encode_work.wait()
-                    continue
-                await self._feed.wait_written()
-                self._feed.collect()
-                self._wake_worker()
-        except Exception as exc:
-            logger.error("publisher %r: collecting encoded batches failed: %r", self.source, exc)
-            self._fail(exc)
-
     def _fail(self, exc: BaseException) -> None:
         if self._failure is None:
             self._failure = exc
         self._metrics.failed = True
         self._wake_worker()
-        self._encode_work.set()
         self._notify()
 
     async def _append_loop(
         self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
+        """Append what is encoded, in queue order; collect what the feed writes beside the loop
+        (cut steps) as it comes; sleep when there is neither."""
         task_status.started()
         try:
-            while True:
-                while not self._appendable() and not self._closing and self._failure is None:
-                    await self._work.wait()
-                    self._work = anyio.Event()
-                if not self._appendable() or self._failure is not None:
+            while self._failure is None:
+                if self._appendable():
+                    group = self._take_group()
+                    self._in_flight = group
+                    self._notify()
+                    await self._append_group(group)
+                    self._in_flight = ()
+                    self._notify()
+                elif self._closing:
                     return
-                group = self._take_group()
-                self._in_flight = group
-                self._notify()
-                await self._append_group(group)
-                self._in_flight = ()
-                self._notify()
+                elif self._feed.writing():
+                    await self._feed.wait_written()
+                    self._feed.collect()
+                else:
+                    # No await between the checks and the wait: a step cannot slip in between.
+                    self._work = anyio.Event()
+                    await self._work.wait()
         except Exception as exc:
             logger.error("publisher %r: append task died: %r", self.source, exc)
             self._fail(exc)

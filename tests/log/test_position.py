@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from log import Position, Record
+from log.position import new_record
 
 
 def test_json_round_trip() -> None:
@@ -19,6 +22,15 @@ def test_after_record_is_the_next_offset() -> None:
     record = Record(partition=2, offset=9, key="k", payload=b"", timestamp=0.0)
     assert record.position == Position.of({2: 9})
     assert Position.after(record) == Position.of({2: 10})
+
+
+def test_new_record_is_the_same_frozen_record() -> None:
+    """``new_record`` makes a record equal to the constructor's, as frozen."""
+    made = new_record(2, 9, "k", b"payload", 1.5)
+    assert made == Record(partition=2, offset=9, key="k", payload=b"payload", timestamp=1.5)
+    assert type(made) is Record and hash(made) == hash(Record(2, 9, "k", b"payload", 1.5))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.offset = 3  # type: ignore[misc]
 
 
 def test_merge_and_covers() -> None:

@@ -51,6 +51,12 @@ impl OpLog {
         self.ops.is_empty()
     }
 
+    /// Forget every op and token, keeping the buffers' capacity.
+    pub fn clear(&mut self) {
+        self.ops.clear();
+        self.tokens.clear();
+    }
+
     /// Record a store whose tokens are `tokens`.
     pub fn push_stored(&mut self, node: NodeId, parent: NodeId, tokens: &[u32]) {
         let start = self.tokens.len();

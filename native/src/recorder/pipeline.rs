@@ -71,6 +71,14 @@ struct Chunk {
     log: OpLog,
 }
 
+/// Processed logs kept for recording to reuse, so a step's recording grows no buffer from
+/// empty and frees none on the processing thread.
+const SPARE_LOGS: usize = 2;
+/// A processed log bigger than this (tokens) is freed rather than kept.
+const MAX_SPARE_TOKENS: usize = 1 << 16;
+/// A processed log bigger than this (ops) is freed rather than kept.
+const MAX_SPARE_OPS: usize = 1 << 12;
+
 struct Recording {
     log: OpLog,
     owner: CutId,
@@ -79,6 +87,8 @@ struct Recording {
     queue: VecDeque<Chunk>,
     /// Owners up to this one (0: none) make no events.
     discard_through: CutId,
+    /// Emptied logs that `hand_over` reuses (see `SPARE_LOGS`).
+    spare: Vec<OpLog>,
 }
 
 impl Recording {
@@ -93,13 +103,25 @@ impl Recording {
     /// Hand the recorded ops to the queue (their owner stays open).
     fn hand_over(&mut self) -> CutId {
         if !self.log.is_empty() {
-            let log = std::mem::take(&mut self.log);
+            let fresh = self.spare.pop().unwrap_or_default();
+            let log = std::mem::replace(&mut self.log, fresh);
             self.queue.push_back(Chunk {
                 owner: self.owner,
                 log,
             });
         }
         self.owner
+    }
+
+    /// Keep an emptied log for reuse, unless enough are kept or it is oversized.
+    fn recycle(&mut self, log: OpLog) {
+        debug_assert!(log.is_empty() && log.tokens.is_empty());
+        if self.spare.len() < SPARE_LOGS
+            && log.tokens.capacity() <= MAX_SPARE_TOKENS
+            && log.ops.capacity() <= MAX_SPARE_OPS
+        {
+            self.spare.push(log);
+        }
     }
 
     /// Close the current owner: later ops belong to the next one.
@@ -146,6 +168,7 @@ impl Recorder {
                 events: 0,
                 queue: VecDeque::new(),
                 discard_through: 0,
+                spare: Vec::new(),
             }),
             processed: Mutex::new(Processed {
                 table: NodeTable::new(page_size),
@@ -261,9 +284,14 @@ impl Recorder {
         if let Some(failure) = &processed.failure {
             return Err(failure.clone());
         }
+        // The log last applied, emptied, goes back to recording under the lock taken anyway.
+        let mut applied: Option<OpLog> = None;
         loop {
             let (chunk, keep) = {
                 let mut recording = lock(&self.recording);
+                if let Some(log) = applied.take() {
+                    recording.recycle(log);
+                }
                 match recording.queue.front() {
                     Some(chunk) if chunk.owner <= through => {}
                     _ => return Ok(()),
@@ -296,6 +324,9 @@ impl Recorder {
                 processed.failure = Some(error.clone());
                 return Err(error);
             }
+            let mut log = chunk.log;
+            log.clear();
+            applied = Some(log);
         }
     }
 
@@ -437,6 +468,22 @@ mod tests {
         assert!(recorder.take().unwrap().is_empty());
         recorder.removed(3, 1);
         assert_eq!(recorder.take().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn processed_logs_are_reused_for_recording() {
+        let recorder = tree();
+        recorder.stored(2, 1, &[1, 2, 3]);
+        assert_eq!(recorder.take().unwrap().len(), 2);
+        assert_eq!(lock(&recorder.recording).spare.len(), 1);
+        recorder.stored(3, 2, &[4]);
+        recorder.removed(3, 1);
+        let events = recorder.take().unwrap();
+        assert_eq!(stored_hashes(&events), hashes(&[1, 2, 3, 4], 1)[3..]);
+        assert_eq!(events.len(), 2);
+        let recording = lock(&recorder.recording);
+        assert_eq!(recording.spare.len(), 1);
+        assert!(recording.spare[0].tokens.capacity() >= 1 && recording.log.is_empty());
     }
 
     #[test]
