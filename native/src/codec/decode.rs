@@ -75,10 +75,11 @@ pub fn decode_event(data: &[u8], path: &str) -> Result<Event, DecodeError> {
     outcome.map_err(|error| under(path, error))
 }
 
-/// Room for the events of a common record of `data`'s size without regrowing: an event takes
-/// 50 bytes or more of JSON.
+/// Room for the events of a common record of `data`'s size: a store in the encoder's layout
+/// takes 128 bytes or more of JSON (a record of smaller events regrows once or twice). A
+/// `WireBatch` keeps this buffer, so guessing high (64 bytes an event) held twice the room.
 pub(super) fn events_capacity(data: &[u8]) -> usize {
-    (data.len() / 64).min(256)
+    (data.len() / 128).min(256)
 }
 
 fn not_json(error: SyntaxError) -> DecodeError {
