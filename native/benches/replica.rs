@@ -48,7 +48,7 @@ fn page1_events(chains: usize, pages: usize, per_event: usize) -> Vec<Event> {
             parent = hashes.last().copied().or(parent);
             let first_parent = if left == pages { None } else { parent };
             events.push(Event::Stored(Stored {
-                hashes,
+                hashes: hashes.into(),
                 parent: first_parent,
                 tokens,
                 block_size: 1,
@@ -91,7 +91,7 @@ fn page1_branches(blocks: usize, per_event: usize) -> Vec<Event> {
         held.extend(&hashes);
         events.push(Event::Stored(Stored {
             tokens: hashes.iter().map(|&h| h as u32).collect(),
-            hashes,
+            hashes: hashes.into(),
             parent,
             block_size: 1,
             lora_id: None,
@@ -182,9 +182,9 @@ fn bench_prefix(sources: usize, prompt_tokens: usize, page_size: usize) {
         let name = format!("w{source}");
         store.replica_mut(&name).meta = Some(meta(page_size as u32));
         let event = Event::Stored(Stored {
-            hashes: hashes.clone(),
+            hashes: hashes.as_slice().into(),
             parent: None,
-            tokens: prompt.clone(),
+            tokens: prompt.as_slice().into(),
             block_size: page_size as u32,
             lora_id: None,
             medium: None,

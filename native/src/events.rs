@@ -5,15 +5,79 @@
 //! form): `hashes[i]` is page i, its parent is `hashes[i - 1]` (the first page's is `parent`),
 //! and its tokens are `tokens[i * block_size..(i + 1) * block_size]`.
 
+use std::borrow::Cow;
+use std::ops::Deref;
+
+use smallvec::SmallVec;
+
+/// The block hashes of an event: up to two inline (most events name one or two pages), more on
+/// the heap. The same 24 bytes as a `Vec`.
+pub type Hashes = SmallVec<[i64; 2]>;
+
+/// The token ids of a `Stored`: up to four inline (one or two pages of size 1 or 2), more on
+/// the heap. The same 24 bytes as a `Vec`.
+pub type Tokens = SmallVec<[u32; 4]>;
+
+/// Where a block's KV lives (`"GPU"`, `"CPU"`, ...), as the wire names it. The usual names are
+/// static strings, so decoding one costs no allocation (a batch holds one per store); any other
+/// text is kept as it came.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Medium(Cow<'static, str>);
+
+impl Medium {
+    /// `"GPU"`, the medium of nearly every event.
+    pub const GPU: Medium = Medium(Cow::Borrowed("GPU"));
+    /// `"CPU"`.
+    pub const CPU: Medium = Medium(Cow::Borrowed("CPU"));
+
+    /// The medium named `text` (the usual names without allocating).
+    pub fn new(text: &str) -> Self {
+        match text {
+            "GPU" => Self::GPU,
+            "CPU" => Self::CPU,
+            other => Medium(Cow::Owned(other.to_owned())),
+        }
+    }
+
+    /// Its name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Deref for Medium {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for Medium {
+    fn from(text: &str) -> Self {
+        Medium::new(text)
+    }
+}
+
+impl From<String> for Medium {
+    fn from(text: String) -> Self {
+        match text.as_str() {
+            "GPU" => Self::GPU,
+            "CPU" => Self::CPU,
+            _ => Medium(Cow::Owned(text)),
+        }
+    }
+}
+
 /// One or more chained pages entered the tree.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Stored {
-    pub hashes: Vec<i64>,
+    pub hashes: Hashes,
     pub parent: Option<i64>,
-    pub tokens: Vec<u32>,
+    pub tokens: Tokens,
     pub block_size: u32,
     pub lora_id: Option<i64>,
-    pub medium: Option<String>,
+    pub medium: Option<Medium>,
 }
 
 /// One state change of a source's tree.
@@ -22,16 +86,16 @@ pub enum Event {
     Stored(Stored),
     /// The pages of one node left the tree.
     Removed {
-        hashes: Vec<i64>,
-        medium: Option<String>,
+        hashes: Hashes,
+        medium: Option<Medium>,
     },
     /// The pages of one node were tombstoned (SWA KV freed, full KV kept).
     SwaEvicted {
-        hashes: Vec<i64>,
+        hashes: Hashes,
     },
     /// The pages of one tombstoned node got SWA KV again.
     SwaRestored {
-        hashes: Vec<i64>,
+        hashes: Hashes,
     },
     /// Every block of the source was dropped.
     Cleared,

@@ -14,7 +14,7 @@
 use super::decode::{events_capacity, scan_events, EventType, Scratch};
 use super::scan::{Number, Scanner, MAX_DEPTH};
 use super::SUPPORTED_VERSIONS;
-use crate::events::{Batch, Event, Header, Stored};
+use crate::events::{Batch, Event, Hashes, Header, Medium, Stored, Tokens};
 
 /// The whole record if it has the encoder's layout, no `meta` (every batch but an epoch's
 /// first) and every event decodes; None otherwise, for the general path to decode it from the
@@ -112,17 +112,17 @@ fn read_event(scanner: &mut Scanner<'_>, scratch: &mut Scratch) -> Option<Event>
             if !scanner.eat(b",\"medium\":") {
                 return None;
             }
-            let medium = optional_str(scanner)?;
+            let medium = optional_medium(scanner)?;
             Event::Removed {
-                hashes: scratch.hashes.clone(),
+                hashes: Hashes::from_slice(&scratch.hashes),
                 medium,
             }
         }
         EventType::SwaEvicted => Event::SwaEvicted {
-            hashes: scratch.hashes.clone(),
+            hashes: Hashes::from_slice(&scratch.hashes),
         },
         EventType::SwaRestored => Event::SwaRestored {
-            hashes: scratch.hashes.clone(),
+            hashes: Hashes::from_slice(&scratch.hashes),
         },
         EventType::Cleared => unreachable!("handled above"),
     };
@@ -154,11 +154,11 @@ fn read_stored_rest(scanner: &mut Scanner<'_>, scratch: &mut Scratch) -> Option<
     if !scanner.eat(b",\"medium\":") {
         return None;
     }
-    let medium = optional_str(scanner)?;
+    let medium = optional_medium(scanner)?;
     Some(Stored {
-        hashes: scratch.hashes.clone(),
+        hashes: Hashes::from_slice(&scratch.hashes),
         parent,
-        tokens: scratch.tokens.clone(),
+        tokens: Tokens::from_slice(&scratch.tokens),
         block_size,
         lora_id,
         medium,
@@ -195,12 +195,12 @@ fn optional_i64(scanner: &mut Scanner<'_>) -> Option<Option<i64>> {
     i64::try_from(scanner.plain_int()?).ok().map(Some)
 }
 
-/// `null`, or a plain ASCII string.
-fn optional_str(scanner: &mut Scanner<'_>) -> Option<Option<String>> {
+/// `null`, or a medium named by a plain ASCII string.
+fn optional_medium(scanner: &mut Scanner<'_>) -> Option<Option<Medium>> {
     if scanner.eat(b"null") {
         return Some(None);
     }
     scanner
         .plain_ascii_string()
-        .map(|text| Some(text.to_string()))
+        .map(|text| Some(Medium::new(text)))
 }

@@ -14,7 +14,7 @@ use super::meta::{scan_meta, Meta};
 use super::scan::{Kind, Number, Scanner, SyntaxError, Value};
 use super::text::quoted_excerpt;
 use super::{DecodeError, SUPPORTED_VERSIONS};
-use crate::events::{Batch, Event, Header, Stored};
+use crate::events::{Batch, Event, Hashes, Header, Medium, Stored, Tokens};
 
 /// Decode one record; `max_record_bytes` bounds its size.
 pub fn decode(data: &[u8], max_record_bytes: usize) -> Result<Batch, DecodeError> {
@@ -75,10 +75,11 @@ pub fn decode_event(data: &[u8], path: &str) -> Result<Event, DecodeError> {
     outcome.map_err(|error| under(path, error))
 }
 
-/// Room for the events of a common record of `data`'s size without regrowing: an event takes
-/// 50 bytes or more of JSON.
+/// Room for the events of a common record of `data`'s size: a store in the encoder's layout
+/// takes 128 bytes or more of JSON (a record of smaller events regrows once or twice). A
+/// `WireBatch` keeps this buffer, so guessing high (64 bytes an event) held twice the room.
 pub(super) fn events_capacity(data: &[u8]) -> usize {
-    (data.len() / 64).min(256)
+    (data.len() / 128).min(256)
 }
 
 fn not_json(error: SyntaxError) -> DecodeError {
@@ -558,7 +559,7 @@ fn list_error(field: &str, range: &str, slot: &Option<ListSlot>) -> Option<Decod
     }
 }
 
-fn hashes_of(slot: &Option<ListSlot>, scratch: &Scratch) -> Result<Vec<i64>, DecodeError> {
+fn hashes_of(slot: &Option<ListSlot>, scratch: &Scratch) -> Result<Hashes, DecodeError> {
     if let Some(error) = list_error("block_hashes", INT64_RANGE, slot) {
         return Err(error);
     }
@@ -568,7 +569,7 @@ fn hashes_of(slot: &Option<ListSlot>, scratch: &Scratch) -> Result<Vec<i64>, Dec
             "must hold at least one block hash",
         ));
     }
-    Ok(scratch.hashes.clone())
+    Ok(Hashes::from_slice(&scratch.hashes))
 }
 
 fn optional_int64(field: &str, value: Option<Value<'_>>) -> Result<Option<i64>, DecodeError> {
@@ -584,10 +585,10 @@ fn optional_int64(field: &str, value: Option<Value<'_>>) -> Result<Option<i64>, 
     }
 }
 
-fn optional_str(field: &str, value: Option<Value<'_>>) -> Result<Option<String>, DecodeError> {
+fn optional_medium(field: &str, value: Option<Value<'_>>) -> Result<Option<Medium>, DecodeError> {
     match value {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::Str(text)) => Ok(Some(text.into_owned())),
+        Some(Value::Str(text)) => Ok(Some(Medium::new(&text))),
         Some(other) => Err(DecodeError::new(
             field,
             format!("expected str, got {}", other.kind().name()),
@@ -633,7 +634,7 @@ impl EventSlots<'_> {
             EventType::Stored => self.judge_stored(scratch),
             EventType::Removed => {
                 let hashes = hashes_of(&self.hashes, scratch)?;
-                let medium = optional_str("medium", self.medium)?;
+                let medium = optional_medium("medium", self.medium)?;
                 Ok(Event::Removed { hashes, medium })
             }
             EventType::SwaEvicted => Ok(Event::SwaEvicted {
@@ -674,7 +675,7 @@ impl EventSlots<'_> {
         }
         let parent = optional_int64("parent_block_hash", self.parent)?;
         let lora_id = optional_int64("lora_id", self.lora_id)?;
-        let medium = optional_str("medium", self.medium)?;
+        let medium = optional_medium("medium", self.medium)?;
         // Only a record of 2^32 tokens or more (40 GB of JSON) gets here with a wider size.
         let block_size = u32::try_from(block_size).map_err(|_| {
             DecodeError::new("block_size", format!("{block_size} exceeds 4294967295"))
@@ -682,7 +683,7 @@ impl EventSlots<'_> {
         Ok(Event::Stored(Stored {
             hashes,
             parent,
-            tokens: scratch.tokens.clone(),
+            tokens: Tokens::from_slice(&scratch.tokens),
             block_size,
             lora_id,
             medium,

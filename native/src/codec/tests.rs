@@ -6,9 +6,9 @@ use crate::events::{Batch, Event, Header, Stored};
 
 fn stored(hash: i64, parent: Option<i64>, tokens: &[u32]) -> Event {
     Event::Stored(Stored {
-        hashes: vec![hash],
+        hashes: vec![hash].into(),
         parent,
-        tokens: tokens.to_vec(),
+        tokens: tokens.to_vec().into(),
         block_size: tokens.len() as u32,
         lora_id: None,
         medium: Some("GPU".into()),
@@ -35,13 +35,13 @@ fn sample(version: u8) -> Batch {
             stored(7470307888890966271, None, &[1]),
             stored(-1634645291211865391, Some(7470307888890966271), &[2]),
             Event::SwaEvicted {
-                hashes: vec![7470307888890966271],
+                hashes: vec![7470307888890966271].into(),
             },
             Event::SwaRestored {
-                hashes: vec![7470307888890966271],
+                hashes: vec![7470307888890966271].into(),
             },
             Event::Removed {
-                hashes: vec![7470307888890966271, -1634645291211865391],
+                hashes: vec![7470307888890966271, -1634645291211865391].into(),
                 medium: Some("GPU".into()),
             },
         ],
@@ -135,13 +135,15 @@ fn invalid_batches_are_refused_by_the_encoder() {
     batch.header.ts = f64::NAN;
     assert_eq!(encode(&batch).unwrap_err().field, "ts");
     let mut batch = sample(2);
-    batch.events.push(Event::SwaEvicted { hashes: vec![] });
+    batch.events.push(Event::SwaEvicted {
+        hashes: vec![].into(),
+    });
     assert_eq!(encode(&batch).unwrap_err().field, "events[6].block_hashes");
     let mut batch = sample(2);
     batch.events.push(Event::Stored(Stored {
-        hashes: vec![1],
+        hashes: vec![1].into(),
         parent: None,
-        tokens: vec![1, 2, 3],
+        tokens: vec![1, 2, 3].into(),
         block_size: 2,
         lora_id: None,
         medium: None,
@@ -371,7 +373,12 @@ fn a_single_event_decodes_under_its_path() {
         "event",
     )
     .unwrap();
-    assert_eq!(event, Event::SwaEvicted { hashes: vec![1, 2] });
+    assert_eq!(
+        event,
+        Event::SwaEvicted {
+            hashes: vec![1, 2].into()
+        }
+    );
     let error = decode_event(
         br#"{"type":"BlockSWAEvicted","block_hashes":[1,"x"]}"#,
         "event",

@@ -12,7 +12,7 @@ use pyo3::types::{PyBytes, PyDict, PyInt, PyList, PyString, PyTuple, PyType};
 
 use super::codec::{self, WireBatch};
 use super::hashing::tokens_u32;
-use crate::events::{Event, Stored};
+use crate::events::{Event, Hashes, Medium, Stored};
 use crate::hashing::namespace_prior;
 use crate::replica::{self, swa_rule, Answer, ConsistencyError, Replica, SourceMeta};
 
@@ -70,10 +70,11 @@ fn event_from_py(
     event: &Bound<'_, PyAny>,
 ) -> PyResult<Event> {
     let kind = event.get_type();
-    let hashes = || -> PyResult<Vec<i64>> {
-        event
+    let hashes = || -> PyResult<Hashes> {
+        Ok(event
             .getattr(intern!(py, "block_hashes"))?
-            .extract::<Vec<i64>>()
+            .extract::<Vec<i64>>()?
+            .into())
     };
     if kind.is(classes.stored.bind(py)) {
         let block_size: i64 = event.getattr(intern!(py, "block_size"))?.extract()?;
@@ -89,16 +90,22 @@ fn event_from_py(
         return Ok(Event::Stored(Stored {
             hashes: hashes()?,
             parent: event.getattr(intern!(py, "parent_block_hash"))?.extract()?,
-            tokens: tokens_u32(&tokens)?,
+            tokens: tokens_u32(&tokens)?.into(),
             block_size,
             lora_id: event.getattr(intern!(py, "lora_id"))?.extract()?,
-            medium: event.getattr(intern!(py, "medium"))?.extract()?,
+            medium: event
+                .getattr(intern!(py, "medium"))?
+                .extract::<Option<String>>()?
+                .map(Medium::from),
         }));
     }
     if kind.is(classes.removed.bind(py)) {
         return Ok(Event::Removed {
             hashes: hashes()?,
-            medium: event.getattr(intern!(py, "medium"))?.extract()?,
+            medium: event
+                .getattr(intern!(py, "medium"))?
+                .extract::<Option<String>>()?
+                .map(Medium::from),
         });
     }
     if kind.is(classes.evicted.bind(py)) {

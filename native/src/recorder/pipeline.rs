@@ -396,7 +396,7 @@ mod tests {
         events
             .iter()
             .flat_map(|event| match event {
-                Event::Stored(stored) => stored.hashes.clone(),
+                Event::Stored(stored) => stored.hashes.to_vec(),
                 _ => Vec::new(),
             })
             .collect()

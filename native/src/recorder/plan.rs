@@ -144,13 +144,15 @@ pub fn split_events(events: Vec<Event>, ends: &[usize]) -> Vec<Vec<Event>> {
             let head_pages = end - index;
             let size = stored.block_size as usize;
             let tail = Stored {
-                hashes: stored.hashes.split_off(head_pages),
-                parent: stored.hashes.last().copied(),
-                tokens: stored.tokens.split_off(head_pages * size),
+                hashes: stored.hashes[head_pages..].into(),
+                parent: stored.hashes[..head_pages].last().copied(),
+                tokens: stored.tokens[head_pages * size..].into(),
                 block_size: stored.block_size,
                 lora_id: stored.lora_id,
                 medium: stored.medium.clone(),
             };
+            stored.hashes.truncate(head_pages);
+            stored.tokens.truncate(head_pages * size);
             index += head_pages;
             batch.push(Event::Stored(stored));
             event = Some(Event::Stored(tail));
@@ -252,7 +254,7 @@ mod tests {
 
     fn stored(hashes: &[i64], parent: Option<i64>) -> Event {
         Event::Stored(Stored {
-            hashes: hashes.to_vec(),
+            hashes: hashes.to_vec().into(),
             parent,
             tokens: hashes.iter().map(|&h| h as u32).collect(),
             block_size: 1,
@@ -266,7 +268,9 @@ mod tests {
         let events = vec![
             Event::Cleared,
             stored(&[1, 2, 3, 4, 5], None),
-            Event::SwaEvicted { hashes: vec![1] },
+            Event::SwaEvicted {
+                hashes: vec![1].into(),
+            },
         ];
         let batches = split_events(events, &[2, 4, 6, 7]);
         assert_eq!(
@@ -275,7 +279,9 @@ mod tests {
                 vec![Event::Cleared, stored(&[1], None)],
                 vec![stored(&[2, 3], Some(1))],
                 vec![stored(&[4, 5], Some(3))],
-                vec![Event::SwaEvicted { hashes: vec![1] }],
+                vec![Event::SwaEvicted {
+                    hashes: vec![1].into()
+                }],
             ]
         );
         let whole = split_events(vec![stored(&[1, 2], None)], &[2]);

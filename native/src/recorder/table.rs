@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 
 use super::ops::{NodeId, Op, OpLog};
 use crate::digest::StateDigest;
-use crate::events::{Event, Stored};
+use crate::events::{Event, Medium, Stored};
 use crate::hashing::{self, PageDigest};
 
 /// The medium every event of the primary names.
@@ -282,12 +282,12 @@ impl NodeTable {
         );
         if let Some(out) = out {
             out.push(Event::Stored(Stored {
-                hashes,
+                hashes: hashes.into(),
                 parent: parent_hash,
-                tokens: tokens.to_vec(),
+                tokens: tokens.into(),
                 block_size: page_size as u32,
                 lora_id: None,
-                medium: Some(MEDIUM_GPU.to_owned()),
+                medium: Some(Medium::GPU),
             }));
         }
         Ok(())
@@ -311,8 +311,8 @@ impl NodeTable {
         }
         if let Some(out) = out {
             out.push(Event::Removed {
-                hashes,
-                medium: Some(MEDIUM_GPU.to_owned()),
+                hashes: hashes.into(),
+                medium: Some(Medium::GPU),
             });
         }
         Ok(())
@@ -338,9 +338,13 @@ impl NodeTable {
         }
         if let Some(out) = out {
             out.push(if resident {
-                Event::SwaRestored { hashes }
+                Event::SwaRestored {
+                    hashes: hashes.into(),
+                }
             } else {
-                Event::SwaEvicted { hashes }
+                Event::SwaEvicted {
+                    hashes: hashes.into(),
+                }
             });
         }
         Ok(())
@@ -406,16 +410,16 @@ impl NodeTable {
                 let parent = self.first_parent_hash(node);
                 if node.tombstone {
                     tombstones.push(Event::SwaEvicted {
-                        hashes: hashes.clone(),
+                        hashes: hashes.as_slice().into(),
                     });
                 }
                 stored.push(Event::Stored(Stored {
-                    hashes,
+                    hashes: hashes.into(),
                     parent,
-                    tokens: node.tokens.clone(),
+                    tokens: node.tokens.as_slice().into(),
                     block_size: self.page_size as u32,
                     lora_id: None,
-                    medium: Some(MEDIUM_GPU.to_owned()),
+                    medium: Some(Medium::GPU),
                 }));
                 if let Some(list) = children.get(&id) {
                     stack.extend_from_slice(list);
@@ -470,7 +474,7 @@ mod tests {
             panic!("not a store")
         };
         assert_eq!(second.parent, Some(expect[0]));
-        assert_eq!(second.tokens, vec![2]);
+        assert_eq!(second.tokens.as_slice(), [2]);
         assert_eq!(second.medium.as_deref(), Some("GPU"));
     }
 
@@ -575,13 +579,13 @@ mod tests {
             events[1..],
             [
                 Event::SwaEvicted {
-                    hashes: hashes.clone()
+                    hashes: hashes.clone().into()
                 },
                 Event::SwaRestored {
-                    hashes: hashes.clone()
+                    hashes: hashes.clone().into()
                 },
                 Event::Removed {
-                    hashes,
+                    hashes: hashes.into(),
                     medium: Some("GPU".into())
                 },
                 Event::Cleared,
@@ -634,7 +638,7 @@ mod tests {
         assert_eq!(
             snapshot.last(),
             Some(&Event::SwaEvicted {
-                hashes: vec![h(&[1])]
+                hashes: vec![h(&[1])].into()
             })
         );
     }

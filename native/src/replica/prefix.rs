@@ -303,9 +303,9 @@ mod tests {
         });
         let pages = tokens.len() / page_size as usize;
         let event = Event::Stored(Stored {
-            hashes: hashes(&[], tokens, page_size as usize),
+            hashes: hashes(&[], tokens, page_size as usize).into(),
             parent: None,
-            tokens: tokens[..pages * page_size as usize].to_vec(),
+            tokens: tokens[..pages * page_size as usize].into(),
             block_size: page_size,
             lora_id: None,
             medium: None,
@@ -339,7 +339,7 @@ mod tests {
             .apply_events(
                 "w",
                 &[Event::SwaEvicted {
-                    hashes: vec![chain[3]],
+                    hashes: vec![chain[3]].into(),
                 }],
             )
             .unwrap();
@@ -440,9 +440,9 @@ mod tests {
                     continue;
                 }
                 let stored = Event::Stored(Stored {
-                    hashes: chain[..pages].to_vec(),
+                    hashes: chain[..pages].into(),
                     parent: None,
-                    tokens: prompt[..pages * page_size as usize].to_vec(),
+                    tokens: prompt[..pages * page_size as usize].into(),
                     block_size: page_size,
                     lora_id: None,
                     medium: None,
@@ -454,7 +454,9 @@ mod tests {
                     .filter(|_| rng(&mut seed) % 3 == 0)
                     .collect();
                 if !tombstoned.is_empty() {
-                    let event = Event::SwaEvicted { hashes: tombstoned };
+                    let event = Event::SwaEvicted {
+                        hashes: tombstoned.into(),
+                    };
                     store.apply_events(&name, &[event]).unwrap();
                 }
                 match rng(&mut seed) % 8 {
@@ -463,7 +465,7 @@ mod tests {
                     2 => {
                         let last = vec![chain[pages - 1]];
                         let event = Event::Removed {
-                            hashes: last,
+                            hashes: last.into(),
                             medium: None,
                         };
                         store.apply_events(&name, &[event]).unwrap();

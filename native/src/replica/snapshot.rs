@@ -388,7 +388,7 @@ mod tests {
             let tokens = (0..40 * page_size).collect();
             let events = [
                 Event::Stored(Stored {
-                    hashes: hashes.clone(),
+                    hashes: hashes.clone().into(),
                     parent: None,
                     tokens,
                     block_size: page_size,
@@ -396,10 +396,10 @@ mod tests {
                     medium: None,
                 }),
                 Event::SwaEvicted {
-                    hashes: hashes[3..5].to_vec(),
+                    hashes: hashes[3..5].into(),
                 },
                 Event::Removed {
-                    hashes: hashes[30..].to_vec(),
+                    hashes: hashes[30..].into(),
                     medium: None,
                 },
             ];

@@ -15,7 +15,7 @@ use super::holders::HolderIndex;
 use super::prefetch::prefetch;
 use super::prefix::{match_prefix, Answer};
 use super::ConsistencyError;
-use crate::events::{Batch, Event, Stored};
+use crate::events::{Batch, Event, Hashes, Stored};
 
 /// How far ahead `apply_events` prefetches an event's hash list, its index buckets, and the
 /// records it reads.
@@ -394,9 +394,9 @@ fn store_page_by_page(
         .enumerate()
     {
         let one = Event::Stored(Stored {
-            hashes: vec![block_hash],
+            hashes: Hashes::from_slice(&[block_hash]),
             parent,
-            tokens: tokens.to_vec(),
+            tokens: tokens.into(),
             block_size: stored.block_size,
             lora_id: stored.lora_id,
             medium: stored.medium.clone(),
@@ -493,7 +493,7 @@ mod tests {
 
     fn stored(hashes: &[i64], parent: Option<i64>) -> Event {
         Event::Stored(Stored {
-            hashes: hashes.to_vec(),
+            hashes: hashes.to_vec().into(),
             parent,
             tokens: hashes.iter().map(|&h| h as u32).collect(),
             block_size: 1,
