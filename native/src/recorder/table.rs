@@ -446,6 +446,17 @@ mod tests {
         log
     }
 
+    /// `log` of the ops `build` pushes after the root of the tree (node 1, no extra key).
+    fn rooted(build: impl FnOnce(&mut OpLog)) -> OpLog {
+        log(|l| {
+            l.ops.push(Op::Root {
+                node: 1,
+                extra_key: None,
+            });
+            build(l);
+        })
+    }
+
     fn apply(table: &mut NodeTable, log: &OpLog) -> Vec<Event> {
         let mut out = Vec::new();
         table.apply_log(log, Some(&mut out)).expect("ops apply");
@@ -457,11 +468,7 @@ mod tests {
         let mut table = NodeTable::new(1);
         let events = apply(
             &mut table,
-            &log(|l| {
-                l.ops.push(Op::Root {
-                    node: 1,
-                    extra_key: None,
-                });
+            &rooted(|l| {
                 l.push_stored(2, 1, &[1]);
                 l.push_stored(3, 2, &[2]);
             }),
@@ -501,11 +508,7 @@ mod tests {
         let mut table = NodeTable::new(1);
         apply(
             &mut table,
-            &log(|l| {
-                l.ops.push(Op::Root {
-                    node: 1,
-                    extra_key: None,
-                });
+            &rooted(|l| {
                 l.push_stored(2, 1, &[1, 2, 3]);
                 l.ops.push(Op::Split {
                     prefix: 3,
@@ -527,11 +530,7 @@ mod tests {
         let mut table = NodeTable::new(1);
         apply(
             &mut table,
-            &log(|l| {
-                l.ops.push(Op::Root {
-                    node: 1,
-                    extra_key: None,
-                });
+            &rooted(|l| {
                 l.push_stored(2, 1, &[1, 2, 3]);
                 l.push_stored(5, 2, &[8]);
                 l.ops.push(Op::Split {
@@ -562,11 +561,7 @@ mod tests {
         let mut table = NodeTable::new(2);
         let events = apply(
             &mut table,
-            &log(|l| {
-                l.ops.push(Op::Root {
-                    node: 1,
-                    extra_key: None,
-                });
+            &rooted(|l| {
                 l.push_stored(2, 1, &[1, 2, 3, 4]);
                 l.ops.push(Op::SwaEvicted { node: 2 });
                 l.ops.push(Op::SwaRestored { node: 2 });
@@ -600,11 +595,7 @@ mod tests {
         let mut table = NodeTable::new(1);
         apply(
             &mut table,
-            &log(|l| {
-                l.ops.push(Op::Root {
-                    node: 1,
-                    extra_key: None,
-                });
+            &rooted(|l| {
                 l.push_stored(2, 1, &[1, 2]);
                 l.push_stored(3, 2, &[5]);
                 l.push_stored(4, 1, &[9]);
@@ -649,13 +640,7 @@ mod tests {
         let bad = [
             log(|l| l.push_stored(2, 1, &[1])),
             log(|l| l.ops.push(Op::Removed { node: 9 })),
-            log(|l| {
-                l.ops.push(Op::Root {
-                    node: 1,
-                    extra_key: None,
-                });
-                l.ops.push(Op::SwaEvicted { node: 1 });
-            }),
+            rooted(|l| l.ops.push(Op::SwaEvicted { node: 1 })),
         ];
         for ops in &bad {
             assert!(table.apply_log(ops, None).is_err(), "{ops:?}");
