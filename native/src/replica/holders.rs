@@ -132,9 +132,14 @@ impl SourceSets {
         }
         self.words = words;
         self.masks = masks;
+        self.reindex();
+    }
+
+    /// Rebuild the set -> id map from `masks` (after they were laid out anew).
+    fn reindex(&mut self) {
         self.ids = self
             .masks
-            .chunks_exact(2 * words)
+            .chunks_exact(2 * self.words)
             .enumerate()
             .map(|(id, m)| (m.to_vec().into_boxed_slice(), id as u32))
             .collect();
@@ -225,13 +230,7 @@ impl SourceSets {
         self.refs = refs;
         self.dead = 0;
         self.memo.fill(NO_MEMO);
-        let words = self.words;
-        self.ids = self
-            .masks
-            .chunks_exact(2 * words)
-            .enumerate()
-            .map(|(id, m)| (m.to_vec().into_boxed_slice(), id as u32))
-            .collect();
+        self.reindex();
         renumbered
     }
 }
