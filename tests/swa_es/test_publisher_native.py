@@ -30,6 +30,7 @@ from swa_es.publish.batching import BatchBuilder, cache_meta
 from swa_es.publish.config import PublisherConfig
 from swa_es.testing import SlowLog
 from tests.swa_es.doubles import replay
+from tests.swa_es.publisher_ops import check_replays_to, run_ops
 
 PAGE_SIZES = [1, 2, 4, 16]
 
@@ -235,29 +236,13 @@ async def _interleaving(ops: list[str], overflow: str, page_size: int, seed: int
     requests = iter(workload(seed, len(ops)))
     slow = SlowLog(MemoryLog())
     config = PublisherConfig(max_queue_batches=3, max_append_batch=2, overflow=overflow)
+    cache_ops = {
+        "serve": lambda: worker.serve(next(requests)),  # type: ignore[arg-type]  # a ChatRequest
+        "reset": cache.reset,
+    }
     async with Publisher(cache, slow, "w0", config=config) as pub:
-        for op in ops:
-            if op == "serve":
-                worker.serve(next(requests))  # type: ignore[arg-type]  # a ChatRequest
-            elif op == "step":
-                try:
-                    pub.step()
-                except Backpressure:
-                    assert overflow == "block"
-            elif op == "yield":
-                await anyio.lowlevel.checkpoint()
-            elif op == "hold":
-                slow.hold()
-            elif op == "release":
-                slow.release()
-            else:
-                cache.reset()
-        slow.release()
-    state = (await replay(slow))["w0"]
-    assert state.digest.hexdigest() == cache.state_digest()
-    m = pub.metrics
-    assert m.batches_queued == m.batches_published + m.discarded_batches
-    assert m.queue_depth == 0 and not m.failed
+        await run_ops(pub, slow, ops, overflow, cache_ops)
+    await check_replays_to(slow, pub, cache.state_digest())
 
 
 @settings(max_examples=30, deadline=None)

@@ -11,9 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from log import MemoryLog
-from swa_es import Backpressure, Publisher, PublisherConfig
+from swa_es import Publisher, PublisherConfig
 from swa_es.testing import SlowLog
-from tests.swa_es.doubles import FakeCache, random_mutation, replay
+from tests.swa_es.doubles import FakeCache, random_mutation
+from tests.swa_es.publisher_ops import check_replays_to, run_ops
 
 OPS = st.lists(
     st.sampled_from(["mutate", "mutate", "step", "step", "yield", "hold", "release"]),
@@ -32,27 +33,12 @@ async def _run(ops: list[str], overflow: str, seed: int) -> None:
         "w0",
         config=PublisherConfig(max_queue_batches=3, max_append_batch=2, overflow=overflow),
     ) as pub:
-        for op in ops:
-            if op == "mutate":
-                random_mutation(cache, rng, next_hash)
-            elif op == "step":
-                try:
-                    pub.step()
-                except Backpressure:
-                    assert overflow == "block"
-            elif op == "yield":
-                await anyio.lowlevel.checkpoint()
-            elif op == "hold":
-                slow.hold()
-            else:
-                slow.release()
-        slow.release()
-    state = (await replay(slow))["w0"]
-    assert state.digest.hexdigest() == cache.state_digest()
+        await run_ops(
+            pub, slow, ops, overflow, {"mutate": lambda: random_mutation(cache, rng, next_hash)}
+        )
+    await check_replays_to(slow, pub, cache.state_digest())
     m = pub.metrics
-    assert m.batches_queued == m.batches_published + m.discarded_batches
     assert m.overflows == m.resyncs + m.backpressure
-    assert m.queue_depth == 0 and not m.failed
 
 
 @settings(max_examples=60, deadline=None)
