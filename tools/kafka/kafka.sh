@@ -173,10 +173,39 @@ format_node() {
         >"$dir/format.log" 2>&1 || { cat "$dir/format.log" >&2; die "formatting node $node failed"; }
 }
 
+# Waits until nothing holds the node's two ports. A node restarted on the ports it had may find
+# them briefly taken, e.g. by a client socket still retrying the dead node; the JVM would fail to
+# bind and exit instead of waiting.
+wait_ports_free() {
+    local port=$1 node=$2 timeout_s=30
+    "$(python_bin)" - "$(client_port "$port" "$node")" "$(controller_port "$port" "$node")" \
+        "$timeout_s" <<'EOF' || die "node $node: its ports are still in use after ${timeout_s}s"
+import socket, sys, time
+
+ports, deadline = [int(p) for p in sys.argv[1:3]], time.monotonic() + float(sys.argv[3])
+while True:
+    busy = []
+    for port in ports:
+        with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                busy.append(port)
+    if not busy:
+        sys.exit(0)
+    if time.monotonic() > deadline:
+        print(f"kafka.sh: ports {busy} still in use", file=sys.stderr)
+        sys.exit(1)
+    time.sleep(0.2)
+EOF
+}
+
 launch_node() {
     local port=$1 node=$2 cp=$3 dir pid
     dir="$(node_dir "$port" "$node")"
     if node_running "$port" "$node"; then return 0; fi
+    wait_ports_free "$port" "$node"
     : >"$dir/node.log"
     local cds_opts="-XX:+RecordDynamicDumpInfo"
     [ -f "$cds_archive" ] && cds_opts="-XX:SharedArchiveFile=$cds_archive -Xlog:cds=off"
