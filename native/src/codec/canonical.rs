@@ -7,13 +7,16 @@
 //! accepts; at the first byte that differs they give up (the event rewinds to its start) and the
 //! caller runs the general scanner, which then also finds any error. So they accept a subset of
 //! what the general path accepts and yield the same result for it: no duplicate or unknown keys
-//! are possible (the layout names each key once), integers are read by `Scanner::plain_int` and
-//! range-checked as the general path checks them, and strings are taken only when they are
-//! printable ASCII without escapes (their bytes are their text).
+//! are possible (the layout names each key once), integers are read by the scanner's `plain_*`
+//! readers, which take only plain literals in the field's range (the general path's check), and
+//! strings are taken only when they are printable ASCII without escapes (their bytes are their
+//! text).
 
 use super::decode::{events_capacity, scan_events, EventType, Scratch};
 use super::scan::{Number, Scanner, MAX_DEPTH};
 use super::SUPPORTED_VERSIONS;
+use smallvec::SmallVec;
+
 use crate::events::{Batch, Event, Hashes, Header, Medium, Stored, Tokens};
 
 /// The whole record if it has the encoder's layout, no `meta` (every batch but an epoch's
@@ -84,53 +87,65 @@ pub(super) fn canonical_batch(data: &[u8]) -> Option<Batch> {
 /// The event at the cursor (on its `{`) if it has the encoder's layout; None, cursor unmoved,
 /// otherwise.
 #[inline]
-pub(super) fn canonical_event(scanner: &mut Scanner<'_>, scratch: &mut Scratch) -> Option<Event> {
+pub(super) fn canonical_event(scanner: &mut Scanner<'_>) -> Option<Event> {
     let start = scanner.offset();
-    let event = read_event(scanner, scratch);
+    let event = read_event(scanner);
     if event.is_none() {
         scanner.rewind(start);
     }
     event
 }
 
-fn read_event(scanner: &mut Scanner<'_>, scratch: &mut Scratch) -> Option<Event> {
+fn read_event(scanner: &mut Scanner<'_>) -> Option<Event> {
     // The event object and one list inside it: two levels the general path would count.
     if scanner.depth() + 2 > MAX_DEPTH || !scanner.eat(b"{\"type\":") {
         return None;
     }
-    let kind = EventType::from_name(scanner.plain_ascii_string()?)?;
+    let kind = event_type(scanner)?;
     if kind == EventType::Cleared {
         return scanner.eat(b"}").then_some(Event::Cleared);
     }
     if !scanner.eat(b",\"block_hashes\":") {
         return None;
     }
-    int_list(scanner, &mut scratch.hashes, |n| i64::try_from(n).ok())?;
+    let hashes: Hashes = int_list(scanner, Scanner::plain_i64)?;
     let event = match kind {
-        EventType::Stored => Event::Stored(read_stored_rest(scanner, scratch)?),
+        EventType::Stored => Event::Stored(read_stored_rest(scanner, hashes)?),
         EventType::Removed => {
             if !scanner.eat(b",\"medium\":") {
                 return None;
             }
             let medium = optional_medium(scanner)?;
-            Event::Removed {
-                hashes: Hashes::from_slice(&scratch.hashes),
-                medium,
-            }
+            Event::Removed { hashes, medium }
         }
-        EventType::SwaEvicted => Event::SwaEvicted {
-            hashes: Hashes::from_slice(&scratch.hashes),
-        },
-        EventType::SwaRestored => Event::SwaRestored {
-            hashes: Hashes::from_slice(&scratch.hashes),
-        },
+        EventType::SwaEvicted => Event::SwaEvicted { hashes },
+        EventType::SwaRestored => Event::SwaRestored { hashes },
         EventType::Cleared => unreachable!("handled above"),
     };
     scanner.eat(b"}").then_some(event)
 }
 
-/// A `BlockStored` after its hashes (in `scratch.hashes`), up to its closing brace.
-fn read_stored_rest(scanner: &mut Scanner<'_>, scratch: &mut Scratch) -> Option<Stored> {
+/// The event type named by the string at the cursor, when it is one of the names exactly
+/// (without escapes), the commonest first.
+#[inline]
+fn event_type(scanner: &mut Scanner<'_>) -> Option<EventType> {
+    Some(if scanner.eat(b"\"BlockStored\"") {
+        EventType::Stored
+    } else if scanner.eat(b"\"BlockSWAEvicted\"") {
+        EventType::SwaEvicted
+    } else if scanner.eat(b"\"BlockRemoved\"") {
+        EventType::Removed
+    } else if scanner.eat(b"\"BlockSWARestored\"") {
+        EventType::SwaRestored
+    } else if scanner.eat(b"\"AllBlocksCleared\"") {
+        EventType::Cleared
+    } else {
+        return None;
+    })
+}
+
+/// A `BlockStored` after its `hashes`, up to its closing brace.
+fn read_stored_rest(scanner: &mut Scanner<'_>, hashes: Hashes) -> Option<Stored> {
     if !scanner.eat(b",\"parent_block_hash\":") {
         return None;
     }
@@ -138,16 +153,14 @@ fn read_stored_rest(scanner: &mut Scanner<'_>, scratch: &mut Scratch) -> Option<
     if !scanner.eat(b",\"token_ids\":") {
         return None;
     }
-    int_list(scanner, &mut scratch.tokens, |n| u32::try_from(n).ok())?;
+    let tokens: Tokens = int_list(scanner, Scanner::plain_u32)?;
     if !scanner.eat(b",\"block_size\":") {
         return None;
     }
-    let block_size = u32::try_from(scanner.plain_int()?)
-        .ok()
-        .filter(|&n| n > 0)?;
+    let block_size = scanner.plain_u32().filter(|&n| n > 0)?;
     // Both sides are below 2^64: no overflow in u128.
-    let expected = u128::from(block_size) * scratch.hashes.len() as u128;
-    if scratch.tokens.len() as u128 != expected || !scanner.eat(b",\"lora_id\":") {
+    let expected = u128::from(block_size) * hashes.len() as u128;
+    if tokens.len() as u128 != expected || !scanner.eat(b",\"lora_id\":") {
         return None;
     }
     let lora_id = optional_i64(scanner)?;
@@ -156,34 +169,32 @@ fn read_stored_rest(scanner: &mut Scanner<'_>, scratch: &mut Scratch) -> Option<
     }
     let medium = optional_medium(scanner)?;
     Some(Stored {
-        hashes: Hashes::from_slice(&scratch.hashes),
+        hashes,
         parent,
-        tokens: Tokens::from_slice(&scratch.tokens),
+        tokens,
         block_size,
         lora_id,
         medium,
     })
 }
 
-/// A non-empty `[int,int,...]` without whitespace, every item taken by `accept`, into `out`.
+/// A non-empty `[int,int,...]` without whitespace, every item read by `read`.
 #[inline]
-fn int_list<T>(
-    scanner: &mut Scanner<'_>,
-    out: &mut Vec<T>,
-    accept: impl Fn(i128) -> Option<T>,
-) -> Option<()> {
+fn int_list<'a, A: smallvec::Array>(
+    scanner: &mut Scanner<'a>,
+    read: impl Fn(&mut Scanner<'a>) -> Option<A::Item>,
+) -> Option<SmallVec<A>> {
     if !scanner.eat(b"[") {
         return None;
     }
-    out.clear();
+    let mut out = SmallVec::new();
     loop {
-        out.push(accept(scanner.plain_int()?)?);
+        out.push(read(scanner)?);
+        // `read` left the cursor on a `,` or a `]`.
         if scanner.eat(b"]") {
-            return Some(());
+            return Some(out);
         }
-        if !scanner.eat(b",") {
-            return None;
-        }
+        scanner.eat(b",");
     }
 }
 
@@ -192,11 +203,14 @@ fn optional_i64(scanner: &mut Scanner<'_>) -> Option<Option<i64>> {
     if scanner.eat(b"null") {
         return Some(None);
     }
-    i64::try_from(scanner.plain_int()?).ok().map(Some)
+    scanner.plain_i64().map(Some)
 }
 
 /// `null`, or a medium named by a plain ASCII string.
 fn optional_medium(scanner: &mut Scanner<'_>) -> Option<Option<Medium>> {
+    if scanner.eat(b"\"GPU\"") {
+        return Some(Some(Medium::GPU));
+    }
     if scanner.eat(b"null") {
         return Some(None);
     }

@@ -493,7 +493,7 @@ fn scan_event(
     scanner: &mut Scanner<'_>,
     scratch: &mut Scratch,
 ) -> Result<Result<Event, DecodeError>, SyntaxError> {
-    match canonical_event(scanner, scratch) {
+    match canonical_event(scanner) {
         Some(event) => Ok(Ok(event)),
         None => scan_event_slots(scanner, scratch),
     }
@@ -700,7 +700,7 @@ mod tests {
     fn both_paths(text: &str) -> (Option<(Event, usize)>, SlotOutcome) {
         let mut scratch = Scratch::default();
         let mut fast = Scanner::new(text.as_bytes());
-        let event = canonical_event(&mut fast, &mut scratch).map(|event| (event, fast.offset()));
+        let event = canonical_event(&mut fast).map(|event| (event, fast.offset()));
         if event.is_none() {
             assert_eq!(fast.offset(), 0, "the fast path rewinds: {text}");
         }
