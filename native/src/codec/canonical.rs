@@ -96,52 +96,72 @@ pub(super) fn canonical_event(scanner: &mut Scanner<'_>) -> Option<Event> {
     event
 }
 
-fn read_event(scanner: &mut Scanner<'_>) -> Option<Event> {
-    // The event object and one list inside it: two levels the general path would count.
-    if scanner.depth() + 2 > MAX_DEPTH || !scanner.eat(b"{\"type\":") {
-        return None;
-    }
-    let kind = event_type(scanner)?;
-    if kind == EventType::Cleared {
-        return scanner.eat(b"}").then_some(Event::Cleared);
-    }
-    if !scanner.eat(b",\"block_hashes\":") {
-        return None;
-    }
-    let hashes: Hashes = int_list(scanner, Scanner::plain_i64)?;
-    let event = match kind {
-        EventType::Stored => Event::Stored(read_stored_rest(scanner, hashes)?),
-        EventType::Removed => {
-            if !scanner.eat(b",\"medium\":") {
-                return None;
+/// The events from the cursor (just inside the events array) on, one after another, while they
+/// have the encoder's layout, pushed to `events`; how many. The cursor is left after the last
+/// one taken (or where it was when none is).
+pub(super) fn canonical_events(scanner: &mut Scanner<'_>, events: &mut Vec<Event>) -> usize {
+    let mut count = 0;
+    loop {
+        let start = scanner.offset();
+        let event = match count {
+            0 => read_event(scanner),
+            _ => scanner.eat(b",").then(|| read_event(scanner)).flatten(),
+        };
+        match event {
+            Some(event) => events.push(event),
+            None => {
+                scanner.rewind(start);
+                return count;
             }
-            let medium = optional_medium(scanner)?;
-            Event::Removed { hashes, medium }
         }
-        EventType::SwaEvicted => Event::SwaEvicted { hashes },
-        EventType::SwaRestored => Event::SwaRestored { hashes },
-        EventType::Cleared => unreachable!("handled above"),
-    };
-    scanner.eat(b"}").then_some(event)
+        count += 1;
+    }
 }
 
-/// The event type named by the string at the cursor, when it is one of the names exactly
-/// (without escapes), the commonest first.
-#[inline]
-fn event_type(scanner: &mut Scanner<'_>) -> Option<EventType> {
-    Some(if scanner.eat(b"\"BlockStored\"") {
-        EventType::Stored
-    } else if scanner.eat(b"\"BlockSWAEvicted\"") {
-        EventType::SwaEvicted
-    } else if scanner.eat(b"\"BlockRemoved\"") {
-        EventType::Removed
-    } else if scanner.eat(b"\"BlockSWARestored\"") {
-        EventType::SwaRestored
-    } else if scanner.eat(b"\"AllBlocksCleared\"") {
-        EventType::Cleared
-    } else {
+fn read_event(scanner: &mut Scanner<'_>) -> Option<Event> {
+    // The event object and one list inside it: two levels the general path would count.
+    if scanner.depth() + 2 > MAX_DEPTH {
         return None;
-    })
+    }
+    let kind = event_head(scanner)?;
+    if kind == EventType::Cleared {
+        return Some(Event::Cleared);
+    }
+    let hashes: Hashes = int_list(scanner, Scanner::plain_i64)?;
+    match kind {
+        EventType::Stored => read_stored_rest(scanner, hashes).map(Event::Stored),
+        EventType::Removed => {
+            let medium = match scanner.eat(b",\"medium\":\"GPU\"}") {
+                true => Some(Medium::GPU),
+                false => last_medium(scanner)?,
+            };
+            Some(Event::Removed { hashes, medium })
+        }
+        EventType::SwaEvicted => scanner.eat(b"}").then_some(Event::SwaEvicted { hashes }),
+        EventType::SwaRestored => scanner.eat(b"}").then_some(Event::SwaRestored { hashes }),
+        EventType::Cleared => unreachable!("handled above"),
+    }
+}
+
+/// An event's start up to the `[` of its hashes (a whole `AllBlocksCleared`): its type, when
+/// named exactly (without escapes). The commonest first.
+#[inline]
+fn event_head(scanner: &mut Scanner<'_>) -> Option<EventType> {
+    Some(
+        if scanner.eat(b"{\"type\":\"BlockStored\",\"block_hashes\":[") {
+            EventType::Stored
+        } else if scanner.eat(b"{\"type\":\"BlockSWAEvicted\",\"block_hashes\":[") {
+            EventType::SwaEvicted
+        } else if scanner.eat(b"{\"type\":\"BlockRemoved\",\"block_hashes\":[") {
+            EventType::Removed
+        } else if scanner.eat(b"{\"type\":\"BlockSWARestored\",\"block_hashes\":[") {
+            EventType::SwaRestored
+        } else if scanner.eat(b"{\"type\":\"AllBlocksCleared\"}") {
+            EventType::Cleared
+        } else {
+            return None;
+        },
+    )
 }
 
 /// A `BlockStored` after its `hashes`, up to its closing brace.
@@ -150,7 +170,7 @@ fn read_stored_rest(scanner: &mut Scanner<'_>, hashes: Hashes) -> Option<Stored>
         return None;
     }
     let parent = optional_i64(scanner)?;
-    if !scanner.eat(b",\"token_ids\":") {
+    if !scanner.eat(b",\"token_ids\":[") {
         return None;
     }
     let tokens: Tokens = int_list(scanner, Scanner::plain_u32)?;
@@ -160,14 +180,19 @@ fn read_stored_rest(scanner: &mut Scanner<'_>, hashes: Hashes) -> Option<Stored>
     let block_size = scanner.plain_u32().filter(|&n| n > 0)?;
     // Both sides are below 2^64: no overflow in u128.
     let expected = u128::from(block_size) * hashes.len() as u128;
-    if tokens.len() as u128 != expected || !scanner.eat(b",\"lora_id\":") {
+    if tokens.len() as u128 != expected {
         return None;
     }
-    let lora_id = optional_i64(scanner)?;
-    if !scanner.eat(b",\"medium\":") {
-        return None;
-    }
-    let medium = optional_medium(scanner)?;
+    // Nearly every store ends the same way.
+    let (lora_id, medium) = match scanner.eat(b",\"lora_id\":null,\"medium\":\"GPU\"}") {
+        true => (None, Some(Medium::GPU)),
+        false => {
+            if !scanner.eat(b",\"lora_id\":") {
+                return None;
+            }
+            (optional_i64(scanner)?, last_medium(scanner)?)
+        }
+    };
     Some(Stored {
         hashes,
         parent,
@@ -178,15 +203,13 @@ fn read_stored_rest(scanner: &mut Scanner<'_>, hashes: Hashes) -> Option<Stored>
     })
 }
 
-/// A non-empty `[int,int,...]` without whitespace, every item read by `read`.
+/// The rest of a non-empty `[int,int,...]` without whitespace (the cursor after its `[`), every
+/// item read by `read`.
 #[inline]
 fn int_list<'a, A: smallvec::Array>(
     scanner: &mut Scanner<'a>,
     read: impl Fn(&mut Scanner<'a>) -> Option<A::Item>,
 ) -> Option<SmallVec<A>> {
-    if !scanner.eat(b"[") {
-        return None;
-    }
     let mut out = SmallVec::new();
     loop {
         out.push(read(scanner)?);
@@ -206,15 +229,14 @@ fn optional_i64(scanner: &mut Scanner<'_>) -> Option<Option<i64>> {
     scanner.plain_i64().map(Some)
 }
 
-/// `null`, or a medium named by a plain ASCII string.
-fn optional_medium(scanner: &mut Scanner<'_>) -> Option<Option<Medium>> {
-    if scanner.eat(b"\"GPU\"") {
-        return Some(Some(Medium::GPU));
+/// `,"medium":` then `null` or a medium named by a plain ASCII string, and the event's `}`.
+fn last_medium(scanner: &mut Scanner<'_>) -> Option<Option<Medium>> {
+    if !scanner.eat(b",\"medium\":") {
+        return None;
     }
-    if scanner.eat(b"null") {
-        return Some(None);
-    }
-    scanner
-        .plain_ascii_string()
-        .map(|text| Some(Medium::new(text)))
+    let medium = match scanner.eat(b"null") {
+        true => None,
+        false => Some(Medium::new(scanner.plain_ascii_string()?)),
+    };
+    scanner.eat(b"}").then_some(medium)
 }

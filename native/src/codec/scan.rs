@@ -118,21 +118,6 @@ fn hex_digit(byte: u8) -> Option<u32> {
     }
 }
 
-/// The eight bytes of `bytes` from `at` as a little-endian word (the first byte lowest), zero
-/// bytes standing in for those past the end (a zero byte is no digit and no quote).
-#[inline(always)]
-fn word_at(bytes: &[u8], at: usize) -> u64 {
-    match bytes.get(at..at + 8) {
-        Some(chunk) => u64::from_le_bytes(chunk.try_into().expect("eight bytes")),
-        None => {
-            let rest = bytes.get(at..).unwrap_or_default();
-            let mut padded = [0u8; 8];
-            padded[..rest.len()].copy_from_slice(rest);
-            u64::from_le_bytes(padded)
-        }
-    }
-}
-
 const ONES: u64 = 0x0101_0101_0101_0101;
 const HIGH_BITS: u64 = 0x8080_8080_8080_8080;
 
@@ -173,34 +158,59 @@ fn first_digits(word: u64, count: usize) -> u64 {
 /// 10 to the power of the index.
 const POWERS_OF_TEN: [u64; 8] = [1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000];
 
-/// The digits at `start`, when there are 1 to 19 of them without a superfluous leading zero:
-/// their value (below 10^19, so no overflow) and where they end.
+/// The digits at `start`, when there are 1 to 19 of them without a superfluous leading zero
+/// and a `,` or `]` follows: their value (below 10^19, so no overflow) and how many there are.
 #[inline(always)]
 fn digit_run(bytes: &[u8], start: usize) -> Option<(u64, usize)> {
-    let first = word_at(bytes, start);
+    // The 20 bytes that can hold the digits and the byte after them, read as words; zero
+    // bytes (no digit) stand in for those past the end.
+    let mut padded = [0u8; 24];
+    let window: &[u8; 24] = match bytes.get(start..start + 24) {
+        Some(window) => window.try_into().expect("24 bytes"),
+        None => {
+            let rest = bytes.get(start..).unwrap_or_default();
+            padded[..rest.len()].copy_from_slice(rest);
+            &padded
+        }
+    };
+    let word = |index: usize| {
+        u64::from_le_bytes(
+            window[8 * index..8 * index + 8]
+                .try_into()
+                .expect("8 bytes"),
+        )
+    };
+    let first = word(0);
     let count = leading_digits(first);
     if count == 0 || (count > 1 && first as u8 == b'0') {
         return None;
     }
-    if count < 8 {
-        return Some((first_digits(first, count), start + count));
-    }
-    // A block hash has 18 or 19 digits: two whole words and a tail of up to three.
-    let second = word_at(bytes, start + 8);
-    let count = leading_digits(second);
-    let high = eight_digits(first);
-    if count < 8 {
-        let value = high * POWERS_OF_TEN[count] + first_digits(second, count);
-        return Some((value, start + 8 + count));
-    }
-    let third = word_at(bytes, start + 16);
-    let count = leading_digits(third);
-    if count > 3 {
-        return None;
-    }
-    let high = high * 100_000_000 + eight_digits(second);
-    let value = high * POWERS_OF_TEN[count] + first_digits(third, count);
-    Some((value, start + 16 + count))
+    let (value, length) = if count < 8 {
+        (first_digits(first, count), count)
+    } else {
+        // A block hash has 18 or 19 digits: two whole words and a tail of up to three.
+        let second = word(1);
+        let count = leading_digits(second);
+        let high = eight_digits(first);
+        if count < 8 {
+            (
+                high * POWERS_OF_TEN[count] + first_digits(second, count),
+                8 + count,
+            )
+        } else {
+            let third = word(2);
+            let count = leading_digits(third);
+            if count > 3 {
+                return None;
+            }
+            let high = high * 100_000_000 + eight_digits(second);
+            (
+                high * POWERS_OF_TEN[count] + first_digits(third, count),
+                16 + count,
+            )
+        }
+    };
+    matches!(window[length], b',' | b']').then_some((value, length))
 }
 
 /// `bytes` as text; the caller has seen that every byte is below 0x80.
@@ -621,11 +631,9 @@ impl<'a> Scanner<'a> {
     fn plain_magnitude(&mut self) -> Option<(bool, u64)> {
         let bytes = self.bytes;
         let negative = bytes.get(self.pos) == Some(&b'-');
-        let (magnitude, end) = digit_run(bytes, self.pos + usize::from(negative))?;
-        if !matches!(bytes.get(end), Some(b',' | b']')) {
-            return None;
-        }
-        self.pos = end;
+        let start = self.pos + usize::from(negative);
+        let (magnitude, length) = digit_run(bytes, start)?;
+        self.pos = start + length;
         Some((negative, magnitude))
     }
 
