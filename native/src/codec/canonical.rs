@@ -127,7 +127,7 @@ fn read_event(scanner: &mut Scanner<'_>) -> Option<Event> {
     if kind == EventType::Cleared {
         return Some(Event::Cleared);
     }
-    let hashes: Hashes = int_list(scanner, Scanner::plain_i64)?;
+    let hashes = hash_list(scanner)?;
     match kind {
         EventType::Stored => read_stored_rest(scanner, hashes).map(Event::Stored),
         EventType::Removed => {
@@ -211,17 +211,45 @@ fn int_list<'a, A: smallvec::Array>(
     read: impl Fn(&mut Scanner<'a>) -> Option<A::Item>,
 ) -> Option<SmallVec<A>> {
     let mut out = SmallVec::new();
+    more_ints(scanner, &mut out, read)?;
+    Some(out)
+}
+
+/// `int_list` of block hashes: one or two of them (nearly every event) without a push.
+#[inline(always)]
+fn hash_list(scanner: &mut Scanner<'_>) -> Option<Hashes> {
+    let first = scanner.plain_i64()?;
+    if scanner.eat(b"]") {
+        return Some(Hashes::from_buf_and_len([first, 0], 1));
+    }
+    scanner.eat(b",");
+    let mut hashes = Hashes::from_buf([first, scanner.plain_i64()?]);
+    if !scanner.eat(b"]") {
+        scanner.eat(b",");
+        more_ints(scanner, &mut hashes, Scanner::plain_i64)?;
+    }
+    Some(hashes)
+}
+
+/// The items of an int list from the cursor (on one) to its `]`, pushed to `out`.
+#[inline(always)]
+fn more_ints<'a, A: smallvec::Array>(
+    scanner: &mut Scanner<'a>,
+    out: &mut SmallVec<A>,
+    read: impl Fn(&mut Scanner<'a>) -> Option<A::Item>,
+) -> Option<()> {
     loop {
         out.push(read(scanner)?);
         // `read` left the cursor on a `,` or a `]`.
         if scanner.eat(b"]") {
-            return Some(out);
+            return Some(());
         }
         scanner.eat(b",");
     }
 }
 
 /// `null`, or an int in int64 followed by `,` or `]` (as every one in the layout is).
+#[inline(always)]
 fn optional_i64(scanner: &mut Scanner<'_>) -> Option<Option<i64>> {
     if scanner.eat(b"null") {
         return Some(None);

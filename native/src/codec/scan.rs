@@ -220,9 +220,8 @@ fn equals<const N: usize>(bytes: &[u8], literal: &[u8; N]) -> bool {
     if N < 8 {
         return bytes == literal;
     }
-    let word = |text: &[u8], at: usize| {
-        u64::from_le_bytes(text[at..at + 8].try_into().expect("8 bytes"))
-    };
+    let word =
+        |text: &[u8], at: usize| u64::from_le_bytes(text[at..at + 8].try_into().expect("8 bytes"));
     let mut difference = 0;
     let mut at = 0;
     while at + 8 < N {
