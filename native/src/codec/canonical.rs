@@ -87,9 +87,9 @@ pub(super) fn canonical_batch(data: &[u8]) -> Option<Batch> {
 /// The event at the cursor (on its `{`) if it has the encoder's layout; None, cursor unmoved,
 /// otherwise.
 #[inline]
-pub(super) fn canonical_event(scanner: &mut Scanner<'_>) -> Option<Event> {
+pub(super) fn canonical_event(scanner: &mut Scanner<'_>, scratch: &mut Scratch) -> Option<Event> {
     let start = scanner.offset();
-    let event = read_event(scanner);
+    let event = read_event(scanner, scratch);
     if event.is_none() {
         scanner.rewind(start);
     }
@@ -99,13 +99,20 @@ pub(super) fn canonical_event(scanner: &mut Scanner<'_>) -> Option<Event> {
 /// The events from the cursor (just inside the events array) on, one after another, while they
 /// have the encoder's layout, pushed to `events`; how many. The cursor is left after the last
 /// one taken (or where it was when none is).
-pub(super) fn canonical_events(scanner: &mut Scanner<'_>, events: &mut Vec<Event>) -> usize {
+pub(super) fn canonical_events(
+    scanner: &mut Scanner<'_>,
+    events: &mut Vec<Event>,
+    scratch: &mut Scratch,
+) -> usize {
     let mut count = 0;
     loop {
         let start = scanner.offset();
         let event = match count {
-            0 => read_event(scanner),
-            _ => scanner.eat(b",").then(|| read_event(scanner)).flatten(),
+            0 => read_event(scanner, scratch),
+            _ => scanner
+                .eat(b",")
+                .then(|| read_event(scanner, scratch))
+                .flatten(),
         };
         match event {
             Some(event) => events.push(event),
@@ -118,7 +125,7 @@ pub(super) fn canonical_events(scanner: &mut Scanner<'_>, events: &mut Vec<Event
     }
 }
 
-fn read_event(scanner: &mut Scanner<'_>) -> Option<Event> {
+fn read_event(scanner: &mut Scanner<'_>, scratch: &mut Scratch) -> Option<Event> {
     // The event object and one list inside it: two levels the general path would count.
     if scanner.depth() + 2 > MAX_DEPTH {
         return None;
@@ -127,9 +134,9 @@ fn read_event(scanner: &mut Scanner<'_>) -> Option<Event> {
     if kind == EventType::Cleared {
         return Some(Event::Cleared);
     }
-    let hashes = hash_list(scanner)?;
+    let hashes = hash_list(scanner, &mut scratch.hashes)?;
     match kind {
-        EventType::Stored => read_stored_rest(scanner, hashes).map(Event::Stored),
+        EventType::Stored => read_stored_rest(scanner, hashes, scratch).map(Event::Stored),
         EventType::Removed => {
             let medium = match scanner.eat(b",\"medium\":\"GPU\"}") {
                 true => Some(Medium::GPU),
@@ -165,7 +172,11 @@ fn event_head(scanner: &mut Scanner<'_>) -> Option<EventType> {
 }
 
 /// A `BlockStored` after its `hashes`, up to its closing brace.
-fn read_stored_rest(scanner: &mut Scanner<'_>, hashes: Hashes) -> Option<Stored> {
+fn read_stored_rest(
+    scanner: &mut Scanner<'_>,
+    hashes: Hashes,
+    scratch: &mut Scratch,
+) -> Option<Stored> {
     if !scanner.eat(b",\"parent_block_hash\":") {
         return None;
     }
@@ -173,7 +184,7 @@ fn read_stored_rest(scanner: &mut Scanner<'_>, hashes: Hashes) -> Option<Stored>
     if !scanner.eat(b",\"token_ids\":[") {
         return None;
     }
-    let tokens: Tokens = int_list(scanner, Scanner::plain_u32)?;
+    let tokens = token_list(scanner, &mut scratch.tokens)?;
     if !scanner.eat(b",\"block_size\":") {
         return None;
     }
@@ -203,40 +214,63 @@ fn read_stored_rest(scanner: &mut Scanner<'_>, hashes: Hashes) -> Option<Stored>
     })
 }
 
-/// The rest of a non-empty `[int,int,...]` without whitespace (the cursor after its `[`), every
-/// item read by `read`.
-#[inline]
-fn int_list<'a, A: smallvec::Array>(
-    scanner: &mut Scanner<'a>,
-    read: impl Fn(&mut Scanner<'a>) -> Option<A::Item>,
-) -> Option<SmallVec<A>> {
-    let mut out = SmallVec::new();
-    more_ints(scanner, &mut out, read)?;
-    Some(out)
-}
-
-/// `int_list` of block hashes: one or two of them (nearly every event) without a push.
+/// The rest of a non-empty `[int,...]` of block hashes without whitespace (the cursor after its
+/// `[`). One or two (nearly every event) are put in place; a longer list is read into `spill`
+/// (reused) and copied once, with one allocation.
 #[inline(always)]
-fn hash_list(scanner: &mut Scanner<'_>) -> Option<Hashes> {
+fn hash_list(scanner: &mut Scanner<'_>, spill: &mut Vec<i64>) -> Option<Hashes> {
     let first = scanner.plain_i64()?;
     if scanner.eat(b"]") {
         return Some(Hashes::from_buf_and_len([first, 0], 1));
     }
     scanner.eat(b",");
-    let mut hashes = Hashes::from_buf([first, scanner.plain_i64()?]);
-    if !scanner.eat(b"]") {
-        scanner.eat(b",");
-        more_ints(scanner, &mut hashes, Scanner::plain_i64)?;
+    let second = scanner.plain_i64()?;
+    if scanner.eat(b"]") {
+        return Some(Hashes::from_buf([first, second]));
     }
-    Some(hashes)
+    scanner.eat(b",");
+    spilled_list(scanner, spill, [first, second], Scanner::plain_i64)
+}
+
+/// `hash_list` for the token ids of a store.
+#[inline(always)]
+fn token_list(scanner: &mut Scanner<'_>, spill: &mut Vec<u32>) -> Option<Tokens> {
+    let first = scanner.plain_u32()?;
+    if scanner.eat(b"]") {
+        return Some(Tokens::from_buf_and_len([first, 0, 0, 0], 1));
+    }
+    scanner.eat(b",");
+    let second = scanner.plain_u32()?;
+    if scanner.eat(b"]") {
+        return Some(Tokens::from_buf_and_len([first, second, 0, 0], 2));
+    }
+    scanner.eat(b",");
+    spilled_list(scanner, spill, [first, second], Scanner::plain_u32)
+}
+
+/// A list's `head` and its items from the cursor (on one) to its `]`, through `spill`.
+fn spilled_list<'a, A>(
+    scanner: &mut Scanner<'a>,
+    spill: &mut Vec<A::Item>,
+    head: [A::Item; 2],
+    read: impl Fn(&mut Scanner<'a>) -> Option<A::Item>,
+) -> Option<SmallVec<A>>
+where
+    A: smallvec::Array,
+    A::Item: Copy,
+{
+    spill.clear();
+    spill.extend_from_slice(&head);
+    more_ints(scanner, spill, read)?;
+    Some(SmallVec::from_slice(spill))
 }
 
 /// The items of an int list from the cursor (on one) to its `]`, pushed to `out`.
 #[inline(always)]
-fn more_ints<'a, A: smallvec::Array>(
+fn more_ints<'a, T>(
     scanner: &mut Scanner<'a>,
-    out: &mut SmallVec<A>,
-    read: impl Fn(&mut Scanner<'a>) -> Option<A::Item>,
+    out: &mut Vec<T>,
+    read: impl Fn(&mut Scanner<'a>) -> Option<T>,
 ) -> Option<()> {
     loop {
         out.push(read(scanner)?);

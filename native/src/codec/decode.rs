@@ -331,7 +331,7 @@ pub(super) fn scan_events(
     scratch: &mut Scratch,
 ) -> Result<Option<DecodeError>, SyntaxError> {
     scanner.open_array()?;
-    let mut index = canonical_events(scanner, events);
+    let mut index = canonical_events(scanner, events, scratch);
     let mut first = index == 0;
     let mut failure = None;
     while scanner.next_element(&mut first)? {
@@ -493,7 +493,7 @@ fn scan_event(
     scanner: &mut Scanner<'_>,
     scratch: &mut Scratch,
 ) -> Result<Result<Event, DecodeError>, SyntaxError> {
-    match canonical_event(scanner) {
+    match canonical_event(scanner, scratch) {
         Some(event) => Ok(Ok(event)),
         None => scan_event_slots(scanner, scratch),
     }
@@ -700,7 +700,7 @@ mod tests {
     fn both_paths(text: &str) -> (Option<(Event, usize)>, SlotOutcome) {
         let mut scratch = Scratch::default();
         let mut fast = Scanner::new(text.as_bytes());
-        let event = canonical_event(&mut fast).map(|event| (event, fast.offset()));
+        let event = canonical_event(&mut fast, &mut scratch).map(|event| (event, fast.offset()));
         if event.is_none() {
             assert_eq!(fast.offset(), 0, "the fast path rewinds: {text}");
         }
@@ -726,6 +726,8 @@ mod tests {
             r#"{"type":"BlockRemoved","block_hashes":[5],"medium":null}"#.into(),
             r#"{"type":"BlockRemoved","block_hashes":[5],"medium":"GPU"}"#.into(),
             r#"{"type":"BlockRemoved","block_hashes":[5,6,7],"medium":"GPUs"}"#.into(),
+            r#"{"type":"BlockStored","block_hashes":[1],"parent_block_hash":null,"token_ids":[7],"block_size":1,"lora_id":null,"medium":"GPU"}"#.into(),
+            r#"{"type":"BlockStored","block_hashes":[1,2,3],"parent_block_hash":4,"token_ids":[7,8,9],"block_size":1,"lora_id":null,"medium":"GPU"}"#.into(),
             stored(
                 r#"null,"token_ids":[0,4294967295],"block_size":1,"lora_id":null,"medium":"GPU""#,
             ),
