@@ -213,6 +213,35 @@ fn digit_run(bytes: &[u8], start: usize) -> Option<(u64, usize)> {
     matches!(window[length], b',' | b']').then_some((value, length))
 }
 
+/// How many bytes of `bytes` come before the first `"`, `\\`, control character or non-ASCII
+/// byte; None when there is none.
+#[inline]
+fn plain_text_length(bytes: &[u8]) -> Option<usize> {
+    let mut words = bytes.chunks_exact(8);
+    let mut length = 0;
+    for chunk in &mut words {
+        let word = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
+        // Per byte, `x - 0x01 & !x` has its high bit set for a zero byte (`x - 0x20 & !x`: a
+        // byte below 0x20); a borrow between bytes only starts at such a byte and only reaches
+        // later ones, so the first byte flagged is the first one that stops the text.
+        let zero = |x: u64| x.wrapping_sub(ONES) & !x;
+        let stops = (zero(word ^ (ONES * u64::from(b'"')))
+            | zero(word ^ (ONES * u64::from(b'\\')))
+            | (word.wrapping_sub(ONES * 0x20) & !word)
+            | word)
+            & HIGH_BITS;
+        if stops != 0 {
+            return Some(length + stops.trailing_zeros() as usize / 8);
+        }
+        length += 8;
+    }
+    let tail = words.remainder();
+    let position = tail
+        .iter()
+        .position(|&byte| matches!(byte, b'"' | b'\\' | 0..=0x1f | 0x80..=0xff))?;
+    Some(length + position)
+}
+
 /// Whether `bytes` (N of them) are `literal`, compared a word at a time: a fixed number of
 /// inline compares however long the literal (a plain `==` calls memcmp from about 32 bytes).
 #[inline(always)]
@@ -296,9 +325,7 @@ impl<'a> Scanner<'a> {
         }
         let start = self.pos + 1;
         let rest = bytes.get(start..)?;
-        let length = rest
-            .iter()
-            .position(|&byte| matches!(byte, b'"' | b'\\' | 0..=0x1f | 0x80..=0xff))?;
+        let length = plain_text_length(rest)?;
         if rest[length] != b'"' {
             return None;
         }
@@ -962,6 +989,39 @@ mod tests {
             Scanner::new(b"9223372036854775807,").plain_i64(),
             Some(i64::MAX)
         );
+    }
+
+    #[test]
+    fn plain_text_ends_at_the_first_stop_byte() {
+        let reference = |bytes: &[u8]| {
+            bytes
+                .iter()
+                .position(|&byte| matches!(byte, b'"' | b'\\' | 0..=0x1f | 0x80..=0xff))
+        };
+        for byte in 0..=255u8 {
+            for at in 0..20 {
+                let mut text = vec![b'a'; at];
+                text.push(byte);
+                text.extend_from_slice(b"bc\x00\"\\\xffd\x01");
+                assert_eq!(plain_text_length(&text), reference(&text), "{text:?}");
+            }
+        }
+        // Pseudo-random texts of bytes near the stops, the borrows between them included.
+        let mut state = 1u64;
+        for _ in 0..20_000 {
+            let text: Vec<u8> = (0..state % 23)
+                .map(|_| {
+                    state = state
+                        .wrapping_mul(6_364_136_223_846_793_005)
+                        .wrapping_add(1);
+                    [
+                        0, 1, 0x1f, 0x20, b'!', b'"', b'#', b'[', b'\\', b']', 0x7f, 0x80, 0xa0,
+                        0xff,
+                    ][(state >> 33) as usize % 14]
+                })
+                .collect();
+            assert_eq!(plain_text_length(&text), reference(&text), "{text:?}");
+        }
     }
 
     #[test]
