@@ -42,6 +42,12 @@ fn slack(homes: usize) -> usize {
     32 + homes / 64
 }
 
+/// The home bucket of check bits `top` in a table of `homes` homes.
+#[inline]
+fn home(top: u32, homes: usize) -> usize {
+    ((u64::from(top) * homes as u64) >> 32) as usize
+}
+
 /// Sorted open addressing over buckets `B`; see the module docs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OrderedTable<B> {
@@ -138,7 +144,7 @@ impl<B: Bucket> OrderedTable<B> {
 
     #[inline]
     fn home(&self, top: u32) -> usize {
-        ((u64::from(top) * self.homes as u64) >> 32) as usize
+        home(top, self.homes)
     }
 
     /// Ask the CPU to start loading the bucket where a probe for `top` begins (a hint: a batch
@@ -245,11 +251,14 @@ impl<B: Bucket> OrderedTable<B> {
         if end + 1 >= self.buckets.len() {
             return false;
         }
-        self.buckets.copy_within(at..end, at + 1);
+        if end > at {
+            self.buckets.copy_within(at..end, at + 1);
+        }
         self.buckets[at] = bucket;
         true
     }
 
+    #[cold]
     fn grow(&mut self) {
         // 2^k -> 1.5 * 2^k -> 2^(k+1): steps of 3/2 and 4/3, so the load after a growth is
         // never below 0.53.
@@ -299,21 +308,28 @@ impl<B: Bucket> OrderedTable<B> {
     }
 
     /// `buckets` (in order; empty ones skipped) in a new table of `homes` homes, each at its
-    /// home or just after the previous one (None when they overflow its slack).
+    /// home or just after the previous one (None when they overflow its slack). The new table
+    /// is written front to back, each bucket once (no zeroing first).
     fn placed(&self, buckets: &[B], homes: usize) -> Option<Self> {
-        let mut grown = Self::with_homes(homes);
-        let last = grown.buckets.len() - 1;
-        let mut next = 0;
+        let size = homes + slack(homes);
+        let mut laid = Vec::with_capacity(size);
         for &bucket in buckets.iter().filter(|b| !b.is_empty()) {
-            let at = grown.home(bucket.top()).max(next);
-            if at >= last {
+            let at = home(bucket.top(), homes);
+            while laid.len() < at {
+                laid.push(B::default());
+            }
+            // the last bucket stays empty
+            if laid.len() + 1 >= size {
                 return None;
             }
-            grown.buckets[at] = bucket;
-            next = at + 1;
+            laid.push(bucket);
         }
-        grown.len = self.len;
-        Some(grown)
+        laid.resize(size, B::default());
+        Some(Self {
+            len: self.len,
+            homes,
+            buckets: laid,
+        })
     }
 
     /// Empty the bucket at `at` (a position `find` gave), shifting later buckets of its run
