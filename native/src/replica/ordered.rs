@@ -42,12 +42,6 @@ fn slack(homes: usize) -> usize {
     32 + homes / 64
 }
 
-/// The home bucket of check bits `top` in a table of `homes` homes.
-#[inline]
-fn home(top: u32, homes: usize) -> usize {
-    ((u64::from(top) * homes as u64) >> 32) as usize
-}
-
 /// Sorted open addressing over buckets `B`; see the module docs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OrderedTable<B> {
@@ -144,7 +138,7 @@ impl<B: Bucket> OrderedTable<B> {
 
     #[inline]
     fn home(&self, top: u32) -> usize {
-        home(top, self.homes)
+        ((u64::from(top) * self.homes as u64) >> 32) as usize
     }
 
     /// Ask the CPU to start loading the bucket where a probe for `top` begins (a hint: a batch
@@ -308,28 +302,21 @@ impl<B: Bucket> OrderedTable<B> {
     }
 
     /// `buckets` (in order; empty ones skipped) in a new table of `homes` homes, each at its
-    /// home or just after the previous one (None when they overflow its slack). The new table
-    /// is written front to back, each bucket once (no zeroing first).
+    /// home or just after the previous one (None when they overflow its slack).
     fn placed(&self, buckets: &[B], homes: usize) -> Option<Self> {
-        let size = homes + slack(homes);
-        let mut laid = Vec::with_capacity(size);
+        let mut grown = Self::with_homes(homes);
+        let last = grown.buckets.len() - 1;
+        let mut next = 0;
         for &bucket in buckets.iter().filter(|b| !b.is_empty()) {
-            let at = home(bucket.top(), homes);
-            while laid.len() < at {
-                laid.push(B::default());
-            }
-            // the last bucket stays empty
-            if laid.len() + 1 >= size {
+            let at = grown.home(bucket.top()).max(next);
+            if at >= last {
                 return None;
             }
-            laid.push(bucket);
+            grown.buckets[at] = bucket;
+            next = at + 1;
         }
-        laid.resize(size, B::default());
-        Some(Self {
-            len: self.len,
-            homes,
-            buckets: laid,
-        })
+        grown.len = self.len;
+        Some(grown)
     }
 
     /// Empty the bucket at `at` (a position `find` gave), shifting later buckets of its run
