@@ -531,8 +531,11 @@ mod tests {
         let mut table = BlockTable::new();
         stored(&mut table, &[1, 2], None).unwrap();
         let before = table.clone();
-        let cases: [(&[i64], Option<i64>, &str); 4] = [
+        let long: Vec<i64> = (10..30).chain([12]).collect();
+        let cases: [(&[i64], Option<i64>, &str); 6] = [
             (&[5], Some(9), "BlockStored names unknown parent block 9"),
+            (&[5, 5], Some(1), "BlockStored names one block twice"),
+            (&long, None, "BlockStored names one block twice"),
             (
                 &[5, 2],
                 Some(1),

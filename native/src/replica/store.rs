@@ -561,6 +561,18 @@ mod tests {
     }
 
     #[test]
+    fn sources_are_found_by_name_among_few_and_many() {
+        let mut store = ReplicaStore::new();
+        for count in 1..=2 * FEW_SOURCES as u32 {
+            assert_eq!(store.id_or_create(&format!("s{count}")), count - 1);
+            for id in 0..count {
+                assert_eq!(store.id(&format!("s{}", id + 1)), Some(id));
+            }
+            assert_eq!(store.id("other"), None);
+        }
+    }
+
+    #[test]
     fn a_meta_page_size_is_enforced_on_the_first_block() {
         let mut store = ReplicaStore::new();
         store.replica_mut("a").meta = Some(SourceMeta {
