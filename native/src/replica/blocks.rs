@@ -300,7 +300,7 @@ impl BlockTable {
                 Err(at) => position = at.filter(|_| hashes.len() == 1),
             }
         }
-        if hashes.len() > 1 && self.has_duplicates(hashes) {
+        if has_duplicates(hashes, &mut self.scratch) {
             return Err("BlockStored names one block twice".to_owned());
         }
         let fresh = hashes.len().saturating_sub(self.free.len());
@@ -331,19 +331,6 @@ impl BlockTable {
         Ok(())
     }
 
-    fn has_duplicates(&mut self, hashes: &[i64]) -> bool {
-        if hashes.len() <= 16 {
-            return hashes
-                .iter()
-                .enumerate()
-                .any(|(at, hash)| hashes[at + 1..].contains(hash));
-        }
-        self.scratch.clear();
-        self.scratch.extend_from_slice(hashes);
-        self.scratch.sort_unstable();
-        self.scratch.windows(2).any(|pair| pair[0] == pair[1])
-    }
-
     fn new_slot(&mut self, hash: i64, parent: u32, children: u32, tokens: &[u32]) -> u32 {
         let block = Block {
             hash,
@@ -353,12 +340,21 @@ impl BlockTable {
         if let Some(slot) = self.free.pop() {
             let at = slot as usize;
             self.blocks[at] = block;
-            self.tokens[at * tokens.len()..(at + 1) * tokens.len()].copy_from_slice(tokens);
+            match tokens {
+                // page size 1: one store, not a memcpy call
+                &[token] => self.tokens[at] = token,
+                _ => {
+                    self.tokens[at * tokens.len()..(at + 1) * tokens.len()].copy_from_slice(tokens)
+                }
+            }
             return slot;
         }
         let slot = self.blocks.len() as u32;
         self.blocks.push(block);
-        self.tokens.extend_from_slice(tokens);
+        match tokens {
+            &[token] => self.tokens.push(token),
+            _ => self.tokens.extend_from_slice(tokens),
+        }
         slot
     }
 
@@ -482,6 +478,28 @@ impl BlockTable {
     }
 }
 
+/// Whether `hashes` names one block twice (`scratch`: room to sort a long list in).
+#[inline]
+fn has_duplicates(hashes: &[i64], scratch: &mut Vec<i64>) -> bool {
+    match hashes {
+        [_] => false,
+        [first, second] => first == second,
+        _ if hashes.len() <= 16 => hashes
+            .iter()
+            .enumerate()
+            .any(|(at, hash)| hashes[at + 1..].contains(hash)),
+        _ => sorted_has_duplicates(hashes, scratch),
+    }
+}
+
+#[cold]
+fn sorted_has_duplicates(hashes: &[i64], scratch: &mut Vec<i64>) -> bool {
+    scratch.clear();
+    scratch.extend_from_slice(hashes);
+    scratch.sort_unstable();
+    scratch.windows(2).any(|pair| pair[0] == pair[1])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -513,8 +531,11 @@ mod tests {
         let mut table = BlockTable::new();
         stored(&mut table, &[1, 2], None).unwrap();
         let before = table.clone();
-        let cases: [(&[i64], Option<i64>, &str); 4] = [
+        let long: Vec<i64> = (10..30).chain([12]).collect();
+        let cases: [(&[i64], Option<i64>, &str); 6] = [
             (&[5], Some(9), "BlockStored names unknown parent block 9"),
+            (&[5, 5], Some(1), "BlockStored names one block twice"),
+            (&long, None, "BlockStored names one block twice"),
             (
                 &[5, 2],
                 Some(1),

@@ -245,11 +245,14 @@ impl<B: Bucket> OrderedTable<B> {
         if end + 1 >= self.buckets.len() {
             return false;
         }
-        self.buckets.copy_within(at..end, at + 1);
+        if end > at {
+            self.buckets.copy_within(at..end, at + 1);
+        }
         self.buckets[at] = bucket;
         true
     }
 
+    #[cold]
     fn grow(&mut self) {
         // 2^k -> 1.5 * 2^k -> 2^(k+1): steps of 3/2 and 4/3, so the load after a growth is
         // never below 0.53.

@@ -24,6 +24,8 @@ const PROBE_AHEAD: usize = 8;
 const RECORD_AHEAD: usize = 4;
 /// How many pages of a multi-page store the holder index prefetches ahead.
 const HOLDER_PREFETCH_PAGES: usize = 8;
+/// Up to this many sources, a source is found by comparing names instead of through `ids`.
+const FEW_SOURCES: usize = 8;
 
 /// What a replica needs of its source's `meta` (parsed by the caller; the JSON is kept as is
 /// for snapshots).
@@ -67,13 +69,7 @@ impl Replica {
     /// `ReplicaStore::apply_events`, which keeps the holder index in step.)
     pub(crate) fn apply_event(&mut self, event: &Event) -> Result<(), ConsistencyError> {
         let result = match event {
-            Event::Stored(stored) => self.blocks.store(
-                &stored.hashes,
-                stored.parent,
-                &stored.tokens,
-                stored.block_size,
-                self.meta.as_ref().map(|meta| meta.page_size),
-            ),
+            Event::Stored(stored) => return self.store(stored),
             Event::Removed { hashes, .. } => self.blocks.remove(hashes),
             Event::SwaEvicted { hashes } => self.blocks.set_residency(hashes, false),
             Event::SwaRestored { hashes } => self.blocks.set_residency(hashes, true),
@@ -83,6 +79,19 @@ impl Replica {
             }
         };
         result.map_err(|reason| self.fail(reason))
+    }
+
+    /// Store the pages of `stored`; the replica is unchanged when they do not fit.
+    fn store(&mut self, stored: &Stored) -> Result<(), ConsistencyError> {
+        self.blocks
+            .store(
+                &stored.hashes,
+                stored.parent,
+                &stored.tokens,
+                stored.block_size,
+                self.meta.as_ref().map(|meta| meta.page_size),
+            )
+            .map_err(|reason| self.fail(reason))
     }
 
     /// Drop every block; this also ends a divergence (the source starts over). (Through
@@ -152,13 +161,22 @@ impl ReplicaStore {
     }
 
     /// The id of `source`, None when never seen.
+    #[inline]
     pub fn id(&self, source: &str) -> Option<u32> {
+        if self.replicas.len() <= FEW_SOURCES {
+            // comparing a few names costs less than hashing one
+            return self
+                .replicas
+                .iter()
+                .position(|replica| replica.name == source)
+                .map(|id| id as u32);
+        }
         self.ids.get(source).copied()
     }
 
     /// The id of `source`, creating an empty replica when new.
     pub fn id_or_create(&mut self, source: &str) -> u32 {
-        if let Some(&id) = self.ids.get(source) {
+        if let Some(id) = self.id(source) {
             return id;
         }
         let id = self.replicas.len() as u32;
@@ -328,13 +346,13 @@ enum Pages {
 /// Apply one event to `replica` (source id `id`), keeping `holders` in step.
 fn apply_one(
     replica: &mut Replica,
-    mut holders: Option<&mut HolderIndex>,
+    holders: Option<&mut HolderIndex>,
     id: u32,
     event: &Event,
     pages: Pages,
 ) -> Result<(), ConsistencyError> {
     if let Event::Stored(stored) = event {
-        let result = replica.apply_event(event);
+        let result = replica.store(stored);
         let stored_pages = match result {
             Ok(()) => stored.hashes.len(),
             Err(error) if pages == Pages::Whole || stored.hashes.len() < 2 => return Err(error),
@@ -343,12 +361,16 @@ fn apply_one(
             Err(error) => match store_page_by_page(replica, stored) {
                 Ok(()) => stored.hashes.len(),
                 Err((done, page_error)) => {
-                    add_holders(holders.as_deref_mut(), &stored.hashes[..done], id);
+                    if let Some(holders) = holders {
+                        add_holders(holders, &stored.hashes[..done], id);
+                    }
                     return Err(page_error.unwrap_or(error));
                 }
             },
         };
-        add_holders(holders, &stored.hashes[..stored_pages], id);
+        if let Some(holders) = holders {
+            add_holders(holders, &stored.hashes[..stored_pages], id);
+        }
         return Ok(());
     }
     let Some(holders) = holders else {
@@ -410,10 +432,7 @@ fn store_page_by_page(
 }
 
 /// `id` now holds `hashes` (just stored, SWA-resident).
-fn add_holders(holders: Option<&mut HolderIndex>, hashes: &[i64], id: u32) {
-    let Some(holders) = holders else {
-        return;
-    };
+fn add_holders(holders: &mut HolderIndex, hashes: &[i64], id: u32) {
     holders.reserve(hashes.len());
     for &block_hash in hashes.iter().take(HOLDER_PREFETCH_PAGES) {
         holders.prefetch(block_hash);
@@ -539,6 +558,18 @@ mod tests {
             store.get("a").unwrap().state_digest().unwrap(),
             "0000000000000000"
         );
+    }
+
+    #[test]
+    fn sources_are_found_by_name_among_few_and_many() {
+        let mut store = ReplicaStore::new();
+        for count in 1..=2 * FEW_SOURCES as u32 {
+            assert_eq!(store.id_or_create(&format!("s{count}")), count - 1);
+            for id in 0..count {
+                assert_eq!(store.id(&format!("s{}", id + 1)), Some(id));
+            }
+            assert_eq!(store.id("other"), None);
+        }
     }
 
     #[test]
