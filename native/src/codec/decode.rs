@@ -9,7 +9,7 @@
 
 use std::borrow::Cow;
 
-use super::canonical::{canonical_batch, canonical_event};
+use super::canonical::{canonical_batch, canonical_event, canonical_events};
 use super::meta::{scan_meta, Meta};
 use super::scan::{Kind, Number, Scanner, SyntaxError, Value};
 use super::text::quoted_excerpt;
@@ -331,8 +331,8 @@ pub(super) fn scan_events(
     scratch: &mut Scratch,
 ) -> Result<Option<DecodeError>, SyntaxError> {
     scanner.open_array()?;
-    let mut first = true;
-    let mut index = 0usize;
+    let mut index = canonical_events(scanner, events, scratch);
+    let mut first = index == 0;
     let mut failure = None;
     while scanner.next_element(&mut first)? {
         if failure.is_some() {
@@ -725,12 +725,17 @@ mod tests {
             r#"{"type":"BlockSWARestored","block_hashes":[0]}"#.into(),
             r#"{"type":"BlockRemoved","block_hashes":[5],"medium":null}"#.into(),
             r#"{"type":"BlockRemoved","block_hashes":[5],"medium":"GPU"}"#.into(),
+            r#"{"type":"BlockRemoved","block_hashes":[5,6,7],"medium":"GPUs"}"#.into(),
+            r#"{"type":"BlockStored","block_hashes":[1],"parent_block_hash":null,"token_ids":[7],"block_size":1,"lora_id":null,"medium":"GPU"}"#.into(),
+            r#"{"type":"BlockStored","block_hashes":[1,2,3],"parent_block_hash":4,"token_ids":[7,8,9],"block_size":1,"lora_id":null,"medium":"GPU"}"#.into(),
             stored(
                 r#"null,"token_ids":[0,4294967295],"block_size":1,"lora_id":null,"medium":"GPU""#,
             ),
             stored(
                 r#"-7,"token_ids":[1,2,3,4],"block_size":2,"lora_id":-9223372036854775808,"medium":null"#,
             ),
+            stored(r#"7,"token_ids":[1,2,3,4,5,6],"block_size":3,"lora_id":null,"medium":"CPU""#),
+            stored(r#"null,"token_ids":[1,2],"block_size":1,"lora_id":3,"medium":"GPU""#),
         ];
         for text in &taken {
             let (fast, slow) = both_paths(text);
@@ -755,6 +760,7 @@ mod tests {
             r#"{"type":"BlockSWAEvicted","block_hashes":[1],"block_hashes":[2]}"#.into(),
             r#"{"type":"BlockSWAEvicted","block_hashes":[1],"medium":"GPU"}"#.into(),
             r#"{"type":"BlockRemoved","block_hashes":[5]}"#.into(),
+            r#"{"type":"BlockRemoved","block_hashes":[5],"medium":"GPU","medium":"GPU"}"#.into(),
             r#"{"type":"BlockRemoved","block_hashes":[5],"medium":"G\u0050U"}"#.into(),
             "{\"type\":\"BlockRemoved\",\"block_hashes\":[5],\"medium\":\"\u{e9}\"}".into(),
             "{\"type\":\"BlockRemoved\",\"block_hashes\":[5],\"medium\":\"\t\"}".into(),

@@ -118,33 +118,158 @@ fn hex_digit(byte: u8) -> Option<u32> {
     }
 }
 
-/// The value of eight ASCII digits (`chunk` holds eight bytes), None when any byte is not one.
-#[inline]
-fn eight_digits(chunk: &[u8]) -> Option<u64> {
-    let word = u64::from_le_bytes(chunk.try_into().ok()?);
-    // A digit is 0x30..=0x39: its high nibble is 3 (this alone leaves 0x30..=0x3f), and adding
-    // 6 keeps it 3 (0x3a..=0x3f become 0x40..=0x45). A byte whose high nibble is not 3 fails the
-    // first half whatever a carry out of it does to its neighbour.
-    let high = word & 0xf0f0_f0f0_f0f0_f0f0;
-    let carried = word.wrapping_add(0x0606_0606_0606_0606) & 0xf0f0_f0f0_f0f0_f0f0;
-    if high | (carried >> 4) != 0x3333_3333_3333_3333 {
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGH_BITS: u64 = 0x8080_8080_8080_8080;
+
+/// How many of `word`'s bytes, from the first, are ASCII digits (8 when all are).
+#[inline(always)]
+fn leading_digits(word: u64) -> usize {
+    // Per byte, `byte - '0'` is below 10 for a digit only; adding 0x76 sets the high bit of
+    // 10..=0x7f, and the high bit is already set at or above 0x80. A borrow or carry between
+    // bytes only starts at a non-digit and only reaches later bytes: the first non-digit and
+    // every byte before it are judged right, and only the first non-digit counts.
+    let offset = word.wrapping_sub(ONES * u64::from(b'0'));
+    let not_digit = (offset | offset.wrapping_add(ONES * 0x76)) & HIGH_BITS;
+    not_digit.trailing_zeros() as usize / 8
+}
+
+/// The value of eight digit bytes (the first byte, the lowest, is the most significant digit);
+/// a zero byte counts as a leading `0`.
+#[inline(always)]
+fn eight_digits(word: u64) -> u64 {
+    // Combine the digits pairwise: 8 of 1 digit -> 4 of 2 -> 2 of 4 -> 1 of 8. Each multiply
+    // adds 10^k times every lane to the lane above it (no sum overflows its lane, and what
+    // leaves the word is the top lane's, unused), the shift moves each sum down into the lane
+    // of its more significant half, and the mask keeps every other lane.
+    let digits = word & 0x0f0f_0f0f_0f0f_0f0f;
+    let pairs = (digits.wrapping_mul(10 << 8 | 1) >> 8) & 0x00ff_00ff_00ff_00ff;
+    let quads = (pairs.wrapping_mul(100 << 16 | 1) >> 16) & 0x0000_ffff_0000_ffff;
+    quads.wrapping_mul(10_000 << 32 | 1) >> 32
+}
+
+/// The value of the first `count` (0..=7) bytes of `word`, all digits.
+#[inline(always)]
+fn first_digits(word: u64, count: usize) -> u64 {
+    // Shift the other bytes out (zero bytes come in as leading zeros); two shifts, as one of 64
+    // bits (count 0) would overflow.
+    eight_digits((word << (8 * (7 - count))) << 8)
+}
+
+/// 10 to the power of the index.
+const POWERS_OF_TEN: [u64; 8] = [1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000];
+
+/// The digits at `start`, when there are 1 to 19 of them without a superfluous leading zero
+/// and a `,` or `]` follows: their value (below 10^19, so no overflow) and how many there are.
+#[inline(always)]
+fn digit_run(bytes: &[u8], start: usize) -> Option<(u64, usize)> {
+    // The 20 bytes that can hold the digits and the byte after them, read as words; zero
+    // bytes (no digit) stand in for those past the end.
+    let mut padded = [0u8; 24];
+    let window: &[u8; 24] = match bytes.get(start..start + 24) {
+        Some(window) => window.try_into().expect("24 bytes"),
+        None => {
+            let rest = bytes.get(start..).unwrap_or_default();
+            padded[..rest.len()].copy_from_slice(rest);
+            &padded
+        }
+    };
+    let word = |index: usize| {
+        u64::from_le_bytes(
+            window[8 * index..8 * index + 8]
+                .try_into()
+                .expect("8 bytes"),
+        )
+    };
+    let first = word(0);
+    let count = leading_digits(first);
+    if count == 0 || (count > 1 && first as u8 == b'0') {
         return None;
     }
-    // Combine the digits pairwise: 8 of 1 digit -> 4 of 2 -> 2 of 4 -> 1 of 8 (the first byte,
-    // the lowest in little-endian order, is the most significant digit).
-    let digits = word & 0x0f0f_0f0f_0f0f_0f0f;
-    let pairs = (digits * 10 + (digits >> 8)) & 0x00ff_00ff_00ff_00ff;
-    let quads = (pairs * 100 + (pairs >> 16)) & 0x0000_ffff_0000_ffff;
-    Some((quads * 10_000 + (quads >> 32)) & 0xffff_ffff)
+    let (value, length) = if count < 8 {
+        (first_digits(first, count), count)
+    } else {
+        // A block hash has 18 or 19 digits: two whole words and a tail of up to three.
+        let second = word(1);
+        let count = leading_digits(second);
+        let high = eight_digits(first);
+        if count < 8 {
+            (
+                high * POWERS_OF_TEN[count] + first_digits(second, count),
+                8 + count,
+            )
+        } else {
+            let third = word(2);
+            let count = leading_digits(third);
+            if count > 3 {
+                return None;
+            }
+            let high = high * 100_000_000 + eight_digits(second);
+            (
+                high * POWERS_OF_TEN[count] + first_digits(third, count),
+                16 + count,
+            )
+        }
+    };
+    matches!(window[length], b',' | b']').then_some((value, length))
+}
+
+/// How many bytes of `bytes` come before the first `"`, `\\`, control character or non-ASCII
+/// byte; None when there is none.
+#[inline]
+fn plain_text_length(bytes: &[u8]) -> Option<usize> {
+    let mut words = bytes.chunks_exact(8);
+    let mut length = 0;
+    for chunk in &mut words {
+        let word = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
+        // Per byte, `x - 0x01 & !x` has its high bit set for a zero byte (`x - 0x20 & !x`: a
+        // byte below 0x20); a borrow between bytes only starts at such a byte and only reaches
+        // later ones, so the first byte flagged is the first one that stops the text.
+        let zero = |x: u64| x.wrapping_sub(ONES) & !x;
+        let stops = (zero(word ^ (ONES * u64::from(b'"')))
+            | zero(word ^ (ONES * u64::from(b'\\')))
+            | (word.wrapping_sub(ONES * 0x20) & !word)
+            | word)
+            & HIGH_BITS;
+        if stops != 0 {
+            return Some(length + stops.trailing_zeros() as usize / 8);
+        }
+        length += 8;
+    }
+    let tail = words.remainder();
+    let position = tail
+        .iter()
+        .position(|&byte| matches!(byte, b'"' | b'\\' | 0..=0x1f | 0x80..=0xff))?;
+    Some(length + position)
+}
+
+/// Whether `bytes` (N of them) are `literal`, compared a word at a time: a fixed number of
+/// inline compares however long the literal (a plain `==` calls memcmp from about 32 bytes).
+#[inline(always)]
+fn equals<const N: usize>(bytes: &[u8], literal: &[u8; N]) -> bool {
+    if N < 8 {
+        return bytes == literal;
+    }
+    let word =
+        |text: &[u8], at: usize| u64::from_le_bytes(text[at..at + 8].try_into().expect("8 bytes"));
+    let mut difference = 0;
+    let mut at = 0;
+    while at + 8 < N {
+        difference |= word(bytes, at) ^ word(literal, at);
+        at += 8;
+    }
+    // The last word overlaps the one before when N is no multiple of 8.
+    difference |= word(bytes, N - 8) ^ word(literal, N - 8);
+    difference == 0
 }
 
 /// `bytes` as text; the caller has seen that every byte is below 0x80.
 #[inline]
 fn ascii(bytes: &[u8]) -> &str {
     debug_assert!(bytes.is_ascii());
-    // SAFETY: every byte is below 0x80 (the caller ORed them all together and checked the
-    // result), and a byte below 0x80 is a whole one-byte UTF-8 sequence, so `bytes` is valid
-    // UTF-8, which is all `from_utf8_unchecked` requires.
+    // SAFETY: every byte is below 0x80 (each caller has made sure: `string` ORed them all
+    // together and checked the result, `plain_ascii_string` and `number` matched each one), and
+    // a byte below 0x80 is a whole one-byte UTF-8 sequence, so `bytes` is valid UTF-8, which is
+    // all `from_utf8_unchecked` requires.
     unsafe { std::str::from_utf8_unchecked(bytes) }
 }
 
@@ -179,11 +304,10 @@ impl<'a> Scanner<'a> {
     /// otherwise. No whitespace is skipped.
     #[inline]
     pub fn eat<const N: usize>(&mut self, literal: &[u8; N]) -> bool {
-        // A fixed-size comparison: compiled to a few word compares instead of a memcmp call.
         let matched = self
             .bytes
             .get(self.pos..self.pos + N)
-            .is_some_and(|bytes| bytes == literal);
+            .is_some_and(|bytes| equals(bytes, literal));
         if matched {
             self.pos += N;
         }
@@ -201,9 +325,7 @@ impl<'a> Scanner<'a> {
         }
         let start = self.pos + 1;
         let rest = bytes.get(start..)?;
-        let length = rest
-            .iter()
-            .position(|&byte| matches!(byte, b'"' | b'\\' | 0..=0x1f | 0x80..=0xff))?;
+        let length = plain_text_length(rest)?;
         if rest[length] != b'"' {
             return None;
         }
@@ -549,48 +671,62 @@ impl<'a> Scanner<'a> {
     }
 
     /// The common case of an int list item, read without the general number path: at most 19
-    /// digits (no overflow), no fraction or exponent, directly followed by `,` or `]`. None
-    /// (cursor unmoved) for anything else, which the caller reads with `number`.
+    /// digits (no overflow), no fraction or exponent, directly followed by `,` or `]`: its sign
+    /// and magnitude, with the cursor left on that `,` or `]`. None (cursor unmoved) for
+    /// anything else, which the caller reads with `number`.
     #[inline(always)]
-    pub fn plain_int(&mut self) -> Option<i128> {
+    fn plain_magnitude(&mut self) -> Option<(bool, u64)> {
         let bytes = self.bytes;
         let negative = bytes.get(self.pos) == Some(&b'-');
         let start = self.pos + usize::from(negative);
-        let mut at = start;
-        let mut magnitude: u64 = 0;
-        // Whole runs of eight digits first (a block hash has 18 or 19), while they keep the
-        // count within the 19 this path takes: below 10^16 before the last one, so no overflow.
-        while at - start + 8 <= 19 {
-            let Some(value) = bytes.get(at..at + 8).and_then(eight_digits) else {
-                break;
-            };
-            magnitude = magnitude * 100_000_000 + value;
-            at += 8;
-        }
-        while let Some(&byte) = bytes.get(at) {
-            let digit = byte.wrapping_sub(b'0');
-            if digit > 9 {
-                break;
-            }
-            if at - start == 19 {
-                return None;
-            }
-            magnitude = magnitude * 10 + u64::from(digit);
-            at += 1;
-        }
-        let length = at - start;
-        if length == 0 || (length > 1 && bytes[start] == b'0') {
-            return None;
-        }
-        if !matches!(bytes.get(at), Some(b',' | b']')) {
-            return None;
-        }
+        let (magnitude, length) = digit_run(bytes, start)?;
+        self.pos = start + length;
+        Some((negative, magnitude))
+    }
+
+    /// A `plain_magnitude` integer in [i64::MIN, u64::MAX) (a smaller one is a double, as
+    /// `number` reads it).
+    #[inline(always)]
+    pub fn plain_int(&mut self) -> Option<i128> {
+        let start = self.pos;
+        let (negative, magnitude) = self.plain_magnitude()?;
         if negative && magnitude > 1 << 63 {
-            return None; // below i64::MIN: a double, as `number` reads it
+            self.pos = start;
+            return None;
         }
-        self.pos = at;
         let magnitude = i128::from(magnitude);
         Some(if negative { -magnitude } else { magnitude })
+    }
+
+    /// A `plain_magnitude` integer in int64; None (cursor unmoved) for any other.
+    #[inline(always)]
+    pub fn plain_i64(&mut self) -> Option<i64> {
+        let start = self.pos;
+        let value = match self.plain_magnitude()? {
+            // The magnitude of i64::MIN, 2^63, is `i64::MIN` as an i64, its own negation.
+            (true, magnitude) if magnitude <= 1 << 63 => Some((magnitude as i64).wrapping_neg()),
+            (false, magnitude) => i64::try_from(magnitude).ok(),
+            _ => None,
+        };
+        if value.is_none() {
+            self.pos = start;
+        }
+        value
+    }
+
+    /// A `plain_magnitude` integer in uint32; None (cursor unmoved) for any other.
+    #[inline(always)]
+    pub fn plain_u32(&mut self) -> Option<u32> {
+        let start = self.pos;
+        let value = match self.plain_magnitude()? {
+            (true, 0) => Some(0),
+            (true, _) => None,
+            (false, magnitude) => u32::try_from(magnitude).ok(),
+        };
+        if value.is_none() {
+            self.pos = start;
+        }
+        value
     }
 
     fn digits(&mut self, missing: &'static str) -> Result<(), SyntaxError> {
@@ -607,7 +743,8 @@ impl<'a> Scanner<'a> {
 
     /// The double of the number text from `start` to the cursor (correctly rounded).
     fn float(&self, start: usize) -> Result<Number, SyntaxError> {
-        let text = self.utf8(start, self.pos)?;
+        // `number` matched every byte: digits, signs, `.`, `e` or `E`.
+        let text = ascii(&self.bytes[start..self.pos]);
         match text.parse::<f64>() {
             Ok(value) if value.is_finite() => Ok(Number::Float(value)),
             _ => Err(SyntaxError {
@@ -775,16 +912,37 @@ mod tests {
 
     #[test]
     fn eight_digits_are_read_at_once_or_refused() {
-        assert_eq!(eight_digits(b"01234567"), Some(1_234_567));
-        assert_eq!(eight_digits(b"99999999"), Some(99_999_999));
-        for bad in [
-            &b"1234567/"[..],
-            b"1234567:",
-            b"/1234567",
-            b"1234 567",
-            b"\xff2345678",
+        let word = |text: &[u8; 8]| u64::from_le_bytes(*text);
+        assert_eq!(eight_digits(word(b"01234567")), 1_234_567);
+        assert_eq!(eight_digits(word(b"99999999")), 99_999_999);
+        assert_eq!(first_digits(word(b"123,4567"), 3), 123);
+        assert_eq!(first_digits(word(b"1234567]"), 7), 1_234_567);
+        assert_eq!(first_digits(word(b",1234567"), 0), 0);
+        for (text, count) in [
+            (b"12345678", 8),
+            (b"1234567/", 7),
+            (b"1234567:", 7),
+            (b"/1234567", 0),
+            (b"1234 567", 4),
+            (b"9\xff345678", 1),
+            (b"12\x0045678", 2),
+            (b"1\xd0\x00\x00\x00\x00\x00\x00", 1),
+            (b"0\x2f\x30\x30\x30\x30\x30\x30", 1),
         ] {
-            assert_eq!(eight_digits(bad), None);
+            assert_eq!(leading_digits(word(text)), count, "{text:?}");
+        }
+        // Every byte value, alone or before digits, after digits, and after a borrowing byte.
+        for byte in 0..=255u8 {
+            let digit = usize::from(byte.is_ascii_digit());
+            assert_eq!(
+                leading_digits(word(&[byte, b'1', b'2', 0, 0, 0, 0, 0])),
+                digit * 3
+            );
+            assert_eq!(
+                leading_digits(word(&[b'7', byte, b'5', 0, 0, 0, 0, 0])),
+                1 + digit * 2
+            );
+            assert_eq!(leading_digits(word(&[b'9', 0, byte, 0, 0, 0, 0, 0])), 1);
         }
         let read = |text: &[u8]| Scanner::new(text).plain_int();
         for digits in 1..=19 {
@@ -808,6 +966,62 @@ mod tests {
             Some(9_999_999_999_999_999_999)
         );
         assert_eq!(read(b"12345678a,"), None);
+        assert_eq!(read(b"1234567812345678a,"), None);
+        assert_eq!(read(b"12345678123456781234,"), None);
+        assert_eq!(read(b"123456781234567812,"), Some(123_456_781_234_567_812));
+        assert_eq!(read(b"1234567890]"), Some(1_234_567_890));
+        let mut scanner = Scanner::new(b"[-9223372036854775808,4294967295,-0]");
+        scanner.eat(b"[");
+        assert_eq!(scanner.plain_u32(), None, "the cursor stays");
+        assert_eq!(scanner.plain_i64(), Some(i64::MIN));
+        scanner.eat(b",");
+        assert_eq!(scanner.plain_i64(), Some(4_294_967_295));
+        scanner.rewind(scanner.offset() - 10);
+        assert_eq!(scanner.plain_u32(), Some(u32::MAX));
+        scanner.eat(b",");
+        assert_eq!(scanner.plain_u32(), Some(0));
+        assert!(scanner.eat(b"]"));
+        for text in [&b"4294967296,"[..], b"-1,", b"-9223372036854775809]"] {
+            assert_eq!(Scanner::new(text).plain_u32(), None);
+        }
+        assert_eq!(Scanner::new(b"9223372036854775808,").plain_i64(), None);
+        assert_eq!(
+            Scanner::new(b"9223372036854775807,").plain_i64(),
+            Some(i64::MAX)
+        );
+    }
+
+    #[test]
+    fn plain_text_ends_at_the_first_stop_byte() {
+        let reference = |bytes: &[u8]| {
+            bytes
+                .iter()
+                .position(|&byte| matches!(byte, b'"' | b'\\' | 0..=0x1f | 0x80..=0xff))
+        };
+        for byte in 0..=255u8 {
+            for at in 0..20 {
+                let mut text = vec![b'a'; at];
+                text.push(byte);
+                text.extend_from_slice(b"bc\x00\"\\\xffd\x01");
+                assert_eq!(plain_text_length(&text), reference(&text), "{text:?}");
+            }
+        }
+        // Pseudo-random texts of bytes near the stops, the borrows between them included.
+        let mut state = 1u64;
+        for _ in 0..20_000 {
+            let text: Vec<u8> = (0..state % 23)
+                .map(|_| {
+                    state = state
+                        .wrapping_mul(6_364_136_223_846_793_005)
+                        .wrapping_add(1);
+                    [
+                        0, 1, 0x1f, 0x20, b'!', b'"', b'#', b'[', b'\\', b']', 0x7f, 0x80, 0xa0,
+                        0xff,
+                    ][(state >> 33) as usize % 14]
+                })
+                .collect();
+            assert_eq!(plain_text_length(&text), reference(&text), "{text:?}");
+        }
     }
 
     #[test]
