@@ -72,8 +72,10 @@ def decode_frame(buf: bytes | memoryview, pos: int, max_body_bytes: int) -> Fram
 
 _FRAME_HEADER_BYTES = FRAME_HEADER.size
 _BODY_HEADER_BYTES = BODY_HEADER.size
+_HEADERS_BYTES = _FRAME_HEADER_BYTES + _BODY_HEADER_BYTES
 _unpack_frame_header = FRAME_HEADER.unpack_from
-_unpack_body_header = BODY_HEADER.unpack_from
+# The body header follows the frame header: one unpack reads both.
+_unpack_headers = struct.Struct("<IIQdH").unpack_from
 _crc32c = crc32c.crc32c
 
 
@@ -82,30 +84,37 @@ def decode_frame_fields(
 ) -> tuple[int, float, str, bytes, int]:
     """``decode_frame`` as a plain tuple ``(offset, timestamp, key, payload, end_pos)``, with
     the same checks and errors: the reader's per-record path, which makes no ``Frame``."""
-    header_end = pos + _FRAME_HEADER_BYTES
-    if header_end > len(buf):
+    data = buf if isinstance(buf, bytes) else bytes(buf)  # hot callers pass bytes: no copy
+    size = len(data)
+    if pos + _HEADERS_BYTES > size:
+        # Too short for both headers: a valid length would make the frame end past the buffer.
+        if pos + _FRAME_HEADER_BYTES <= size:
+            length = _unpack_frame_header(data, pos)[0]
+            if length < MIN_BODY_BYTES or length > max_body_bytes:
+                raise _length_error(length, max_body_bytes)
         raise FrameIncompleteError()
-    length, crc = _unpack_frame_header(buf, pos)
+    length, crc, offset, timestamp, key_length = _unpack_headers(data, pos)
     if length < MIN_BODY_BYTES or length > max_body_bytes:
-        raise FrameInvalidError(
-            f"frame length {length} outside [{MIN_BODY_BYTES}, {max_body_bytes}]"
-        )
-    end = header_end + length
-    if end > len(buf):
+        raise _length_error(length, max_body_bytes)
+    end = pos + _FRAME_HEADER_BYTES + length
+    if end > size:
         raise FrameIncompleteError()
-    body = bytes(buf[header_end:end])  # a slice of bytes is already a copy: no second one
+    body = data[pos + _FRAME_HEADER_BYTES : end]
     actual = _crc32c(body)
     if actual != crc:
         raise FrameInvalidError(f"crc32c mismatch (stored {crc:#010x}, computed {actual:#010x})")
-    offset, timestamp, key_length = _unpack_body_header(body, 0)
     key_end = _BODY_HEADER_BYTES + key_length
     if key_end > length:
         raise FrameInvalidError(f"key length {key_length} exceeds the frame")
     try:
-        key = body[_BODY_HEADER_BYTES:key_end].decode("utf-8")
+        key = str(body[_BODY_HEADER_BYTES:key_end], "utf-8")
     except UnicodeDecodeError as exc:
         raise FrameInvalidError(f"key is not UTF-8: {exc}") from None
     return offset, timestamp, key, body[key_end:], end
+
+
+def _length_error(length: int, max_body_bytes: int) -> FrameInvalidError:
+    return FrameInvalidError(f"frame length {length} outside [{MIN_BODY_BYTES}, {max_body_bytes}]")
 
 
 def find_frame(buf: bytes, after_pos: int, offset: int, max_body_bytes: int) -> int | None:

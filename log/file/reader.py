@@ -29,7 +29,7 @@ from log.file.framing import (
 )
 from log.file.index import floor_entry, load_index
 from log.file.segment import index_path, list_segments, segment_path
-from log.position import Record, new_record
+from log.position import Record
 
 END_SCAN_TARGET = 2**62
 _OPEN_RETRIES = 3
@@ -138,7 +138,7 @@ class SegmentCursor:
         # The per-record loop runs on locals (this is a follower's hot path); the cursor's
         # offset is written back before anything that reads it.
         data_bytes, target = len(data), self._target or 0
-        append, decode = records.append, decode_frame_fields
+        append, decode, new_tuple = records.append, decode_frame_fields, tuple.__new__
         while len(records) < max_records and (limit is None or self._scan_offset < limit):
             if p >= data_bytes:
                 break
@@ -162,7 +162,8 @@ class SegmentCursor:
                 status = self._invalid(data, p, size, exc.reason, tolerate_tail)
                 break
             if offset >= target:
-                append(new_record(0, offset, key, payload, timestamp))
+                # log.position.new_record, without the call
+                append(new_tuple(Record, (0, offset, key, payload, timestamp)))
             p = end_pos
             self._scan_offset = expected + 1
         else:
