@@ -6,6 +6,7 @@
 #   kafka.sh status [--port N]                                            exit 0 when all nodes run
 #   kafka.sh wait   [--port N] [--timeout-s T]                            until the cluster answers
 #   kafka.sh start  --port N --node I                                     restarts one stopped node
+#                                                                         (once its ports are free)
 #   kafka.sh tool   CLASS [ARGS...]                                       runs a Kafka tool class
 #   kafka.sh classpath                                                    resolves, prints the classpath
 #
