@@ -61,7 +61,7 @@ def frame_bytes(key: bytes, payload: bytes) -> int:
     return FRAME_HEADER.size + BODY_HEADER.size + len(key) + len(payload)
 
 
-def decode_frame(buf: bytes | memoryview, pos: int, max_body_bytes: int) -> Frame:
+def decode_frame(buf: bytes, pos: int, max_body_bytes: int) -> Frame:
     """Decode the frame at ``pos`` of ``buf``.
 
     Raises ``FrameIncompleteError`` when ``buf`` ends before the frame does and
@@ -80,26 +80,25 @@ _crc32c = crc32c.crc32c
 
 
 def decode_frame_fields(
-    buf: bytes | memoryview, pos: int, max_body_bytes: int
+    buf: bytes, pos: int, max_body_bytes: int
 ) -> tuple[int, float, str, bytes, int]:
     """``decode_frame`` as a plain tuple ``(offset, timestamp, key, payload, end_pos)``, with
     the same checks and errors: the reader's per-record path, which makes no ``Frame``."""
-    data = buf if isinstance(buf, bytes) else bytes(buf)  # hot callers pass bytes: no copy
-    size = len(data)
+    size = len(buf)
     if pos + _HEADERS_BYTES > size:
         # Too short for both headers: a valid length would make the frame end past the buffer.
         if pos + _FRAME_HEADER_BYTES <= size:
-            length = _unpack_frame_header(data, pos)[0]
+            length = _unpack_frame_header(buf, pos)[0]
             if length < MIN_BODY_BYTES or length > max_body_bytes:
                 raise _length_error(length, max_body_bytes)
         raise FrameIncompleteError()
-    length, crc, offset, timestamp, key_length = _unpack_headers(data, pos)
+    length, crc, offset, timestamp, key_length = _unpack_headers(buf, pos)
     if length < MIN_BODY_BYTES or length > max_body_bytes:
         raise _length_error(length, max_body_bytes)
     end = pos + _FRAME_HEADER_BYTES + length
     if end > size:
         raise FrameIncompleteError()
-    body = data[pos + _FRAME_HEADER_BYTES : end]
+    body = buf[pos + _FRAME_HEADER_BYTES : end]
     actual = _crc32c(body)
     if actual != crc:
         raise FrameInvalidError(f"crc32c mismatch (stored {crc:#010x}, computed {actual:#010x})")
