@@ -263,7 +263,7 @@ def _parse_v1(payloads: list[bytes]) -> None:
         orjson.loads(payload)
 
 
-def _v1_parse(payloads: list[bytes]) -> Timing:
+def _timed_v1_parse(payloads: list[bytes]) -> Timing:
     """``_parse_v1`` timed, best of 3."""
     return _best(lambda: _parse_v1(payloads))
 
@@ -469,7 +469,7 @@ async def bench_restore(work: Path, blocks: int, tail_batches: int) -> dict[str,
         full, replayed = await _timed_restore(log, None, False)
         for src in sources:
             assert replayed[src.source].state_digest() == src.digest.hexdigest()
-    baseline = _v1_parse([v1_json(b) for b in [*history, *tail]])
+    baseline = _timed_v1_parse([v1_json(b) for b in [*history, *tail]])
     result.update(
         {
             "tail_batches": tail_batches,
