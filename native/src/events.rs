@@ -32,10 +32,15 @@ impl Medium {
 
     /// The medium named `text` (the usual names without allocating).
     pub fn new(text: &str) -> Self {
+        Self::usual(text).unwrap_or_else(|| Medium(Cow::Owned(text.to_owned())))
+    }
+
+    /// The static medium named `text`, if it is one of the usual names.
+    fn usual(text: &str) -> Option<Self> {
         match text {
-            "GPU" => Self::GPU,
-            "CPU" => Self::CPU,
-            other => Medium(Cow::Owned(other.to_owned())),
+            "GPU" => Some(Self::GPU),
+            "CPU" => Some(Self::CPU),
+            _ => None,
         }
     }
 
@@ -61,11 +66,7 @@ impl From<&str> for Medium {
 
 impl From<String> for Medium {
     fn from(text: String) -> Self {
-        match text.as_str() {
-            "GPU" => Self::GPU,
-            "CPU" => Self::CPU,
-            _ => Medium(Cow::Owned(text)),
-        }
+        Self::usual(&text).unwrap_or(Medium(Cow::Owned(text)))
     }
 }
 

@@ -15,9 +15,6 @@ use crate::digest::StateDigest;
 use crate::events::{Event, Medium, Stored};
 use crate::hashing::{self, PageDigest};
 
-/// The medium every event of the primary names.
-pub const MEDIUM_GPU: &str = "GPU";
-
 /// Node ids are small distinct integers: one multiply spreads them over the hash table.
 #[derive(Default)]
 pub struct IdHasher(u64);
