@@ -43,11 +43,6 @@ impl Medium {
             _ => None,
         }
     }
-
-    /// Its name.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
 }
 
 impl Deref for Medium {
