@@ -5,12 +5,14 @@
 //! Everything that processes (hashing, digest, events, encoding) releases the GIL while it
 //! works, so a publisher's worker thread runs it beside the serving loop.
 
+use pyo3::buffer::{PyBuffer, ReadOnlyCell};
 use pyo3::exceptions::PyValueError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyList, PyTuple, PyType};
 use std::io::Write;
+use std::ops::Range;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -49,20 +51,56 @@ fn token(item: &Bound<'_, PyAny>) -> PyResult<u32> {
         .map_err(|_| PyValueError::new_err(format!("token id {value} outside [0, 2**32)")))
 }
 
-/// Token ids as u32. A tuple (the tree's own form) is read item by item through the C API:
-/// this runs once per stored token on the serving loop, where PyO3's generic path (a new
-/// reference and a type check per item) costs about twice as much.
-fn tokens_u32(token_ids: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
-    let Ok(tuple) = token_ids.cast::<PyTuple>() else {
-        return token_ids.try_iter()?.map(|item| token(&item?)).collect();
+/// The `start..start + length` (`None`: to the end) range of a sequence of `len` items.
+fn token_range(len: usize, start: usize, length: Option<usize>) -> PyResult<Range<usize>> {
+    let end = match length {
+        None => Some(len),
+        Some(length) => start.checked_add(length),
     };
+    match end {
+        Some(end) if start <= end && end <= len => Ok(start..end),
+        _ => Err(PyValueError::new_err(format!(
+            "token range start={start} length={} is outside the {len} token ids given",
+            length.map_or_else(|| "None".to_owned(), |length| length.to_string())
+        ))),
+    }
+}
+
+/// Token ids `start..start + length` as u32. An `array("I")` (what the tree records from: it
+/// checks every key by converting it so) is copied in one block through the buffer protocol;
+/// the serving loop records every stored token, and the item-by-item read of a tuple costs
+/// about fifty instructions a token.
+fn tokens_u32(
+    token_ids: &Bound<'_, PyAny>,
+    start: usize,
+    length: Option<usize>,
+) -> PyResult<Vec<u32>> {
     let py = token_ids.py();
-    let length = tuple.len();
-    let mut tokens = Vec::with_capacity(length);
-    for index in 0..length {
+    if !token_ids.is_instance_of::<PyTuple>() && !token_ids.is_instance_of::<PyList>() {
+        if let Ok(buffer) = PyBuffer::<u32>::get(token_ids) {
+            let cells = buffer.as_slice(py).ok_or_else(|| {
+                PyValueError::new_err("token ids: a buffer of u32 must be C-contiguous")
+            })?;
+            let range = token_range(cells.len(), start, length)?;
+            return Ok(cells[range].iter().map(ReadOnlyCell::get).collect());
+        }
+    }
+    let Ok(tuple) = token_ids.cast::<PyTuple>() else {
+        let items: Vec<u32> = token_ids
+            .try_iter()?
+            .map(|item| token(&item?))
+            .collect::<PyResult<_>>()?;
+        let range = token_range(items.len(), start, length)?;
+        return Ok(items[range].to_vec());
+    };
+    // A tuple is read item by item through the C API: PyO3's generic path (a new reference and
+    // a type check per item) costs about twice as much.
+    let range = token_range(tuple.len(), start, length)?;
+    let mut tokens = Vec::with_capacity(range.len());
+    for index in range {
         // SAFETY: the GIL is held (`py` proves it) and `tuple` is a live tuple for the whole
-        // loop (the `Bound` holds a strong reference). `index` < `length` = its size, and a
-        // tuple's size never changes, so PyTuple_GetItem returns a valid borrowed reference
+        // loop (the `Bound` holds a strong reference). `index` lies in `range`, which
+        // `token_range` checked to be within its size, and a tuple's size never changes, so PyTuple_GetItem returns a valid borrowed reference
         // owned by the tuple, which keeps it alive while we read it. PyLong_AsLongLong only
         // reads it (it may run `__index__` for a non-int, which cannot touch the tuple's items)
         // and reports failure as -1 with an exception set, which `PyErr::take` consumes.
@@ -171,9 +209,19 @@ impl EventRecorder {
         self.inner.root(node_id, extra_key);
     }
 
-    /// Record that `node_id` was linked under `parent_id` holding `token_ids` (whole pages).
-    fn stored(&self, node_id: u64, parent_id: u64, token_ids: &Bound<'_, PyAny>) -> PyResult<()> {
-        let tokens = tokens_u32(token_ids)?;
+    /// Record that `node_id` was linked under `parent_id` holding `token_ids[start:start +
+    /// length]` (whole pages; `length` None: to the end). An `array("I")` is copied in one
+    /// block; any other sequence of ints is converted item by item.
+    #[pyo3(signature = (node_id, parent_id, token_ids, start=0, length=None))]
+    fn stored(
+        &self,
+        node_id: u64,
+        parent_id: u64,
+        token_ids: &Bound<'_, PyAny>,
+        start: usize,
+        length: Option<usize>,
+    ) -> PyResult<()> {
+        let tokens = tokens_u32(token_ids, start, length)?;
         if tokens.is_empty() || tokens.len() % self.inner.page_size() != 0 {
             return Err(PyValueError::new_err(format!(
                 "node {node_id}: {} tokens is not a positive whole number of pages of {}",
