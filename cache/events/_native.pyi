@@ -89,7 +89,12 @@ class EventRecorder:
     def snapshot_events(self) -> list[Event]: ...
     def block_hashes(self, node_id: int) -> list[int] | None: ...
     def encoder(
-        self, source: str, max_events: int, max_bytes: int, digest_every: int
+        self,
+        source: str,
+        max_events: int,
+        max_bytes: int,
+        digest_every: int,
+        fill_beside_bytes: int = 16384,
     ) -> RecordEncoder: ...
     def discard_all(self) -> None: ...
     def encode_opening(
