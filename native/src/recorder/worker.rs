@@ -14,7 +14,8 @@
 //! It also fills memory handed to it (`fill`) with written records, at once: a caller that
 //! must deliver the records in memory of its own (Python `bytes`) allocates it and lets this
 //! thread copy into it, so the copy, and the page faults of fresh memory, happen here rather
-//! than on the serving loop.
+//! than on the serving loop. A fill finished while a round gathers jobs is reported with that
+//! round (one signal), otherwise at once.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -276,17 +277,22 @@ fn run(shared: &Shared) {
                 state = wait(shared, state, Some(left));
             }
         };
-        let written: Vec<(u64, Done)> = match work {
-            Work::Fill(fills) => fills.into_iter().map(copy_into).collect(),
-            Work::Write(jobs) => jobs
-                .iter()
-                .map(|job| (job.id, write(shared, job)))
-                .collect(),
+        let (written, filled) = match work {
+            Work::Fill(fills) => (fills.into_iter().map(copy_into).collect(), true),
+            Work::Write(jobs) => (
+                jobs.iter()
+                    .map(|job| (job.id, write(shared, job)))
+                    .collect::<Vec<_>>(),
+                false,
+            ),
         };
         let first = {
             let mut state = lock(shared);
             state.done.extend(written);
-            !std::mem::replace(&mut state.notified, true)
+            // Fills finished while a round gathers jobs ride on that round's signal: under a
+            // steady load the loop is then woken once per round, not twice.
+            let defer = filled && !state.jobs.is_empty();
+            !defer && !std::mem::replace(&mut state.notified, true)
         };
         if first {
             (shared.notify)();
