@@ -67,7 +67,8 @@ class Feed(Protocol):
         ...
 
     def step(self) -> list[QueuedBatch]:
-        """The step's batches (their payloads may come later: see ``wait_written``)."""
+        """The step's batches, none when nothing is pending (their payloads may come later:
+        see ``wait_written``)."""
         ...
 
     def reopen(self) -> list[QueuedBatch]:
@@ -231,7 +232,8 @@ class EventListFeed:
         return bool(self._carry)
 
     def step(self) -> list[QueuedBatch]:
-        """The waiting events as encoded batches."""
+        """The waiting events, the cache's new ones included, as encoded batches."""
+        self._carry += self._cache.take_events()
         events, self._carry = self._carry, []
         return _encoded(self._builder.step_batches(events, self._cache.state_digest))
 
