@@ -96,6 +96,8 @@ def fill_every_record_beside(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make the publisher's encoder thread copy every record into its bytes (two rounds per
     job), not only the big ones."""
 
+    started = RecorderFeed.start
+
     def start(feed: RecorderFeed) -> None:
         builder = feed._builder
         feed._encoder = feed._recorder.encoder(
@@ -105,6 +107,7 @@ def fill_every_record_beside(monkeypatch: pytest.MonkeyPatch) -> None:
             builder.digest_every_batches,
             fill_beside_bytes=0,
         )
+        started(feed)  # the rest of the start, with this encoder
 
     monkeypatch.setattr(RecorderFeed, "start", start)
 
