@@ -94,7 +94,7 @@ class EventRecorder:
         max_events: int,
         max_bytes: int,
         digest_every: int,
-        fill_beside_bytes: int = 16384,
+        fill_beside_bytes: int = 4096,
     ) -> RecordEncoder: ...
     def discard_all(self) -> None: ...
     def encode_opening(

@@ -381,7 +381,7 @@ type Filling = Vec<(Py<PyBytes>, usize)>;
 /// log keeps every record, so their memory is fresh and each page of it faults on first write,
 /// and that write is better made beside the serving loop than on it. Smaller jobs are copied
 /// at once (one more round trip to the thread would cost them more than it saves).
-const FILL_BESIDE_BYTES: usize = 16 * 1024;
+const FILL_BESIDE_BYTES: usize = 4096;
 
 /// A publisher's side of the recorder: `step()` cuts what the tree recorded, numbers its
 /// batches and hands them to the encoder thread (`crate::recorder::worker`); when `fileno()`

@@ -14,8 +14,8 @@
 //! It also fills memory handed to it (`fill`) with written records, at once: a caller that
 //! must deliver the records in memory of its own (Python `bytes`) allocates it and lets this
 //! thread copy into it, so the copy, and the page faults of fresh memory, happen here rather
-//! than on the serving loop. A fill finished while a round gathers jobs is reported with that
-//! round (one signal), otherwise at once.
+//! than on the serving loop. A fill handed over while a round gathers jobs is made and reported
+//! with that round (no wake-up, one signal), otherwise at once.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -95,8 +95,6 @@ struct State {
     hurry: bool,
     /// The thread sleeps until a job comes (not lingering in a round).
     idle: bool,
-    /// The thread waits on `wake` (idle, or lingering in a round).
-    waiting: bool,
     /// `notify` was called and `take_done` has not run since: no need to call it again.
     notified: bool,
 }
@@ -161,8 +159,8 @@ impl EncodeWorker {
         }
     }
 
-    /// Copy each record into its target (job `id`'s records, in memory of the caller's) as soon
-    /// as possible, then report `(id, Done::Filled)`. A target whose length differs from its
+    /// Copy each record into its target (job `id`'s records, in memory of the caller's), then
+    /// report `(id, Done::Filled)`: at once when the thread is idle, else when its round ends. A target whose length differs from its
     /// record's is a bug of the caller's: it panics here, before anything is written.
     pub fn fill(&self, id: u64, copies: Vec<(Target, Vec<u8>)>) {
         assert!(
@@ -174,7 +172,9 @@ impl EncodeWorker {
         let wake = {
             let mut state = lock(&self.shared);
             state.fills.push(Fill { id, copies });
-            state.waiting
+            // A thread lingering in a round fills at the round's end, and reports the fill
+            // with it: waking it now would only cost the caller a wake-up.
+            state.idle
         };
         if wake {
             self.shared.wake.notify_one();
@@ -301,17 +301,6 @@ fn run(shared: &Shared) {
 }
 
 fn wait<'a>(
-    shared: &'a Shared,
-    mut state: MutexGuard<'a, State>,
-    timeout: Option<Duration>,
-) -> MutexGuard<'a, State> {
-    state.waiting = true;
-    let mut state = wait_on(shared, state, timeout);
-    state.waiting = false;
-    state
-}
-
-fn wait_on<'a>(
     shared: &'a Shared,
     state: MutexGuard<'a, State>,
     timeout: Option<Duration>,
