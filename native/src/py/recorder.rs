@@ -5,7 +5,7 @@
 //! Everything that processes (hashing, digest, events, encoding) releases the GIL while it
 //! works, so a publisher's worker thread runs it beside the serving loop.
 
-use pyo3::buffer::{PyBuffer, ReadOnlyCell};
+use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -79,11 +79,12 @@ fn tokens_u32(
     let py = token_ids.py();
     if !token_ids.is_instance_of::<PyTuple>() && !token_ids.is_instance_of::<PyList>() {
         if let Ok(buffer) = PyBuffer::<u32>::get(token_ids) {
-            let cells = buffer.as_slice(py).ok_or_else(|| {
-                PyValueError::new_err("token ids: a buffer of u32 must be C-contiguous")
-            })?;
-            let range = token_range(cells.len(), start, length)?;
-            return Ok(cells[range].iter().map(ReadOnlyCell::get).collect());
+            // One block copy of the whole key (a few KB), then the node's range kept.
+            let mut tokens = buffer.to_vec(py)?;
+            let range = token_range(tokens.len(), start, length)?;
+            tokens.truncate(range.end);
+            tokens.drain(..range.start);
+            return Ok(tokens);
         }
     }
     let Ok(tuple) = token_ids.cast::<PyTuple>() else {
