@@ -213,6 +213,10 @@ async def test_the_native_path_never_takes_python_events_and_encodes_off_the_loo
             worker.serve(request)  # type: ignore[arg-type]  # a ChatRequest
             pub.step()
             await anyio.lowlevel.checkpoint()
+    # Joined on exit; the kernel may list an exiting thread a moment after the join returns.
+    with anyio.move_on_after(10):
+        while _threads() - before:
+            await anyio.sleep(0.001)
     assert not _threads() - before, "the encoder thread stopped with the publisher"
     assert pub.metrics.batches_published == 21
 
