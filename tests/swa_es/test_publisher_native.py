@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import time
 from pathlib import Path
 
 import anyio
@@ -195,6 +196,15 @@ def _threads() -> set[str]:
     return found
 
 
+def _threads_left(before: set[str]) -> set[str]:
+    """Encoder threads not in ``before``, once the ones just joined have left ``/proc`` (the
+    kernel lists an exiting thread a moment after its join returns): waits up to 10 s."""
+    deadline = time.monotonic() + 10
+    while (left := _threads() - before) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    return left
+
+
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
 async def test_the_native_path_never_takes_python_events_and_encodes_off_the_loop() -> None:
     """The publisher cuts the recorder (take_events() is never called) and its records are
@@ -213,11 +223,7 @@ async def test_the_native_path_never_takes_python_events_and_encodes_off_the_loo
             worker.serve(request)  # type: ignore[arg-type]  # a ChatRequest
             pub.step()
             await anyio.lowlevel.checkpoint()
-    # Joined on exit; the kernel may list an exiting thread a moment after the join returns.
-    with anyio.move_on_after(10):
-        while _threads() - before:
-            await anyio.sleep(0.001)
-    assert not _threads() - before, "the encoder thread stopped with the publisher"
+    assert not _threads_left(before), "the encoder thread stopped with the publisher"
     assert pub.metrics.batches_published == 21
 
 
