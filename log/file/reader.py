@@ -150,7 +150,8 @@ class SegmentCursor:
             p, self._scan_offset = _take_sound_frames(
                 data, view, p, self._scan_offset, limit, max_records, target, records
             )
-            if len(records) >= max_records or p >= data_bytes:
+            at_limit = limit is not None and self._scan_offset >= limit
+            if at_limit or len(records) >= max_records or p >= data_bytes:
                 continue  # the loop's own checks end it as they would have
             expected = self._scan_offset
             try:
@@ -197,6 +198,9 @@ class SegmentCursor:
             if self._pos + p + FRAME_HEADER.size + length <= size:
                 self._need_bytes = FRAME_HEADER.size + length
                 return _Status.MORE
+        elif self._pos + len(data) < size:
+            # The chunk ended inside the frame's header, not the file: read on from the frame.
+            return _Status.MORE
         return _Status.TAIL
 
     def _invalid(self, data: bytes, p: int, size: int, reason: str, tolerate_tail: bool) -> _Status:
