@@ -60,10 +60,11 @@ def apply_records(
     """Decode and apply ``records[start:]`` (at most ``limit``) into ``store`` while each is the
     plain next batch of a source ``cursors`` trust; stop before the first that is not.
 
-    Returns (records consumed, their events counted one per page, the last one's ``ts``, each
-    advanced source with its new last seq, and ``(source, reason)`` when the last consumed record
-    did not fit its replica: its events before the failing one stay applied). ``cursors`` move
-    with the records consumed."""
+    Returns (records consumed, their events counted one per page, the last one's ``ts``, the
+    advanced sources with their new last seqs in order, a source possibly more than once: its last
+    is its new seq, and ``(source, reason)`` when the last consumed record did not fit its
+    replica: its events before the failing one stay applied). ``cursors`` move with the records
+    consumed."""
     return _native.apply_records(store, records, start, limit, max_record_bytes, cursors)
 
 

@@ -110,7 +110,7 @@ def _state(follower: Follower, replicas: ReplicaSet) -> dict[str, Any]:
 
 
 async def _replay(
-    log: EventLog, snapshot_dir: Path, *, lane: bool
+    log: EventLog, snapshot_dir: Path, *, lane: bool, snapshot_every: int = 7
 ) -> tuple[dict[str, Any], list[Any]]:
     replicas = ReplicaSet()
     store = SnapshotStore(snapshot_dir, keep=100)
@@ -119,7 +119,7 @@ async def _replay(
         log,
         [replicas, PrefixIndex(replicas)],
         snapshots=store,
-        snapshot_every_batches=7,
+        snapshot_every_batches=snapshot_every,
         max_record_bytes=MAX_RECORD_BYTES,
         on_applied=on_applied,
     )
@@ -215,3 +215,31 @@ def test_a_wire_batch_callback_keeps_the_record_by_record_path() -> None:
 
 class EventLogStub:
     """Never read: the two followers above are only built."""
+
+
+@pytest.mark.parametrize("digest_every", [0, 100, 250])
+async def test_long_clean_runs_match_the_record_by_record_path(
+    event_log: EventLog, tmp_path: Path, digest_every: int
+) -> None:
+    """Runs far longer than one native step (and polls), with a digest now and then, end where
+    the record-by-record path ends."""
+    models = [PrimaryModel(f"w{i}") for i in range(2)]
+    records = [record(model.start_epoch()) for model in models]
+    rng = random.Random(digest_every)
+    for step in range(1, 600):
+        model = models[step % 2]
+        tokens = [rng.randrange(50) for _ in range(rng.randrange(1, 5))]
+        with_digest = bool(digest_every) and step % digest_every == 0
+        records.append(record(model.batch(model.store(tokens), with_digest=with_digest)))
+    await event_log.append_batch(records)
+    # snapshots far apart, so runs in the lane go on for hundreds of records
+    fast, fast_snapshots = await _replay(
+        event_log, tmp_path / "fast", lane=True, snapshot_every=450
+    )
+    slow, slow_snapshots = await _replay(
+        event_log, tmp_path / "slow", lane=False, snapshot_every=450
+    )
+    assert fast == slow
+    assert fast_snapshots == slow_snapshots
+    assert fast["metrics"]["batches_applied"] == len(records)
+    assert fast["diverged"] == {}

@@ -6,7 +6,10 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
 use super::replica::PyReplicaStore;
-use crate::replica::{self, LaneCursors};
+use crate::replica::{self, LaneCursors, Run};
+
+/// How many records `apply_records` takes from the list per release of the GIL.
+const RECORDS_A_STEP: usize = 64;
 
 /// What `apply_records` returns: (records consumed, their events, the last one's ts,
 /// `[(source, new last seq)]`, `(source, reason)` of a last record that did not fit).
@@ -63,8 +66,9 @@ impl ReplayCursors {
 /// Decode and apply `records[start:]` into `store` in order, at most `limit` of them, while
 /// each is the plain next batch of a source `cursors` trust (`crate::replica::replay`); the GIL
 /// is released meanwhile. Returns (records consumed, their events, the last one's ts,
-/// `[(source, new last seq)]`, `(source, reason)` when the last consumed record did not fit its
-/// replica). An item that is not `bytes` stops the run there.
+/// `[(source, new last seq)]`, in order, a source possibly more than once: the last is its new
+/// seq; `(source, reason)` when the last consumed record did not fit its replica). An item that
+/// is not `bytes` stops the run there.
 #[pyfunction]
 #[pyo3(signature = (store, records, start, limit, max_record_bytes, cursors))]
 fn apply_records(
@@ -77,28 +81,49 @@ fn apply_records(
     cursors: &mut ReplayCursors,
 ) -> LaneRun {
     let end = records.len().min(start.saturating_add(limit));
-    // Strong references to the payloads, held for the whole call: the slices below borrow from
-    // them, so the bytes stay alive (and, being `bytes`, unchanged) while the GIL is released,
-    // whatever other threads do to the list.
-    let mut held: Vec<Bound<'_, PyBytes>> = Vec::with_capacity(end.saturating_sub(start));
-    for at in start..end {
-        match records.get_item(at).map(|item| item.cast_into::<PyBytes>()) {
-            Ok(Ok(bytes)) => held.push(bytes),
-            _ => break,
+    let mut total = Run::default();
+    let mut at = start;
+    // A few records at a time: a run usually stops well before the end of the list (at a
+    // record with a digest), and the records past it are not even looked at.
+    while at < end {
+        let stop = end.min(at + RECORDS_A_STEP);
+        // Strong references to the payloads, held for the step: the slices below borrow from
+        // them, so the bytes stay alive (and, being `bytes`, unchanged) while the GIL is
+        // released, whatever other threads do to the list.
+        let mut held: Vec<Bound<'_, PyBytes>> = Vec::with_capacity(stop - at);
+        for index in at..stop {
+            match records
+                .get_item(index)
+                .map(|item| item.cast_into::<PyBytes>())
+            {
+                Ok(Ok(bytes)) => held.push(bytes),
+                _ => break,
+            }
         }
+        let taken = held.len();
+        let slices: Vec<&[u8]> = held.iter().map(|bytes| bytes.as_bytes()).collect();
+        let target = &mut store.store;
+        let table = &mut cursors.table;
+        let run = py
+            .detach(|| replica::apply_records(target, table, slices, usize::MAX, max_record_bytes));
+        let whole = run.consumed == taken && run.failure.is_none();
+        total.consumed += run.consumed;
+        total.pages += run.pages;
+        total.last_ts = run.last_ts.or(total.last_ts);
+        // a source may come twice (from two steps): the later seq is last, as the caller applies
+        total.advanced.extend(run.advanced);
+        total.failure = run.failure;
+        if !whole || taken < stop - at {
+            break;
+        }
+        at = stop;
     }
-    let slices: Vec<&[u8]> = held.iter().map(|bytes| bytes.as_bytes()).collect();
-    let target = &mut store.store;
-    let table = &mut cursors.table;
-    let run = py.detach(|| {
-        replica::apply_records(target, table, slices, usize::MAX, max_record_bytes)
-    });
     (
-        run.consumed,
-        run.pages,
-        run.last_ts,
-        run.advanced,
-        run.failure.map(|error| (error.source, error.reason)),
+        total.consumed,
+        total.pages,
+        total.last_ts,
+        total.advanced,
+        total.failure.map(|error| (error.source, error.reason)),
     )
 }
 
