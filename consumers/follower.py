@@ -11,11 +11,11 @@ records are counted, logged with their position and skipped.
 
 When its views are one ``ReplicaSet`` (and ``PrefixIndex`` views reading it) and the log hands
 over records a poll at a time (``log.BatchReader``), the follower takes a fast lane: one native
-call (``ReplicaStore.apply_records``) decodes and applies the poll's records while each is the
-plain next batch of a trusted source (no meta, no digest, the next seq of its epoch), and stops
-at the first record that is not; that record goes through the path above, which stays the one
-that judges (gaps, epochs, digests, undecodable records), and the lane resumes after it. The
-lane's cursors (``ReplayCursors``) mirror the trusted sources' cursors.
+call (``cache.events.replica_store.apply_records``) decodes and applies the poll's records while
+each is the plain next batch of a trusted source (no meta, no digest, the next seq of its epoch),
+and stops at the first record that is not; that record goes through the path above, which stays
+the one that judges (gaps, epochs, digests, undecodable records), and the lane resumes after it.
+The lane's cursors (``ReplayCursors``) mirror the trusted sources' cursors.
 
 Snapshots hold the views, the cursors and the log position together, so a restarted follower
 loads the newest valid one and replays only the tail.

@@ -10,9 +10,9 @@ through this module (never ``cache.events._native``); ``consumers.views`` wraps 
 ``cache.events.reference.replica``.
 
 ``apply_records`` is the follower's replay fast lane: it decodes and applies a run of log records
-in one call (GIL released) while each is the plain next batch of a source that its
-``ReplayCursors`` trust (no meta, no digest, the next seq of the source's epoch), and stops at the
-first record that needs the follower's own judgement.
+in one call while each is the plain next batch of a source that its ``ReplayCursors`` trust (no
+meta, no digest, the next seq of the source's epoch), and stops at the first record that needs
+the follower's own judgement.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ use pyo3::types::{PyBytes, PyList};
 use super::replica::PyReplicaStore;
 use crate::replica::{self, LaneCursors, Run};
 
-/// How many records `apply_records` takes from the list per release of the GIL.
+/// How many records `apply_records` takes from the list at a time.
 const RECORDS_A_STEP: usize = 64;
 
 /// What `apply_records` returns: (records consumed, their events, the last one's ts,
@@ -64,15 +64,13 @@ impl ReplayCursors {
 }
 
 /// Decode and apply `records[start:]` into `store` in order, at most `limit` of them, while
-/// each is the plain next batch of a source `cursors` trust (`crate::replica::replay`); the GIL
-/// is released meanwhile. Returns (records consumed, their events, the last one's ts,
-/// `[(source, new last seq)]`, in order, a source possibly more than once: the last is its new
-/// seq; `(source, reason)` when the last consumed record did not fit its replica). An item that
-/// is not `bytes` stops the run there.
+/// each is the plain next batch of a source `cursors` trust (`crate::replica::replay`). Returns
+/// (records consumed, their events, the last one's ts, `[(source, new last seq)]` in order, a
+/// source possibly more than once: the last is its new seq, `(source, reason)` when the last
+/// consumed record did not fit its replica). An item that is not `bytes` stops the run there.
 #[pyfunction]
 #[pyo3(signature = (store, records, start, limit, max_record_bytes, cursors))]
 fn apply_records(
-    py: Python<'_>,
     store: &mut PyReplicaStore,
     records: &Bound<'_, PyList>,
     start: usize,
@@ -83,13 +81,12 @@ fn apply_records(
     let end = records.len().min(start.saturating_add(limit));
     let mut total = Run::default();
     let mut at = start;
-    // A few records at a time: a run usually stops well before the end of the list (at a
-    // record with a digest), and the records past it are not even looked at.
+    // A few records at a time: a run often stops well before the end of the list (at a record
+    // with a digest), and the records past it are not even looked at.
     while at < end {
         let stop = end.min(at + RECORDS_A_STEP);
         // Strong references to the payloads, held for the step: the slices below borrow from
-        // them, so the bytes stay alive (and, being `bytes`, unchanged) while the GIL is
-        // released, whatever other threads do to the list.
+        // them (and `bytes` never change).
         let mut held: Vec<Bound<'_, PyBytes>> = Vec::with_capacity(stop - at);
         for index in at..stop {
             match records
@@ -104,8 +101,9 @@ fn apply_records(
         let slices: Vec<&[u8]> = held.iter().map(|bytes| bytes.as_bytes()).collect();
         let target = &mut store.store;
         let table = &mut cursors.table;
-        let run = py
-            .detach(|| replica::apply_records(target, table, slices, usize::MAX, max_record_bytes));
+        // The GIL stays held: the store is borrowed mutably, so another thread reading it
+        // meanwhile would meet a borrow error, and a step is as short as any Python code.
+        let run = replica::apply_records(target, table, slices, usize::MAX, max_record_bytes);
         let whole = run.consumed == taken && run.failure.is_none();
         total.consumed += run.consumed;
         total.pages += run.pages;
