@@ -2,10 +2,13 @@
 
 Rows (the issue-9 table):
 
-- replay: events/s a ``Follower`` applies into a ``ReplicaSet`` from a FileLog (read, strict
-  decode into ``WireBatch``, cursors, native apply), against ``orjson.loads`` of the same batches
-  written as plain v1 JSON (one dict per event, one event per page) in memory; with the parts
-  (FileLog read alone, ``decode_wire`` alone, ``apply_wire`` alone) measured the same way. Two
+- replay: events/s a ``Follower`` applies into a ``ReplicaSet`` from a FileLog (read a poll at a
+  time, then the follower's fast lane: the poll's records decoded and applied in one native call,
+  the few that need the follower's judgement, such as in-band digests, record by record),
+  against ``orjson.loads`` of the same batches written as plain v1 JSON (one dict per event, one
+  event per page) in memory; with the parts (FileLog read alone, ``decode_wire`` alone,
+  ``apply_wire`` alone) measured the same way, and the record-by-record path (strict decode into
+  ``WireBatch``, cursors, native apply: what a follower given ``on_applied`` takes). Two
   streams: small steps (16 events a batch, stores of 2 pages: the issue's figure) and page-1
   steps the size of a prefill (4 events a batch, stores of 64 chained pages);
 - apply: page-1 blocks/s into a ``ReplicaSet`` from records in memory, for v2 records (chains
@@ -313,17 +316,24 @@ async def bench_replay(
             await Follower(log, [replicas]).catch_up()
             last[:] = [replicas]
 
+        async def replay_by_record() -> None:
+            # on_applied needs each WireBatch, so this follower takes the record-by-record path
+            await Follower(log, [ReplicaSet()], on_applied=lambda _: None).catch_up()
+
         async def read_only() -> None:
             async for _ in log.read("beginning"):
                 pass
 
         # The replay and its yardstick alternate, so both see the same moments of a shared
-        # machine whose speed drifts; each side's fastest round counts.
-        follow_runs, baseline_runs = [], []
+        # machine whose speed drifts; each side's fastest round counts. The record-by-record
+        # path (what a follower given on_applied takes) runs in the same rounds, for comparison.
+        follow_runs, baseline_runs, by_record_runs = [], [], []
         for _ in range(REPLAY_ROUNDS):
             follow_runs.append(await _timed_async(replay))
             baseline_runs.append(_timed(lambda: _parse_v1(v1)))
+            by_record_runs.append(await _timed_async(replay_by_record))
         follow, baseline = _fastest(follow_runs), _fastest(baseline_runs)
+        by_record = _fastest(by_record_runs)
         read = await _best_async(read_only)
     (replicas,) = last
     assert all(replicas[s.source].state_digest() == s.digest.hexdigest() for s in sources)
@@ -345,8 +355,11 @@ async def bench_replay(
         **_rates(events, baseline, "v1_json_parse_events"),
         "replay_vs_v1_json": baseline.cpu_s / follow.cpu_s,
         "replay_vs_v1_json_wall": baseline.wall_s / follow.wall_s,
+        "record_path_vs_v1_json": baseline.cpu_s / by_record.cpu_s,
+        "lane_vs_record_path": by_record.cpu_s / follow.cpu_s,
         "part_cpu_s": {
             "replay": follow.cpu_s,
+            "replay_record_by_record": by_record.cpu_s,
             "filelog_read": read.cpu_s,
             "decode_wire": decode.cpu_s,
             "apply_wire": apply.cpu_s,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
@@ -212,6 +213,15 @@ class FileLog(ClosesOnExit):
     ) -> AsyncIterator[Record]:
         """Records from ``start`` (inclusive) in order; without ``follow`` stop at the end taken
         when the read began, with it wait for more until cancelled or closed."""
+        async with aclosing(self.read_batches(start, follow=follow)) as polls:
+            async for records in polls:
+                for record in records:
+                    yield record
+
+    async def read_batches(
+        self, start: StartAt = "beginning", *, follow: bool = False
+    ) -> AsyncGenerator[list[Record], None]:
+        """``read``, as the lists of records each read of the segment files returned."""
         self._check_open()
         stop = None if follow else (await self.end()).get(0)
         cursor = SegmentCursor(self.directory, await self._start_offset(start))
@@ -223,9 +233,8 @@ class FileLog(ClosesOnExit):
                     cursor.read, limit, _READ_BATCH_RECORDS, self._committer is None
                 )
                 self._check_open()
-                for record in records:
-                    yield record
                 if records:
+                    yield records
                     empty_polls = 0
                     continue
                 if not follow:

@@ -9,6 +9,7 @@ pub(crate) mod codec;
 mod digest;
 mod hashing;
 mod recorder;
+mod replay;
 mod replica;
 
 #[pymodule]
@@ -19,5 +20,6 @@ fn native_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
     codec::register(module)?;
     recorder::register(module)?;
     replica::register(module)?;
+    replay::register(module)?;
     Ok(())
 }
