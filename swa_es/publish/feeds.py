@@ -33,11 +33,12 @@ from cache.events.recorder import EventRecorder, RecordEncoder
 from swa_es.publish.batching import BatchBuilder, PublishedCache
 
 _SIGNAL_READ_BYTES = 4096
-HURRY_AFTER_PAUSE_S = 0.00025
-"""A step this long after the previous one is written at once (``hurry``) rather than after the
-encoder's linger (1 ms, ``LINGER`` in ``native/src/recorder/worker.rs``): steps that far apart
-would mostly be written one a round anyway, so the linger would only delay them. Steps closer
-together (a serving loop stepping every 100 µs) still share rounds and wake the loop less."""
+HURRY_AFTER_PAUSE_S = 0.001
+"""A step at least this long after the previous one is written at once (``hurry``) rather than
+after the encoder's linger (the same 1 ms, ``LINGER`` in ``native/src/recorder/worker.rs``).
+Steps that far apart get a round each anyway (an engine steps every few milliseconds), so the
+linger would only delay them and hurrying costs no extra round; steps closer together (a
+serving loop stepping every 100 µs) still share rounds and wake the loop less."""
 
 
 @dataclass(slots=True, eq=False)
