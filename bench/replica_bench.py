@@ -44,7 +44,7 @@ revived and trimmed at random, with real chained block hashes::
         [--replay-events 300000] [--apply-blocks 1000000] [--memory-blocks 1000000]
         [--wire-blocks 100000]
         [--prompt-tokens 4096] [--prefix-sources 64] [--rate 50000] [--low-rate 5000]
-        [--lag-s 5] [--kafka host:port] [--json OUT] [--only replay]
+        [--lag-s 5] [--kafka host:port] [--json OUT] [--only replay|lag]
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ from typing import Any
 import anyio
 import orjson
 
+from cache import SWAKVAllocator, SWARadixCache
 from cache.events import (
     DIGEST_ALGORITHM,
     AllBlocksCleared,
@@ -87,6 +88,8 @@ from cache.events.reference.replica import ReferenceReplicaSet
 from consumers import Follower, PrefixIndex, ReplicaSet, SnapshotStore
 from log import EventLog, open_log
 from swa_es import Backpressure, Publisher, PublisherConfig
+from swa_es.engine.worker import CacheWorker
+from swa_es.engine.workload import ChatWorkload
 
 TARGETS = {
     "replay_vs_v1_json": 1.0,
@@ -642,15 +645,17 @@ class _SyntheticCache:
 
 
 TICK_S = 0.001
+TREE_POOL_TOKENS = (32768, 8192)  # full, SWA: the pools of bench/cache_bench.py
+TREE_WINDOW = 256
 
 
-async def _produce(cache: _SyntheticCache, publisher: Publisher, ticks: int) -> int:
+async def _produce(produce: Callable[[], None], publisher: Publisher, ticks: int) -> int:
     started = time.perf_counter()
     backpressure = 0
     for tick in range(ticks):
         if (wait := started + tick * TICK_S - time.perf_counter()) > 0:
             await anyio.sleep(wait)
-        cache.produce()
+        produce()
         try:
             publisher.step()
         except Backpressure:
@@ -659,24 +664,30 @@ async def _produce(cache: _SyntheticCache, publisher: Publisher, ticks: int) -> 
     return backpressure
 
 
-async def bench_lag(
-    url: str, rate: float, seconds: float, *, readonly: bool = False
+async def _measure_lag(
+    url: str,
+    cache: Any,
+    source: str,
+    ticks: int,
+    produce: Callable[[], None],
+    *,
+    readonly: bool,
 ) -> dict[str, Any]:
-    """publish -> apply latency (batch ts to follower apply) at ``rate`` events/s; ``readonly``:
-    the follower reads a second, readonly FileLog of the same directory (as a follower in
-    another process does)."""
-    (src,) = _sources(1, seed=4)
-    ticks = round(seconds / TICK_S)
-    cache = _SyntheticCache(src, ticks, max(1, round(rate * TICK_S)))
+    """Publish ``produce``'s changes to ``cache`` once per tick for ``ticks`` ticks; lag = the
+    follower's apply time - the batch ts, past a warm-up."""
+    seconds = ticks * TICK_S
     lags_ms: list[float] = []
+    applied_events = 0
     warmup_until = time.time() + min(1.0, seconds / 5)
     last_seq = -1
     caught_up = anyio.Event()
 
     def record_lag(batch: WireBatch) -> None:
+        nonlocal applied_events
         now = time.time()
         if now >= warmup_until:
             lags_ms.append((now - batch.ts) * 1000)
+        applied_events += batch.event_count
         if batch.seq == last_seq:
             caught_up.set()
 
@@ -688,10 +699,10 @@ async def bench_lag(
             async with anyio.create_task_group() as tasks:
                 await tasks.start(follower.run)
                 async with Publisher(
-                    cache, log, src.source, config=PublisherConfig(overflow="block")
+                    cache, log, source, config=PublisherConfig(overflow="block")
                 ) as publisher:
-                    backpressure = await _produce(cache, publisher, ticks)
-                    last_seq = _last_published_seq(follower, src.source, publisher)
+                    backpressure = await _produce(produce, publisher, ticks)
+                    last_seq = _last_published_seq(follower, source, publisher)
                     with anyio.fail_after(60):
                         if last_seq >= 0:
                             await caught_up.wait()
@@ -701,12 +712,46 @@ async def bench_lag(
                 await reader.close()
     quantiles = statistics.quantiles(lags_ms, n=100)
     return {
-        "rate_events_per_s": rate,
+        "applied_events_per_s": applied_events / seconds,
         "batches": len(lags_ms),
         "lag_p50_ms": quantiles[49],
         "lag_p99_ms": quantiles[98],
         "backpressure_steps": backpressure,
     }
+
+
+async def bench_lag(
+    url: str, rate: float, seconds: float, *, readonly: bool = False
+) -> dict[str, Any]:
+    """publish -> apply latency (batch ts to follower apply) at ``rate`` events/s; ``readonly``:
+    the follower reads a second, readonly FileLog of the same directory (as a follower in
+    another process does)."""
+    (src,) = _sources(1, seed=4)
+    ticks = round(seconds / TICK_S)
+    cache = _SyntheticCache(src, ticks, max(1, round(rate * TICK_S)))
+    result = await _measure_lag(url, cache, src.source, ticks, cache.produce, readonly=readonly)
+    return {"rate_events_per_s": rate, **result}
+
+
+async def bench_lag_tree(
+    url: str, seconds: float, *, page_size: int = 16, requests_per_tick: int = 1
+) -> dict[str, Any]:
+    """The same lag with a real ``SWARadixCache`` serving chat requests (``requests_per_tick``
+    a tick): the publisher's native path, where steps are cut on the loop and hashed and
+    encoded on the recorder's encoder thread."""
+    full, swa = TREE_POOL_TOKENS
+    allocator = SWAKVAllocator(full, swa, page_size=page_size, device="cpu")
+    cache = SWARadixCache(allocator, sliding_window_size=TREE_WINDOW, page_size=page_size)
+    worker = CacheWorker(cache)
+    ticks = round(seconds / TICK_S)
+    requests = iter(ChatWorkload(seed=6).take(ticks * requests_per_tick))
+
+    def serve() -> None:
+        for _ in range(requests_per_tick):
+            worker.serve(next(requests))
+
+    result = await _measure_lag(url, cache, "tree-0", ticks, serve, readonly=False)
+    return {"page_size": page_size, "requests_per_tick": requests_per_tick, **result}
 
 
 def _last_published_seq(follower: Follower, source: str, publisher: Publisher) -> int:
@@ -773,6 +818,19 @@ LAG_RUNS = (
 )
 
 
+async def _run_lag(args: argparse.Namespace, work: Path, results: dict[str, Any]) -> None:
+    """The FileLog lag rows, between two fdatasync probes of the same directory."""
+    results["fdatasync_before_lag"] = fdatasync_ms(work)
+    for label, fsync, readonly, rate in LAG_RUNS:
+        lag_url = (work / f"{label}-log").as_uri() + f"?fsync={fsync}"
+        results[label] = await bench_lag(
+            lag_url, getattr(args, rate), args.lag_s, readonly=readonly
+        )
+    tree_url = (work / "lag_file_tree-log").as_uri() + "?fsync=batch"
+    results["lag_file_tree"] = await bench_lag_tree(tree_url, args.lag_s)
+    results["fdatasync_after_lag"] = fdatasync_ms(work)
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     """Every benchmark, in one run."""
     results: dict[str, Any] = {}
@@ -786,6 +844,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             results["machine"] = {"cpus": os.cpu_count(), "load_average_1m": os.getloadavg()[0]}
             results["summary"] = {"replay_vs_v1_json": results["replay"]["replay_vs_v1_json"]}
             return results
+        if args.only == "lag":
+            await _run_lag(args, work, results)
+            results["machine"] = {"cpus": os.cpu_count(), "load_average_1m": os.getloadavg()[0]}
+            results["summary"] = {"lag_p99_ms_file": results["lag_file"]["lag_p99_ms"]}
+            return results
         results["memory"] = bench_memory(args.memory_blocks)
         results["wire"] = bench_wire(args.wire_blocks)
         results["apply"] = bench_apply(args.apply_blocks)
@@ -796,13 +859,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         )
         results["restore"] = await bench_restore(work, args.blocks, args.tail_batches)
         results["prefix"] = bench_prefix(args.prompt_tokens, args.prefix_sources)
-        results["fdatasync_before_lag"] = fdatasync_ms(work)
-        for label, fsync, readonly, rate in LAG_RUNS:
-            lag_url = (work / f"{label}-log").as_uri() + f"?fsync={fsync}"
-            results[label] = await bench_lag(
-                lag_url, getattr(args, rate), args.lag_s, readonly=readonly
-            )
-        results["fdatasync_after_lag"] = fdatasync_ms(work)
+        await _run_lag(args, work, results)
         if args.kafka:
             for label, rate in (("lag_kafka", args.rate), ("lag_kafka_low_rate", args.low_rate)):
                 topic = f"swa-es-replica-bench-{uuid.uuid4().hex[:8]}"
@@ -840,7 +897,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--kafka", help="host:port of a broker for the Kafka lag run")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument(
-        "--only", choices=["replay"], help="run only these rows (replay: both replay streams)"
+        "--only",
+        choices=["replay", "lag"],
+        help="run only these rows (replay: both replay streams; lag: the FileLog lag rows)",
     )
     args = parser.parse_args(argv)
     results = anyio.run(run, args)
