@@ -10,6 +10,7 @@ mod digest;
 mod hashing;
 mod recorder;
 mod replica;
+mod tokens;
 
 #[pymodule]
 #[pyo3(name = "_native")]
