@@ -11,120 +11,14 @@
 //! whole pages it has in common with the closest one. A digest is a pure function of its prior
 //! and its tokens, so a reused one is the digest hashing would give: answers never change.
 
-use sha2::compress256;
-use sha2::digest::generic_array::GenericArray;
-
-/// A SHA-256 state: the digest of a page, as eight big-endian words.
-pub type State = [u32; 8];
-
-/// SHA-256's initial state.
-const SHA256_INIT: State = [
-    0x6a09_e667,
-    0xbb67_ae85,
-    0x3c6e_f372,
-    0xa54f_f53a,
-    0x510e_527f,
-    0x9b05_688c,
-    0x1f83_d9ab,
-    0x5be0_cd19,
-];
-
-/// The block hash of a page digest: its first 8 bytes, big-endian, as a signed int
-/// (`crate::hashing::block_hash`).
-#[inline]
-pub fn block_hash(state: &State) -> i64 {
-    ((u64::from(state[0]) << 32) | u64::from(state[1])) as i64
-}
-
-/// Hashes a prompt's pages one at a time, chaining each onto the last (the sglang chain of
-/// `crate::hashing`).
-///
-/// Every page after the first hashes a message of the same length (the previous 32-byte digest,
-/// then the page's tokens), so its padded blocks are laid out once and each page only writes
-/// its digest and tokens into them before running the compression function (with the CPU's SHA
-/// instructions when it has them) on them directly.
-pub struct PageHasher<'a> {
-    prior: &'a [u8],
-    /// The padded message of a chained page: digest | tokens | 0x80 | zeros | bit length.
-    chained: Vec<u8>,
-    first: bool,
-}
-
-impl<'a> PageHasher<'a> {
-    /// A hasher of pages of `page_size` tokens, the first chained onto `prior`.
-    pub fn new(prior: &'a [u8], page_size: usize) -> Self {
-        Self {
-            prior,
-            chained: padded(32, page_size),
-            first: true,
-        }
-    }
-
-    /// Continue the chain after a page whose digest is `state`.
-    pub fn resume(&mut self, state: &State) {
-        self.first = false;
-        self.write_digest(state);
-    }
-
-    /// The digest of the next page (`page` holds `page_size` tokens).
-    pub fn next(&mut self, page: &[u32]) -> State {
-        let state = if self.first {
-            // the root page chains onto the namespace's prior (empty or 32 bytes)
-            self.first = false;
-            let prior = self.prior.len();
-            let mut message = padded(prior, page.len());
-            message[..prior].copy_from_slice(self.prior);
-            write_tokens(&mut message[prior..], page);
-            compress(&message)
-        } else {
-            write_tokens(&mut self.chained[32..], page);
-            compress(&self.chained)
-        };
-        self.write_digest(&state);
-        state
-    }
-
-    fn write_digest(&mut self, state: &State) {
-        for (slot, word) in self.chained[..32].chunks_exact_mut(4).zip(state) {
-            slot.copy_from_slice(&word.to_be_bytes());
-        }
-    }
-}
-
-/// Write `tokens` as u32 little-endian at the start of `out`.
-fn write_tokens(out: &mut [u8], tokens: &[u32]) {
-    for (slot, token) in out.chunks_exact_mut(4).zip(tokens) {
-        slot.copy_from_slice(&token.to_le_bytes());
-    }
-}
-
-/// The SHA-256 state after the padded `message` (whole 64-byte blocks).
-fn compress(message: &[u8]) -> State {
-    let mut state = SHA256_INIT;
-    for block in message.chunks_exact(64) {
-        compress256(
-            &mut state,
-            std::slice::from_ref(GenericArray::from_slice(block)),
-        );
-    }
-    state
-}
-
-/// A zeroed message of `prefix` bytes plus `page_size` tokens, padded as SHA-256 pads it.
-fn padded(prefix: usize, page_size: usize) -> Vec<u8> {
-    let length = prefix + 4 * page_size;
-    let total = (length + 1 + 8).div_ceil(64) * 64;
-    let mut message = vec![0u8; total];
-    message[length] = 0x80;
-    message[total - 8..].copy_from_slice(&((length as u64) * 8).to_be_bytes());
-    message
-}
+use crate::hashing::{state_block_hash, PageHasher, State};
 
 /// Prompts kept (the least recently used one makes room).
 const CHAINS: usize = 8;
 /// At most this many pages of a prompt are kept (a page's digest is 32 bytes)...
 const MAX_PAGES: usize = 8192;
-/// ...and at most this many tokens (4 bytes each): a kept prompt costs at most 288 KiB.
+/// ...and at most this many tokens (4 bytes each): a kept prompt costs at most 512 KiB, the
+/// cache at most 4 MiB.
 const MAX_TOKENS: usize = 1 << 16;
 
 /// The leading pages of one walked prompt: their tokens and digests.
@@ -191,6 +85,7 @@ pub struct PromptChain<'a> {
     /// The kept chain read from, and how many of its pages are reused.
     source: Option<(usize, usize)>,
     hasher: PageHasher<'a>,
+    prior: &'a [u8],
     page_size: usize,
     tokens: &'a [u32],
     /// Digests of the pages hashed by this walk, after the reused ones.
@@ -214,9 +109,10 @@ impl<'a> PromptChain<'a> {
             cache,
             source,
             hasher,
+            prior,
             page_size,
             tokens,
-            fresh: Vec::new(),
+            fresh: Vec::with_capacity(tokens.len() / page_size),
         }
     }
 
@@ -225,7 +121,7 @@ impl<'a> PromptChain<'a> {
     pub fn hash(&mut self, index: usize) -> i64 {
         if let Some((at, shared)) = self.source {
             if index < shared {
-                return block_hash(&self.cache.chains[at].states[index]);
+                return state_block_hash(&self.cache.chains[at].states[index]);
             }
         }
         let start = index * self.page_size;
@@ -233,7 +129,7 @@ impl<'a> PromptChain<'a> {
             .hasher
             .next(&self.tokens[start..start + self.page_size]);
         self.fresh.push(state);
-        block_hash(&state)
+        state_block_hash(&state)
     }
 
     /// Keep what this walk hashed: the reused pages and the fresh ones, as the most recently
@@ -243,10 +139,11 @@ impl<'a> PromptChain<'a> {
         let Self {
             cache,
             source,
-            hasher,
+            prior,
             page_size,
             tokens,
             fresh,
+            ..
         } = self;
         cache.clock += 1;
         let used = cache.clock;
@@ -271,22 +168,38 @@ impl<'a> PromptChain<'a> {
                 return;
             }
         }
-        let mut states = Vec::with_capacity(pages);
-        if let Some((at, shared)) = source {
-            states.extend_from_slice(&cache.chains[at].states[..shared.min(pages)]);
-        }
-        states.extend_from_slice(&fresh[..pages - states.len()]);
-        let chain = Chain {
-            prior: hasher.prior.to_vec(),
-            page_size,
-            tokens: tokens[..pages * page_size].to_vec(),
-            states,
-            used,
+        let states = match source {
+            None => {
+                let mut states = fresh;
+                states.truncate(pages);
+                states
+            }
+            Some((at, shared)) => {
+                let mut states = Vec::with_capacity(pages);
+                states.extend_from_slice(&cache.chains[at].states[..shared.min(pages)]);
+                states.extend_from_slice(&fresh[..pages - states.len()]);
+                states
+            }
         };
         if cache.chains.len() < CHAINS {
-            cache.chains.push(chain);
+            cache.chains.push(Chain {
+                prior: prior.to_vec(),
+                page_size,
+                tokens: tokens[..pages * page_size].to_vec(),
+                states,
+                used,
+            });
         } else if let Some(oldest) = cache.chains.iter_mut().min_by_key(|c| c.used) {
-            *oldest = chain;
+            // the oldest chain's buffers are reused
+            oldest.prior.clear();
+            oldest.prior.extend_from_slice(prior);
+            oldest.page_size = page_size;
+            oldest.tokens.clear();
+            oldest
+                .tokens
+                .extend_from_slice(&tokens[..pages * page_size]);
+            oldest.states = states;
+            oldest.used = used;
         }
     }
 }
@@ -314,21 +227,6 @@ mod tests {
         let out = (0..pages).map(|index| chain.hash(index)).collect();
         chain.finish();
         out
-    }
-
-    #[test]
-    fn the_page_hasher_equals_the_chain_hash() {
-        let tokens: Vec<u32> = (0..200u32).map(|t| t.wrapping_mul(2_654_435_761)).collect();
-        for prior in [vec![], namespace_prior(Some("lora-7"))] {
-            for page_size in [1usize, 3, 15, 16, 17, 64] {
-                let mut hasher = PageHasher::new(&prior, page_size);
-                let hashed: Vec<i64> = tokens
-                    .chunks_exact(page_size)
-                    .map(|page| block_hash(&hasher.next(page)))
-                    .collect();
-                assert_eq!(hashed, hashes(&prior, &tokens, page_size));
-            }
-        }
     }
 
     fn rng(seed: &mut u64) -> u64 {

@@ -6,7 +6,8 @@
 //! that still hold the chain so far: a page drops the ones missing from its holders (their held
 //! length is the pages walked so far) and stops when none is left; a source whose copy of a
 //! page is a tombstone records it for the SWA rule. A page costs its hash, one lookup and a few
-//! word operations, whatever the number of sources.
+//! word operations, whatever the number of sources; the hash is read from `super::chains` when a
+//! recent prompt shared the page.
 //!
 //! The SWA rule (`super::swa_rule`, DESIGN §3) is applied from the tombstones alone: between
 //! two tombstones every page is resident, so the longest usable prefix only changes at a
