@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from cache.events import BlockStored, chain_block_hashes, namespace_prior
 from cache.events.reference.replica import ReferenceReplicaSet
-from cache.events.replica_store import ReplicaStore
+from cache.events.replica_store import ReplicaStore, prompt_token_ids
 
 from .test_native_replica import fleets
 
@@ -64,6 +64,56 @@ def test_large_ids_read_in_place_equal_the_general_conversion() -> None:
     mixed: list[object] = [Index(t) if i % 3 == 0 else t for i, t in enumerate(PROMPT)]
     assert store.match_prefix(mixed) == [("w0", 12, 12)]  # type: ignore[arg-type]
     assert store.match_prefix([False, *PROMPT[1:]]) == [("w0", 12, 12)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.integers(0, (1 << 32) - 1)
+        | st.integers(-(1 << 70), 1 << 70)
+        | st.sampled_from([0, 1 << 30, (1 << 32) - 1, 1 << 32, -1, True])
+        | st.builds(Index, st.integers(0, (1 << 32) - 1))
+        | st.builds(Sub, st.integers(0, 9))
+        | st.sampled_from([1.0, "7", None]),
+        max_size=40,
+    )
+)
+def test_a_list_read_in_place_equals_one_read_through_the_c_api(items: list[object]) -> None:
+    """Ids in place or through the C API: the same ids, or the same error naming the same id;
+    a tuple (read through its iterator) gives them too."""
+    outcomes = []
+    for read in (
+        lambda: prompt_token_ids(items, in_place=True),  # type: ignore[arg-type]
+        lambda: prompt_token_ids(items, in_place=False),  # type: ignore[arg-type]
+        lambda: prompt_token_ids(tuple(items)),  # type: ignore[arg-type]
+    ):
+        try:
+            outcomes.append(("ids", read()))
+        except (TypeError, ValueError) as error:
+            outcomes.append((type(error).__name__, str(error)))
+    assert outcomes[0] == outcomes[1] == outcomes[2]
+    if outcomes[0][0] == "ids":
+        assert outcomes[0][1] == [int(item) for item in items]  # type: ignore[call-overload]
+
+
+def _shrinking_prompt() -> list[object]:
+    """[0, 1, 2, x, 4, 5, 6] where reading x (3) deletes the items after it."""
+    prompt: list[object] = [0, 1, 2]
+
+    class Shrinking:
+        def __index__(self) -> int:
+            del prompt[4:]
+            return 3
+
+    prompt += [Shrinking(), 4, 5, 6]
+    return prompt
+
+
+def test_both_list_readers_stop_where_an_index_method_shortens_the_list() -> None:
+    """An ``__index__`` that deletes the rest of the list ends the read there, either way."""
+    for in_place in (True, False):
+        prompt = _shrinking_prompt()
+        assert prompt_token_ids(prompt, in_place=in_place) == [0, 1, 2, 3]  # type: ignore[arg-type]
 
 
 SMALL = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9]

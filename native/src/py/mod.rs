@@ -20,5 +20,6 @@ fn native_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
     codec::register(module)?;
     recorder::register(module)?;
     replica::register(module)?;
+    tokens::register(module)?;
     Ok(())
 }

@@ -3,9 +3,9 @@
 //! A 4,096-token prompt is 4,096 int objects; through the stable ABI each costs two calls
 //! (`PyList_GetItem`, `PyLong_AsLongLong`), about as much as hashing the prompt. On the CPython
 //! versions whose object layouts are known here (3.11 to 3.14), a list's item array and a small
-//! int's digits are read in place instead (`Layout`); any item that is not an exact int of at
-//! most two digits, and every other interpreter, takes the general path, which gives the same
-//! values and the same errors. Buffers of integers (`array.array`, `bytes`, NumPy vectors) are
+//! int's digits are read in place instead (`Layout`; other interpreters read exact ints through
+//! the C API); any item that is not an exact int in range takes the general path, which gives
+//! the same values and the same errors. Buffers of integers (`array.array`, `bytes`, NumPy vectors) are
 //! copied in bulk.
 
 use std::mem::size_of;
@@ -47,7 +47,7 @@ fn general(item: &Bound<'_, PyAny>) -> PyResult<u32> {
 /// of integers in bulk, any other sequence through its iterator.
 pub(crate) fn prompt_tokens(token_ids: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
     if let Ok(list) = token_ids.cast::<PyList>() {
-        return list_tokens(list);
+        return list_tokens(list, layout(list.py()));
     }
     if let Some(tokens) = buffer_tokens(token_ids)? {
         return Ok(tokens);
@@ -249,30 +249,60 @@ unsafe fn read_run<const TAGGED: bool>(items: &[*mut ffi::PyObject], out: &mut V
     done
 }
 
-fn list_tokens(list: &Bound<'_, PyList>) -> PyResult<Vec<u32>> {
-    let py = list.py();
-    let layout = layout(py);
+/// `read_run` through the C API, for interpreters whose layouts are not known here: items
+/// `at..len` of `list` while they are exact ints in range.
+///
+/// # Safety
+/// `list` is a live list of at least `len` items and the GIL is held; the caller runs no
+/// Python code between reading `len` and this call.
+unsafe fn read_run_api(
+    list: &Bound<'_, PyList>,
+    at: usize,
+    len: usize,
+    out: &mut Vec<u32>,
+) -> usize {
+    for index in at..len {
+        // a borrowed reference, valid while the list holds it: nothing here runs Python code
+        let item = ffi::PyList_GetItem(list.as_ptr(), index as ffi::Py_ssize_t);
+        if item.is_null() || ffi::PyLong_CheckExact(item) == 0 {
+            let _ = PyErr::take(list.py());
+            return index - at;
+        }
+        // an exact int: read without running Python code; -1 with an exception set when it
+        // does not fit, which is cleared (the general path then names the error)
+        let Ok(value) = u32::try_from(ffi::PyLong_AsLongLong(item)) else {
+            let _ = PyErr::take(list.py());
+            return index - at;
+        };
+        out.push(value);
+    }
+    len - at
+}
+
+fn list_tokens(list: &Bound<'_, PyList>, layout: Option<Layout>) -> PyResult<Vec<u32>> {
     // The length is read once and again only after the general path, the one place where
     // Python code (an `__index__`) can run and change the list.
     let mut len = list.len();
     let mut tokens = Vec::with_capacity(len);
     let mut at = 0;
     while at < len {
-        if let Some(layout) = layout {
-            // SAFETY: `list` is a live list (the `Bound` keeps it alive and proves the GIL is
-            // held) of `len` items, read when no Python code could have run since; nothing in
-            // `read_run` runs Python code (it only reads exact ints in place); `layout` is only
-            // Some on an interpreter `known_layout` accepts and `probe` confirmed.
-            at += unsafe {
-                let items = &list_items(list.as_ptr(), len)[at..];
-                match layout.int {
-                    IntLayout::Tagged => read_run::<true>(items, &mut tokens),
-                    IntLayout::SignedSize => read_run::<false>(items, &mut tokens),
+        // SAFETY: `list` is a live list (the `Bound` keeps it alive and proves the GIL is held)
+        // of `len` items, read when no Python code could have run since; nothing in `read_run`
+        // or `read_run_api` runs Python code (they only read exact ints); `layout` is only Some
+        // on an interpreter `known_layout` accepts and `probe` confirmed.
+        at += unsafe {
+            match layout.map(|layout| layout.int) {
+                Some(IntLayout::Tagged) => {
+                    read_run::<true>(&list_items(list.as_ptr(), len)[at..], &mut tokens)
                 }
-            };
-            if at == len {
-                break;
+                Some(IntLayout::SignedSize) => {
+                    read_run::<false>(&list_items(list.as_ptr(), len)[at..], &mut tokens)
+                }
+                None => read_run_api(list, at, len, &mut tokens),
             }
+        };
+        if at == len {
+            break;
         }
         // the general path: an owned reference, then the general conversion and its errors
         let item = list.get_item(at)?;
@@ -334,4 +364,19 @@ where
         .map(|value| u32::try_from(value).map_err(|_| out_of_range(value)))
         .collect::<PyResult<Vec<u32>>>()
         .map(Some)
+}
+
+/// The ids `token_ids` reads as (what prefix matching hashes), for tests: `in_place` False reads
+/// a list through the C API only, as on an interpreter whose layouts are not known here.
+#[pyfunction]
+fn prompt_token_ids(token_ids: &Bound<'_, PyAny>, in_place: bool) -> PyResult<Vec<u32>> {
+    match token_ids.cast::<PyList>() {
+        Ok(list) if !in_place => list_tokens(list, None),
+        _ => prompt_tokens(token_ids),
+    }
+}
+
+pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add_function(wrap_pyfunction!(prompt_token_ids, module)?)?;
+    Ok(())
 }
