@@ -10,7 +10,8 @@ reused across queries; answers stay equal to the pure-Python reference whatever 
 from __future__ import annotations
 
 import array
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -81,12 +82,14 @@ def test_large_ids_read_in_place_equal_the_general_conversion() -> None:
 def test_a_list_read_in_place_equals_one_read_through_the_c_api(items: list[object]) -> None:
     """Ids in place or through the C API: the same ids, or the same error naming the same id;
     a tuple (read through its iterator) gives them too."""
-    outcomes = []
-    for read in (
-        lambda: prompt_token_ids(items, in_place=True),  # type: ignore[arg-type]
-        lambda: prompt_token_ids(items, in_place=False),  # type: ignore[arg-type]
-        lambda: prompt_token_ids(tuple(items)),  # type: ignore[arg-type]
-    ):
+    ids: Sequence[int] = items  # type: ignore[assignment]
+    readers: list[Callable[[], list[int]]] = [
+        lambda: prompt_token_ids(ids, in_place=True),
+        lambda: prompt_token_ids(ids, in_place=False),
+        lambda: prompt_token_ids(tuple(ids)),
+    ]
+    outcomes: list[tuple[str, object]] = []
+    for read in readers:
         try:
             outcomes.append(("ids", read()))
         except (TypeError, ValueError) as error:
@@ -224,3 +227,26 @@ def test_a_sequence_of_queries_equals_the_reference(
         native = {s: (h, u) for s, h, u in store.match_prefix(query, extra_key)}
         assert native == reference.match(query, extra_key)
     assert namespace_prior(None) == b""
+
+
+@dataclass(frozen=True, slots=True)
+class Lengths:
+    """A result type for ``match_into``: exactly ``full_tokens`` and ``swa_tokens``."""
+
+    full_tokens: int | None
+    swa_tokens: int | None
+
+
+def test_match_into_makes_one_result_per_distinct_answer() -> None:
+    """Sources with equal answers share one (immutable) result; others get their own."""
+    store = _fleet([SMALL, SMALL, SMALL[:5], SMALL])
+    store.mark_diverged("w3", "gap")
+    result = store.match_into(SMALL, None, Lengths)
+    assert result == {
+        "w0": Lengths(12, 12),
+        "w1": Lengths(12, 12),
+        "w2": Lengths(4, 4),
+        "w3": Lengths(None, None),
+    }
+    assert result["w0"] is result["w1"]
+    assert result["w0"] is not result["w2"]

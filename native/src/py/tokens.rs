@@ -81,8 +81,9 @@ const BODY_OFFSET: usize = 3 * size_of::<usize>();
 
 static LAYOUT: PyOnceLock<Option<Layout>> = PyOnceLock::new();
 
-/// The layout, decided once: CPython 3.11 to 3.14 with 30-bit digits in u32 cells, and a probe
-/// of sample ints and a list read through it equal to the C API's answers.
+/// The layout, decided once: CPython 3.11 to 3.14, a release build with the GIL, 30-bit digits
+/// in u32 cells, and a probe of sample ints and a list read through it equal to the C API's
+/// answers.
 fn layout(py: Python<'_>) -> Option<Layout> {
     *LAYOUT.get_or_init(py, || {
         let layout = known_layout(py).ok().flatten()?;
@@ -100,7 +101,12 @@ fn known_layout(py: Python<'_>) -> PyResult<Option<Layout>> {
     let int_info = sys.getattr("int_info")?;
     let bits: u32 = int_info.getattr("bits_per_digit")?.extract()?;
     let cell: usize = int_info.getattr("sizeof_digit")?.extract()?;
-    if !cpython || bits != 30 || cell != 4 {
+    // a free-threaded ("t") or debug ("d") build has another object header
+    let abiflags: String = match sys.getattr("abiflags") {
+        Ok(flags) => flags.extract()?,
+        Err(_) => String::new(),
+    };
+    if !cpython || bits != 30 || cell != 4 || abiflags.contains(['t', 'd']) {
         return Ok(None);
     }
     let version = py.version_info();
