@@ -76,12 +76,20 @@ def swa_usable_prefix(
     return _native.swa_usable_prefix(list(segments), sliding_window_size)
 
 
+def prompt_token_ids(token_ids: Sequence[int], *, in_place: bool = True) -> list[int]:
+    """The ids ``ReplicaStore.match_prefix`` reads ``token_ids`` as, with its errors (for tests
+    of the reader): ``in_place=False`` reads a list through the C API only, as on an interpreter
+    whose object layouts the core does not know."""
+    return _native.prompt_token_ids(token_ids, in_place)
+
+
 __all__ = [
     "ReplicaConsistencyError",
     "ReplicaSnapshotError",
     "ReplicaStore",
     "ReplayCursors",
     "apply_records",
+    "prompt_token_ids",
     "swa_usable_prefix",
     "wire_churn",
 ]

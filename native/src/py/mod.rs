@@ -11,6 +11,7 @@ mod hashing;
 mod recorder;
 mod replay;
 mod replica;
+mod tokens;
 
 #[pymodule]
 #[pyo3(name = "_native")]
@@ -21,5 +22,6 @@ fn native_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
     recorder::register(module)?;
     replica::register(module)?;
     replay::register(module)?;
+    tokens::register(module)?;
     Ok(())
 }

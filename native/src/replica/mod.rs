@@ -6,6 +6,7 @@
 //! `cache.events.reference.replica` (the pure-Python replica tree and prefix index).
 
 pub mod blocks;
+pub mod chains;
 pub mod holders;
 pub mod index;
 pub mod ordered;
