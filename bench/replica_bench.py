@@ -2,10 +2,13 @@
 
 Rows (the issue-9 table):
 
-- replay: events/s a ``Follower`` applies into a ``ReplicaSet`` from a FileLog (read, strict
-  decode into ``WireBatch``, cursors, native apply), against ``orjson.loads`` of the same batches
-  written as plain v1 JSON (one dict per event, one event per page) in memory; with the parts
-  (FileLog read alone, ``decode_wire`` alone, ``apply_wire`` alone) measured the same way. Two
+- replay: events/s a ``Follower`` applies into a ``ReplicaSet`` from a FileLog (read a poll at a
+  time, then the follower's fast lane: the poll's records decoded and applied in one native call,
+  the few that need the follower's judgement, such as in-band digests, record by record),
+  against ``orjson.loads`` of the same batches written as plain v1 JSON (one dict per event, one
+  event per page) in memory; with the parts (FileLog read alone, ``decode_wire`` alone,
+  ``apply_wire`` alone) measured the same way, and the record-by-record path (strict decode into
+  ``WireBatch``, cursors, native apply: what a follower given ``on_applied`` takes). Two
   streams: small steps (16 events a batch, stores of 2 pages: the issue's figure) and page-1
   steps the size of a prefill (4 events a batch, stores of 64 chained pages);
 - apply: page-1 blocks/s into a ``ReplicaSet`` from records in memory, for v2 records (chains
@@ -20,8 +23,10 @@ Rows (the issue-9 table):
 - memory: RSS per replica block at page sizes 1 and 16 (token ids included), replica alone and
   with the holder index a ``PrefixIndex`` adds;
 - prefix: ``PrefixIndex.match`` p50/p99 of a ``--prompt-tokens`` prompt at page 16 that
-  ``--prefix-sources`` sources all hold, against the pure-Python reference; hashing the prompt
-  alone (``chain_block_hashes``) is the same-run floor;
+  ``--prefix-sources`` sources all hold, against the pure-Python reference: asked again (its
+  page digests are kept, so nothing is hashed) and cold (one more held prompt than the store
+  keeps digests of, asked for in turn: every page hashed); hashing the prompt alone
+  (``chain_block_hashes``) is the same-run floor;
 - lag: publish -> apply p50/p99 at ``--rate`` events/s through ``swa_es.Publisher`` (a
   synthetic cache stands in for the tree) into a FileLog: a follower on the writer's own log
   (woken by each commit) and one on a ``readonly`` log of the same directory (how a follower in
@@ -41,7 +46,7 @@ revived and trimmed at random, with real chained block hashes::
         [--replay-events 300000] [--apply-blocks 1000000] [--memory-blocks 1000000]
         [--wire-blocks 100000]
         [--prompt-tokens 4096] [--prefix-sources 64] [--rate 50000] [--low-rate 5000]
-        [--lag-s 5] [--kafka host:port] [--json OUT] [--only replay]
+        [--lag-s 5] [--kafka host:port] [--json OUT] [--only replay|lag|prefix]
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ from typing import Any
 import anyio
 import orjson
 
+from cache import SWAKVAllocator, SWARadixCache
 from cache.events import (
     DIGEST_ALGORITHM,
     AllBlocksCleared,
@@ -84,6 +90,8 @@ from cache.events.reference.replica import ReferenceReplicaSet
 from consumers import Follower, PrefixIndex, ReplicaSet, SnapshotStore
 from log import EventLog, open_log
 from swa_es import Backpressure, Publisher, PublisherConfig
+from swa_es.engine.worker import CacheWorker
+from swa_es.engine.workload import ChatWorkload
 
 TARGETS = {
     "replay_vs_v1_json": 1.0,
@@ -92,6 +100,7 @@ TARGETS = {
     "rss_bytes_per_block": 40.0,
     "wire_bytes_per_block": 32.0,
     "prefix_p50_us": 50.0,
+    "prefix_cold_p50_us": 50.0,
     "lag_p99_ms_file": 5.0,
     "lag_p99_ms_kafka": 25.0,
 }
@@ -313,17 +322,24 @@ async def bench_replay(
             await Follower(log, [replicas]).catch_up()
             last[:] = [replicas]
 
+        async def replay_by_record() -> None:
+            # on_applied needs each WireBatch, so this follower takes the record-by-record path
+            await Follower(log, [ReplicaSet()], on_applied=lambda _: None).catch_up()
+
         async def read_only() -> None:
             async for _ in log.read("beginning"):
                 pass
 
         # The replay and its yardstick alternate, so both see the same moments of a shared
-        # machine whose speed drifts; each side's fastest round counts.
-        follow_runs, baseline_runs = [], []
+        # machine whose speed drifts; each side's fastest round counts. The record-by-record
+        # path (what a follower given on_applied takes) runs in the same rounds, for comparison.
+        follow_runs, baseline_runs, by_record_runs = [], [], []
         for _ in range(REPLAY_ROUNDS):
             follow_runs.append(await _timed_async(replay))
             baseline_runs.append(_timed(lambda: _parse_v1(v1)))
+            by_record_runs.append(await _timed_async(replay_by_record))
         follow, baseline = _fastest(follow_runs), _fastest(baseline_runs)
+        by_record = _fastest(by_record_runs)
         read = await _best_async(read_only)
     (replicas,) = last
     assert all(replicas[s.source].state_digest() == s.digest.hexdigest() for s in sources)
@@ -345,8 +361,11 @@ async def bench_replay(
         **_rates(events, baseline, "v1_json_parse_events"),
         "replay_vs_v1_json": baseline.cpu_s / follow.cpu_s,
         "replay_vs_v1_json_wall": baseline.wall_s / follow.wall_s,
+        "record_path_vs_v1_json": baseline.cpu_s / by_record.cpu_s,
+        "lane_vs_record_path": by_record.cpu_s / follow.cpu_s,
         "part_cpu_s": {
             "replay": follow.cpu_s,
+            "replay_record_by_record": by_record.cpu_s,
             "filelog_read": read.cpu_s,
             "decode_wire": decode.cpu_s,
             "apply_wire": apply.cpu_s,
@@ -558,23 +577,41 @@ def _latencies_us(work: Callable[[], object], runs: int) -> list[float]:
     return statistics.quantiles(samples, n=100)
 
 
+# one more held prompt than the native store keeps the page digests of (8), asked for in turn
+COLD_PROMPTS = 9
+
+
 def bench_prefix(prompt_tokens: int, sources: int, page_size: int = 16) -> dict[str, Any]:
     """PrefixIndex.match latency for a prompt every source holds, against the reference; hashing
-    the prompt alone is the floor."""
-    prompt = [random.Random(5).randrange(1 << 16) for _ in range(prompt_tokens)]
-    hashes = tuple(chain_block_hashes(b"", prompt, page_size))
+    the prompt alone is the floor.
+
+    The store keeps the page digests of the last few prompts matched, so asking for the same
+    prompt again hashes nothing (``prefix_p50_us``); the cold figure (``prefix_cold_p50_us``)
+    asks for more held prompts than it keeps, in turn, so that every page of every query is
+    hashed."""
+    prompts = [
+        [random.Random(5 + k).randrange(1 << 16) for _ in range(prompt_tokens)]
+        for k in range(COLD_PROMPTS)
+    ]
+    prompt = prompts[0]
     replicas, reference = ReplicaSet(), ReferenceReplicaSet()
     index = PrefixIndex(replicas)
     meta = BatchMeta(page_size, 4 * page_size, digest_alg=DIGEST_ALGORITHM)
-    stored = BlockStored(hashes, None, tuple(prompt[: len(hashes) * page_size]), page_size)
+    stores = []
+    for held in prompts:
+        hashes = tuple(chain_block_hashes(b"", held, page_size))
+        stores.append(BlockStored(hashes, None, tuple(held[: len(hashes) * page_size]), page_size))
     for number in range(sources):
-        batch = EventBatch(f"w{number}", "e", 0, 0.0, (AllBlocksCleared(), stored), None, meta)
-        replicas.apply(batch)
-        reference.apply(batch)
-    expected = len(hashes) * page_size
+        source = f"w{number}"
+        replicas.apply(EventBatch(source, "e", 0, 0.0, (AllBlocksCleared(), *stores), None, meta))
+        first = (AllBlocksCleared(), stores[0])
+        reference.apply(EventBatch(source, "e", 0, 0.0, first, None, meta))
+    expected = prompt_tokens // page_size * page_size
     assert all(m.full_tokens == expected for m in index.match(prompt).values())
     assert len(index.match(prompt)) == sources
     native = _latencies_us(lambda: index.match(prompt), 3000)
+    turn = iter(range(1 << 62))
+    cold = _latencies_us(lambda: index.match(prompts[next(turn) % COLD_PROMPTS]), 3000)
     hashing = _latencies_us(lambda: chain_block_hashes(b"", prompt, page_size), 3000)
     python = _latencies_us(lambda: reference.match(prompt), 30)
     return {
@@ -583,6 +620,8 @@ def bench_prefix(prompt_tokens: int, sources: int, page_size: int = 16) -> dict[
         "sources": sources,
         "prefix_p50_us": native[49],
         "prefix_p99_us": native[98],
+        "prefix_cold_p50_us": cold[49],
+        "prefix_cold_p99_us": cold[98],
         "hash_prompt_p50_us": hashing[49],
         "reference_p50_us": python[49],
         "prefix_vs_reference": python[49] / native[49],
@@ -629,15 +668,17 @@ class _SyntheticCache:
 
 
 TICK_S = 0.001
+TREE_POOL_TOKENS = (32768, 8192)  # full, SWA: the pools of bench/cache_bench.py
+TREE_WINDOW = 256
 
 
-async def _produce(cache: _SyntheticCache, publisher: Publisher, ticks: int) -> int:
+async def _produce(produce: Callable[[], None], publisher: Publisher, ticks: int) -> int:
     started = time.perf_counter()
     backpressure = 0
     for tick in range(ticks):
         if (wait := started + tick * TICK_S - time.perf_counter()) > 0:
             await anyio.sleep(wait)
-        cache.produce()
+        produce()
         try:
             publisher.step()
         except Backpressure:
@@ -646,24 +687,30 @@ async def _produce(cache: _SyntheticCache, publisher: Publisher, ticks: int) -> 
     return backpressure
 
 
-async def bench_lag(
-    url: str, rate: float, seconds: float, *, readonly: bool = False
+async def _measure_lag(
+    url: str,
+    cache: Any,
+    source: str,
+    ticks: int,
+    produce: Callable[[], None],
+    *,
+    readonly: bool,
 ) -> dict[str, Any]:
-    """publish -> apply latency (batch ts to follower apply) at ``rate`` events/s; ``readonly``:
-    the follower reads a second, readonly FileLog of the same directory (as a follower in
-    another process does)."""
-    (src,) = _sources(1, seed=4)
-    ticks = round(seconds / TICK_S)
-    cache = _SyntheticCache(src, ticks, max(1, round(rate * TICK_S)))
+    """Publish ``produce``'s changes to ``cache`` once per tick for ``ticks`` ticks; lag = the
+    follower's apply time - the batch ts, past a warm-up."""
+    seconds = ticks * TICK_S
     lags_ms: list[float] = []
+    applied_events = 0
     warmup_until = time.time() + min(1.0, seconds / 5)
     last_seq = -1
     caught_up = anyio.Event()
 
     def record_lag(batch: WireBatch) -> None:
+        nonlocal applied_events
         now = time.time()
         if now >= warmup_until:
             lags_ms.append((now - batch.ts) * 1000)
+        applied_events += batch.event_count
         if batch.seq == last_seq:
             caught_up.set()
 
@@ -675,10 +722,10 @@ async def bench_lag(
             async with anyio.create_task_group() as tasks:
                 await tasks.start(follower.run)
                 async with Publisher(
-                    cache, log, src.source, config=PublisherConfig(overflow="block")
+                    cache, log, source, config=PublisherConfig(overflow="block")
                 ) as publisher:
-                    backpressure = await _produce(cache, publisher, ticks)
-                    last_seq = _last_published_seq(follower, src.source, publisher)
+                    backpressure = await _produce(produce, publisher, ticks)
+                    last_seq = _last_published_seq(follower, source, publisher)
                     with anyio.fail_after(60):
                         if last_seq >= 0:
                             await caught_up.wait()
@@ -688,12 +735,46 @@ async def bench_lag(
                 await reader.close()
     quantiles = statistics.quantiles(lags_ms, n=100)
     return {
-        "rate_events_per_s": rate,
+        "applied_events_per_s": applied_events / seconds,
         "batches": len(lags_ms),
         "lag_p50_ms": quantiles[49],
         "lag_p99_ms": quantiles[98],
         "backpressure_steps": backpressure,
     }
+
+
+async def bench_lag(
+    url: str, rate: float, seconds: float, *, readonly: bool = False
+) -> dict[str, Any]:
+    """publish -> apply latency (batch ts to follower apply) at ``rate`` events/s; ``readonly``:
+    the follower reads a second, readonly FileLog of the same directory (as a follower in
+    another process does)."""
+    (src,) = _sources(1, seed=4)
+    ticks = round(seconds / TICK_S)
+    cache = _SyntheticCache(src, ticks, max(1, round(rate * TICK_S)))
+    result = await _measure_lag(url, cache, src.source, ticks, cache.produce, readonly=readonly)
+    return {"rate_events_per_s": rate, **result}
+
+
+async def bench_lag_tree(
+    url: str, seconds: float, *, page_size: int = 16, requests_per_tick: int = 1
+) -> dict[str, Any]:
+    """The same lag with a real ``SWARadixCache`` serving chat requests (``requests_per_tick``
+    a tick): the publisher's native path, where steps are cut on the loop and hashed and
+    encoded on the recorder's encoder thread."""
+    full, swa = TREE_POOL_TOKENS
+    allocator = SWAKVAllocator(full, swa, page_size=page_size, device="cpu")
+    cache = SWARadixCache(allocator, sliding_window_size=TREE_WINDOW, page_size=page_size)
+    worker = CacheWorker(cache)
+    ticks = round(seconds / TICK_S)
+    requests = iter(ChatWorkload(seed=6).take(ticks * requests_per_tick))
+
+    def serve() -> None:
+        for _ in range(requests_per_tick):
+            worker.serve(next(requests))
+
+    result = await _measure_lag(url, cache, "tree-0", ticks, serve, readonly=False)
+    return {"page_size": page_size, "requests_per_tick": requests_per_tick, **result}
 
 
 def _last_published_seq(follower: Follower, source: str, publisher: Publisher) -> int:
@@ -741,6 +822,7 @@ def report(results: dict[str, Any]) -> list[str]:
         ("rss_bytes_per_block", False),
         ("wire_bytes_per_block", False),
         ("prefix_p50_us", False),
+        ("prefix_cold_p50_us", False),
         ("lag_p99_ms_file", False),
         ("lag_p99_ms_kafka", False),
     ]
@@ -760,6 +842,19 @@ LAG_RUNS = (
 )
 
 
+async def _run_lag(args: argparse.Namespace, work: Path, results: dict[str, Any]) -> None:
+    """The FileLog lag rows, between two fdatasync probes of the same directory."""
+    results["fdatasync_before_lag"] = fdatasync_ms(work)
+    for label, fsync, readonly, rate in LAG_RUNS:
+        lag_url = (work / f"{label}-log").as_uri() + f"?fsync={fsync}"
+        results[label] = await bench_lag(
+            lag_url, getattr(args, rate), args.lag_s, readonly=readonly
+        )
+    tree_url = (work / "lag_file_tree-log").as_uri() + "?fsync=batch"
+    results["lag_file_tree"] = await bench_lag_tree(tree_url, args.lag_s)
+    results["fdatasync_after_lag"] = fdatasync_ms(work)
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     """Every benchmark, in one run."""
     results: dict[str, Any] = {}
@@ -773,6 +868,18 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             results["machine"] = {"cpus": os.cpu_count(), "load_average_1m": os.getloadavg()[0]}
             results["summary"] = {"replay_vs_v1_json": results["replay"]["replay_vs_v1_json"]}
             return results
+        if args.only == "lag":
+            await _run_lag(args, work, results)
+            results["machine"] = {"cpus": os.cpu_count(), "load_average_1m": os.getloadavg()[0]}
+            results["summary"] = {"lag_p99_ms_file": results["lag_file"]["lag_p99_ms"]}
+            return results
+        if args.only == "prefix":
+            results["prefix"] = bench_prefix(args.prompt_tokens, args.prefix_sources)
+            results["machine"] = {"cpus": os.cpu_count(), "load_average_1m": os.getloadavg()[0]}
+            results["summary"] = {
+                key: results["prefix"][key] for key in ("prefix_p50_us", "prefix_cold_p50_us")
+            }
+            return results
         results["memory"] = bench_memory(args.memory_blocks)
         results["wire"] = bench_wire(args.wire_blocks)
         results["apply"] = bench_apply(args.apply_blocks)
@@ -783,13 +890,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         )
         results["restore"] = await bench_restore(work, args.blocks, args.tail_batches)
         results["prefix"] = bench_prefix(args.prompt_tokens, args.prefix_sources)
-        results["fdatasync_before_lag"] = fdatasync_ms(work)
-        for label, fsync, readonly, rate in LAG_RUNS:
-            lag_url = (work / f"{label}-log").as_uri() + f"?fsync={fsync}"
-            results[label] = await bench_lag(
-                lag_url, getattr(args, rate), args.lag_s, readonly=readonly
-            )
-        results["fdatasync_after_lag"] = fdatasync_ms(work)
+        await _run_lag(args, work, results)
         if args.kafka:
             for label, rate in (("lag_kafka", args.rate), ("lag_kafka_low_rate", args.low_rate)):
                 topic = f"swa-es-replica-bench-{uuid.uuid4().hex[:8]}"
@@ -802,6 +903,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "rss_bytes_per_block": results["memory"]["rss_bytes_per_block"],
         "wire_bytes_per_block": results["wire"]["wire_bytes_per_block"],
         "prefix_p50_us": results["prefix"]["prefix_p50_us"],
+        "prefix_cold_p50_us": results["prefix"]["prefix_cold_p50_us"],
         "lag_p99_ms_file": results["lag_file"]["lag_p99_ms"],
     }
     if "lag_kafka" in results:
@@ -827,7 +929,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--kafka", help="host:port of a broker for the Kafka lag run")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument(
-        "--only", choices=["replay"], help="run only these rows (replay: both replay streams)"
+        "--only",
+        choices=["replay", "lag", "prefix"],
+        help=(
+            "run only these rows (replay: both replay streams; lag: the FileLog lag rows;"
+            " prefix: the prefix rows)"
+        ),
     )
     args = parser.parse_args(argv)
     results = anyio.run(run, args)

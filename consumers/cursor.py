@@ -14,6 +14,7 @@ it has superseded, and whether the source is diverged (and why):
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,6 +111,13 @@ class Cursors:
             f"epoch {batch.epoch} begins at seq {batch.seq} without AllBlocksCleared at seq 0"
         )
         return Admission(Verdict.BAD_EPOCH_START, fresh.diverged)
+
+    def advance(self, seqs: Iterable[tuple[str, int]]) -> None:
+        """Move known sources' cursors to the given seqs in their epochs (the follower's fast
+        lane applied those batches, each the next seq of a trusted source)."""
+        by_source = self._by_source
+        for source, seq in seqs:
+            by_source[source].seq = seq
 
     def mark_diverged(self, source: str, reason: str) -> None:
         """Distrust ``source`` until its next epoch (the first reason is kept)."""

@@ -9,6 +9,14 @@ marks a source diverged whenever its stream cannot be trusted (gap, bad epoch st
 mismatch, an event naming an unknown block). Nothing it reads can crash it: undecodable
 records are counted, logged with their position and skipped.
 
+When its views are one ``ReplicaSet`` (and ``PrefixIndex`` views reading it) and the log hands
+over records a poll at a time (``log.BatchReader``), the follower takes a fast lane: one native
+call (``cache.events.replica_store.apply_records``) decodes and applies the poll's records while
+each is the plain next batch of a trusted source (no meta, no digest, the next seq of its epoch),
+and stops at the first record that is not; that record goes through the path above, which stays
+the one that judges (gaps, epochs, digests, undecodable records), and the lane resumes after it.
+The lane's cursors (``ReplayCursors``) mirror the trusted sources' cursors.
+
 Snapshots hold the views, the cursors and the log position together, so a restarted follower
 loads the newest valid one and replays only the tail.
 """
@@ -29,14 +37,16 @@ from cache.events import (
     WireBatch,
     decode_wire,
 )
+from cache.events.replica_store import ReplayCursors, apply_records
 from consumers.cursor import Cursors, Verdict
 from consumers.errors import ConsumerError, ViewConsistencyError, ViewStateError
 from consumers.metrics import FollowerMetrics
 from consumers.progress import ADVANCE_EVERY_RECORDS, LoggedProgress, ReplayProgress
 from consumers.snapshot_store import Snapshot, SnapshotInfo, SnapshotStore
+from consumers.views.prefix_index import PrefixIndex
 from consumers.views.replica import ReplicaSet
 from consumers.views.view import DigestView, View, WireView
-from log import EventLog, LogUnavailableError, Position, Record, StartAt
+from log import BatchReader, EventLog, LogUnavailableError, Position, Record, StartAt
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +63,15 @@ def _check_views(views: Sequence[View]) -> None:
             raise ValueError(
                 f"view {view.name!r} reads a ReplicaSet that is not one of the follower's views"
             )
+
+
+def _lane_replicas(views: Sequence[View]) -> ReplicaSet | None:
+    """The ``ReplicaSet`` the fast lane applies to: when it is the only view that applies
+    batches (the others are ``PrefixIndex`` views, which apply nothing)."""
+    # exact types: a subclass may apply batches its own way
+    replicas = [view for view in views if type(view) is ReplicaSet]
+    others = [view for view in views if type(view) not in (ReplicaSet, PrefixIndex)]
+    return replicas[0] if len(replicas) == 1 and not others else None
 
 
 class Follower:
@@ -107,6 +126,9 @@ class Follower:
         self._reading = False
         self._snapshot_lock = anyio.Lock()
         self._initial_views = {view.name: view.snapshot() for view in self.views}
+        # the fast lane (see the module docstring): not with on_applied, which needs each batch
+        self._lane_set = _lane_replicas(self.views) if on_applied is None else None
+        self._lane = ReplayCursors()
 
     # --- state ----------------------------------------------------------------------------
 
@@ -140,8 +162,14 @@ class Follower:
         admission = self.cursors.admit(batch)
         if admission.verdict is Verdict.APPLY:  # the common case, before the match
             self._apply(batch)
-            return
-        match admission.verdict:
+        else:
+            self._skip(batch, admission.reason, admission.verdict)
+        if self._lane_set is not None:
+            self._sync_lane(batch.source)
+
+    def _skip(self, batch: WireBatch, reason: str, verdict: Verdict) -> None:
+        metrics = self.metrics
+        match verdict:
             case Verdict.DUPLICATE:
                 metrics.duplicates_skipped += 1
             case Verdict.STALE:
@@ -150,10 +178,10 @@ class Follower:
                 metrics.skipped_while_diverged += 1
             case Verdict.GAP:
                 metrics.gaps += 1
-                self._diverge(batch.source, admission.reason)
+                self._diverge(batch.source, reason)
             case Verdict.BAD_EPOCH_START:
                 metrics.bad_epoch_starts += 1
-                self._diverge(batch.source, admission.reason)
+                self._diverge(batch.source, reason)
 
     def _apply(self, batch: WireBatch) -> None:
         failure: ViewConsistencyError | None = None
@@ -208,6 +236,52 @@ class Follower:
         self.metrics.diverged_sources = len(self.cursors.diverged())
         logger.warning("source %r diverged: %s", source, reason)
 
+    # --- the fast lane ----------------------------------------------------------------------
+
+    def _sync_lane(self, source: str) -> None:
+        """Make the lane trust ``source`` exactly when its cursor is trusted."""
+        cursor = self.cursors.get(source)
+        if cursor is None or cursor.diverged is not None:
+            self._lane.discard(source)
+        else:
+            self._lane.set(source, cursor.epoch, cursor.seq)
+
+    def _reset_lane(self) -> None:
+        self._lane.clear()
+        for source in self.cursors.sources():
+            self._sync_lane(source)
+
+    def _run_lane(
+        self, replicas: ReplicaSet, records: Sequence[Record], payloads: list[bytes], at: int
+    ) -> int:
+        """Apply ``records[at:]`` in the lane while it can; return how many it consumed. Each
+        counts as ``_handle`` would count it (the last may have failed to fit its replica)."""
+        limit = len(records) - at
+        if self.store is not None:  # stop exactly where a snapshot falls due, as _handle does
+            limit = min(limit, max(1, self._snapshot_every_batches - self._batches_since_snapshot))
+        consumed, pages, last_ts, advanced, failure = apply_records(
+            replicas.store, payloads, at, limit, self._max_record_bytes, self._lane
+        )
+        if not consumed:
+            return 0
+        last = records[at + consumed - 1]  # a poll's records are one partition's, in order
+        self._offsets[last.partition] = last.offset + 1
+        self.cursors.advance(advanced)
+        metrics = self.metrics
+        metrics.records_read += consumed
+        metrics.batches_applied += consumed
+        metrics.events_applied += pages
+        if last_ts is not None:
+            lag_s = time.time() - last_ts
+            metrics.lag_s = lag_s if lag_s > 0.0 else 0.0
+        self._batches_since_snapshot += consumed
+        if failure is not None:
+            source, reason = failure
+            metrics.inconsistent_batches += 1
+            self._diverge(source, reason)
+            self._sync_lane(source)
+        return consumed
+
     # --- reading --------------------------------------------------------------------------
 
     def _snapshot_due(self) -> bool:
@@ -224,6 +298,9 @@ class Follower:
         try:
             # no position yet: "beginning" is wherever retention left the log's start
             start: StartAt = self.position if self._offsets else "beginning"
+            if self._lane_set is not None and isinstance(self.log, BatchReader):
+                await self._read_in_lane(self._lane_set, self.log, start, follow, progress)
+                return
             done = 0
             handle = self._handle
             async for record in self.log.read(start, follow=follow):
@@ -235,6 +312,32 @@ class Follower:
                     await self.snapshot()
         finally:
             self._reading = False
+
+    async def _read_in_lane(
+        self,
+        replicas: ReplicaSet,
+        log: BatchReader,
+        start: StartAt,
+        follow: bool,
+        progress: ReplayProgress | None,
+    ) -> None:
+        """``_read`` through the fast lane: a poll's records at a time."""
+        done = 0
+        self._reset_lane()
+        async for records in log.read_batches(start, follow=follow):
+            payloads = [record.payload for record in records]
+            at, count = 0, len(records)
+            while at < count:
+                took = self._run_lane(replicas, records, payloads, at)
+                if not took:  # this one needs the follower's judgement
+                    self._handle(records[at])
+                    took = 1
+                at += took
+                before, done = done, done + took
+                if progress is not None:
+                    _advance(progress, before, done)
+                if self.store is not None and self._snapshot_due():
+                    await self.snapshot()
 
     def _lag_to(self, end: Position) -> int:
         return sum(max(0, end.get(p) - self._offsets.get(p, 0)) for p in end.partitions())
@@ -307,12 +410,14 @@ class Follower:
             view.load(self._initial_views[view.name])
         self.cursors = Cursors()
         self._offsets = {}
+        self._reset_lane()
 
     def _load(self, snapshot: Snapshot) -> None:
         cursors = Cursors.from_obj(snapshot.cursors)
         for view in self.views:
             view.load(snapshot.views[view.name])
         self.cursors = cursors
+        self._reset_lane()
         self._offsets = snapshot.info.position.offsets
         for source, reason in cursors.diverged().items():
             for view in self.views:
@@ -347,3 +452,10 @@ class Follower:
         info = await self._load_newest()
         await self.catch_up(description="restore")
         return info
+
+
+def _advance(progress: ReplayProgress, before: int, done: int) -> None:
+    """Tell ``progress`` of every multiple of ``ADVANCE_EVERY_RECORDS`` in ``(before, done]``."""
+    step = ADVANCE_EVERY_RECORDS
+    for mark in range((before // step + 1) * step, done + 1, step):
+        progress.advanced(mark)

@@ -4,7 +4,7 @@
 This package imports nothing of the rest of the project.
 """
 
-from log.base import EventLog
+from log.base import BatchReader, EventLog
 from log.errors import (
     ConfigError,
     CorruptRecordError,
@@ -20,6 +20,7 @@ from log.opening import open_log
 from log.position import Position, Record, StartAt
 
 __all__ = [
+    "BatchReader",
     "EventLog",
     "open_log",
     "MemoryLog",

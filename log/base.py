@@ -59,3 +59,16 @@ class EventLog(Protocol):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None: ...
+
+
+@runtime_checkable
+class BatchReader(Protocol):
+    """A log that can also hand over records a poll at a time (a reader that handles many
+    records in one call uses it; ``read`` yields the same records one by one)."""
+
+    def read_batches(
+        self, start: StartAt = "beginning", *, follow: bool = False
+    ) -> AsyncIterator[list[Record]]:
+        """``read``, as the non-empty lists of records each poll of the log returned; each
+        list's records are of one partition, in offset order."""
+        ...

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from contextlib import aclosing
 
 import anyio
 
 from log.closing import ClosesOnExit
 from log.errors import ConfigError, LogClosedError
 from log.position import Position, Record, StartAt, new_record
+
+_READ_BATCH_RECORDS = 1024
 
 
 class MemoryLog(ClosesOnExit):
@@ -85,6 +88,16 @@ class MemoryLog(ClosesOnExit):
         self, start: StartAt = "beginning", *, follow: bool = False
     ) -> AsyncIterator[Record]:
         """Iterate records in append order across partitions."""
+        async with aclosing(self.read_batches(start, follow=follow)) as polls:
+            async for records in polls:
+                for record in records:
+                    yield record
+
+    async def read_batches(
+        self, start: StartAt = "beginning", *, follow: bool = False
+    ) -> AsyncGenerator[list[Record], None]:
+        """``read``, as lists: each partition's records available at once (at most
+        ``_READ_BATCH_RECORDS`` a list)."""
         self._check_open()
         next_offsets = self._start_offsets(start)
         stop_at = [len(r) for r in self._partitions]
@@ -93,9 +106,11 @@ class MemoryLog(ClosesOnExit):
             for partition, records in enumerate(self._partitions):
                 limit = len(records) if follow else stop_at[partition]
                 while next_offsets[partition] < limit:
-                    yield records[next_offsets[partition]]
-                    next_offsets[partition] += 1
+                    first = next_offsets[partition]
+                    last = min(limit, first + _READ_BATCH_RECORDS)
+                    next_offsets[partition] = last
                     progressed = True
+                    yield records[first:last]
             if not follow:
                 return
             if not progressed:

@@ -8,6 +8,11 @@ index, block hash -> sources, kept once ``enable_prefix_index`` is called). Cons
 through this module (never ``cache.events._native``); ``consumers.views`` wraps it in the public
 ``ReplicaSet`` / ``PrefixIndex`` / ``Stats`` API. The pure-Python twin is
 ``cache.events.reference.replica``.
+
+``apply_records`` is the follower's replay fast lane: it decodes and applies a run of log records
+in one call while each is the plain next batch of a source that its ``ReplayCursors`` trust (no
+meta, no digest, the next seq of the source's epoch), and stops at the first record that needs
+the follower's own judgement.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from cache.events import _native
 from cache.events.codec import WireBatch
 
 ReplicaStore = _native.ReplicaStore
+ReplayCursors = _native.ReplayCursors
 
 
 class ReplicaConsistencyError(ValueError):
@@ -43,6 +49,25 @@ def wire_churn(wire: WireBatch) -> tuple[int, int, int, int, int]:
     return _native.wire_churn(wire)
 
 
+def apply_records(
+    store: ReplicaStore,
+    records: list[bytes],
+    start: int,
+    limit: int,
+    max_record_bytes: int,
+    cursors: ReplayCursors,
+) -> tuple[int, int, float | None, list[tuple[str, int]], tuple[str, str] | None]:
+    """Decode and apply ``records[start:]`` (at most ``limit``) into ``store`` while each is the
+    plain next batch of a source ``cursors`` trust; stop before the first that is not.
+
+    Returns (records consumed, their events counted one per page, the last one's ``ts``, the
+    advanced sources with their new last seqs in order, a source possibly more than once: its last
+    is its new seq, and ``(source, reason)`` when the last consumed record did not fit its
+    replica: its events before the failing one stay applied). ``cursors`` move with the records
+    consumed."""
+    return _native.apply_records(store, records, start, limit, max_record_bytes, cursors)
+
+
 def swa_usable_prefix(
     segments: Sequence[tuple[int, bool]], sliding_window_size: int
 ) -> tuple[int, int]:
@@ -51,10 +76,20 @@ def swa_usable_prefix(
     return _native.swa_usable_prefix(list(segments), sliding_window_size)
 
 
+def prompt_token_ids(token_ids: Sequence[int], *, in_place: bool = True) -> list[int]:
+    """The ids ``ReplicaStore.match_prefix`` reads ``token_ids`` as, with its errors (for tests
+    of the reader): ``in_place=False`` reads a list through the C API only, as on an interpreter
+    whose object layouts the core does not know."""
+    return _native.prompt_token_ids(token_ids, in_place)
+
+
 __all__ = [
     "ReplicaConsistencyError",
     "ReplicaSnapshotError",
     "ReplicaStore",
+    "ReplayCursors",
+    "apply_records",
+    "prompt_token_ids",
     "swa_usable_prefix",
     "wire_churn",
 ]

@@ -13,6 +13,14 @@ Unknown is never a guess: a diverged source (or one whose meta is missing) is re
 ``PrefixMatch.unknown()`` (both lengths None); a source whose stream carries no tombstone events
 (meta ``"swa_events": false``) reports its held length with ``swa_tokens`` None. Sources holding
 none of the prefix are absent.
+
+Cost: hashing is the floor (each page chains onto the previous one's digest, so a prompt's pages
+are hashed one after the other). The store keeps the page digests of the last few prompts it
+matched (8, per namespace and page size) and reuses those of the whole pages a new prompt shares
+with the closest one: a system prompt, earlier turns of a conversation, a retried request cost no
+hashing. A list of ints is read in place, a buffer of integers (``array.array``, a NumPy
+vector) in bulk; answers and errors are those of reading the ids one by one. Sources with equal
+answers share one (immutable) ``PrefixMatch``.
 """
 
 from __future__ import annotations

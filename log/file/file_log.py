@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
@@ -31,6 +32,7 @@ from log.file.reader import SegmentCursor, scan_end
 from log.file.recovery import RecoveredTail
 from log.file.retention import RetentionPolicy, apply_retention
 from log.file.startup import OpenedDirectory, open_for_writing
+from log.file.watch import DirectoryWatch, open_watch
 from log.file.writer import SegmentedWriter, WriteStats
 from log.position import Position, Record, StartAt
 
@@ -39,7 +41,7 @@ logger = logging.getLogger(__name__)
 _UNBOUNDED = 2**62
 _READ_BATCH_RECORDS = 1024
 _FIRST_POLL_S = 0.0005
-"""A readonly reader's first wait after records arrived (it doubles while none come)."""
+"""A polling readonly reader's first wait after records arrived (it doubles while none come)."""
 
 
 def _commit_limits(config: FileLogConfig) -> CommitLimits:
@@ -212,28 +214,43 @@ class FileLog(ClosesOnExit):
     ) -> AsyncIterator[Record]:
         """Records from ``start`` (inclusive) in order; without ``follow`` stop at the end taken
         when the read began, with it wait for more until cancelled or closed."""
+        async with aclosing(self.read_batches(start, follow=follow)) as polls:
+            async for records in polls:
+                for record in records:
+                    yield record
+
+    async def read_batches(
+        self, start: StartAt = "beginning", *, follow: bool = False
+    ) -> AsyncGenerator[list[Record], None]:
+        """``read``, as the lists of records each read of the segment files returned."""
         self._check_open()
         stop = None if follow else (await self.end()).get(0)
         cursor = SegmentCursor(self.directory, await self._start_offset(start))
+        watch = open_watch(self.directory) if follow and self._committer is None else None
         empty_polls = 0
         try:
             while True:
                 limit = self._visible_end(stop)
-                records = await anyio.to_thread.run_sync(
-                    cursor.read, limit, _READ_BATCH_RECORDS, self._committer is None
-                )
-                self._check_open()
-                for record in records:
-                    yield record
+                records: list[Record] = []
+                # Nothing committed past the cursor: wait for a commit without the thread hop
+                # of a read that would come back empty.
+                if limit is None or cursor.scanned_offset < limit:
+                    records = await anyio.to_thread.run_sync(
+                        cursor.read, limit, _READ_BATCH_RECORDS, self._committer is None
+                    )
+                    self._check_open()
                 if records:
+                    yield records
                     empty_polls = 0
                     continue
                 if not follow:
                     return
-                await self._wait_for_more(limit, empty_polls)
+                await self._wait_for_more(limit, empty_polls, watch)
                 empty_polls += 1
         finally:
             cursor.close()
+            if watch is not None:
+                watch.close()
 
     async def _start_offset(self, start: StartAt) -> int | None:
         if start == "beginning":
@@ -250,15 +267,25 @@ class FileLog(ClosesOnExit):
         end = self._committer.committed_end
         return end if stop is None else min(end, stop)
 
-    async def _wait_for_more(self, seen_limit: int | None, empty_polls: int) -> None:
-        if self._committer is None:
-            # A reader in another process than the writer polls. Right after records arrived it
-            # looks again soon (a writer that just wrote is likely to write again), then backs
-            # off, doubling the wait up to poll_interval_s while nothing comes.
+    async def _wait_for_more(
+        self, seen_limit: int | None, empty_polls: int, watch: DirectoryWatch | None
+    ) -> None:
+        if self._committer is not None:
+            if self._committer.committed_end == seen_limit:
+                await self._committer.wait_committed()
+        elif watch is not None:
+            # A reader in another process than the writer wakes when the writer writes (or
+            # creates a segment); it still looks every poll_interval_s, should no change be
+            # reported. Draining before the next look lets a write after it wake us again.
+            with anyio.move_on_after(self.config.poll_interval_s):
+                await anyio.wait_readable(watch.fileno())
+            watch.drain()
+        else:
+            # Without a watch it polls. Right after records arrived it looks again soon (a
+            # writer that just wrote is likely to write again), then backs off, doubling the
+            # wait up to poll_interval_s while nothing comes.
             backoff_s = _FIRST_POLL_S * 2 ** min(empty_polls, 30)
             await anyio.sleep(min(backoff_s, self.config.poll_interval_s))
-        elif self._committer.committed_end == seen_limit:
-            await self._committer.wait_committed()
         self._check_open()
 
     # ---- pins, retention, closing

@@ -8,7 +8,8 @@ deleted unless an operator sets retention).
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from contextlib import aclosing
 from typing import Any, Self
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -19,7 +20,7 @@ from log.kafka.admin import ensure_topic
 from log.kafka.errors import is_kafka_error, translate
 from log.kafka.options import KafkaOptions, parse_options
 from log.kafka.producer import KafkaWriter
-from log.kafka.reader import consumer_kwargs, records_until, seek_to_start
+from log.kafka.reader import consumer_kwargs, record_lists_until, seek_to_start
 from log.position import Position, Record, StartAt
 
 logger = logging.getLogger(__name__)
@@ -123,26 +124,36 @@ class KafkaLog(ClosesOnExit):
         """Committed records from ``start`` (inclusive), partition by partition in offset order.
         Without ``follow`` stop at the end offsets taken now; with it, wait for new records until
         cancelled or the log is closed."""
+        async with aclosing(self.read_batches(start, follow=follow)) as polls:
+            async for records in polls:
+                for record in records:
+                    yield record
+
+    async def read_batches(
+        self, start: StartAt = "beginning", *, follow: bool = False
+    ) -> AsyncGenerator[list[Record], None]:
+        """``read``, as the non-empty lists of one partition's records each poll returned."""
         self._check_open()
         consumer = AIOKafkaConsumer(**consumer_kwargs(self._options))
         self._readers.add(consumer)
         try:
-            async for record in self._read_with(consumer, start, follow):
-                yield record
+            async for records in self._read_with(consumer, start, follow):
+                yield records
         finally:
             self._readers.discard(consumer)
             await consumer.stop()
 
     async def _read_with(
         self, consumer: AIOKafkaConsumer, start: StartAt, follow: bool
-    ) -> AsyncIterator[Record]:
+    ) -> AsyncGenerator[list[Record], None]:
         try:
             await consumer.start()
             consumer.assign(self._partitions)
             stop_at = None if follow else await consumer.end_offsets(self._partitions)
             await seek_to_start(consumer, self._partitions, start)
-            async for record in records_until(consumer, self._options, stop_at):
-                yield record
+            async with aclosing(record_lists_until(consumer, self._options, stop_at)) as polls:
+                async for records in polls:
+                    yield records
         except Exception as error:
             if self._closed:
                 raise LogClosedError(f"{self.url} was closed while reading") from error

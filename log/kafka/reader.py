@@ -8,7 +8,7 @@ offset + 1", is what makes it terminate: transaction markers and aborted records
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
@@ -92,13 +92,14 @@ async def _unfinished(
     return [tp for tp, end in stop_at.items() if await consumer.position(tp) < end]
 
 
-async def records_until(
+async def record_lists_until(
     consumer: AIOKafkaConsumer,
     options: KafkaOptions,
     stop_at: dict[TopicPartition, int] | None,
-) -> AsyncIterator[Record]:
-    """Records from the consumer's positions on; up to ``stop_at`` per partition, or forever
-    when it is None."""
+) -> AsyncGenerator[list[Record], None]:
+    """Records from the consumer's positions on (up to ``stop_at`` per partition, or forever
+    when it is None), as non-empty lists: each partition's records of one poll. A message that
+    is not a log's record raises ``CorruptRecordError`` after the good ones before it."""
     topic, poll_ms = options.topic, options.poll_timeout_ms
     partitions = list(consumer.assignment())
     active = partitions if stop_at is None else await _unfinished(consumer, stop_at)
@@ -106,10 +107,18 @@ async def records_until(
         batches = await consumer.getmany(*active, timeout_ms=poll_ms, max_records=_MAX_POLL_RECORDS)
         for tp, messages in batches.items():
             limit = None if stop_at is None else stop_at[tp]
-            for message in messages:
-                if limit is not None and message.offset >= limit:
-                    break
-                yield to_record(topic, message)
+            records: list[Record] = []
+            try:
+                for message in messages:
+                    if limit is not None and message.offset >= limit:
+                        break
+                    records.append(to_record(topic, message))
+            except CorruptRecordError:
+                if records:
+                    yield records
+                raise
+            if records:
+                yield records
         if stop_at is not None:
             active = await _unfinished(consumer, stop_at)
             consumer.pause(*(tp for tp in partitions if tp not in active))

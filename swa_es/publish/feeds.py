@@ -9,13 +9,18 @@ A feed turns one scheduler step into batches queued for the log.
   encoder thread, a native thread that never takes the GIL (so the serving loop never hands it
   over); it signals a socket the event loop waits on when records are ready. No Python event
   object is built on the way. An epoch's opening (the start, or a resync) is written from the
-  recorder's node table.
+  recorder's node table. The encoder lingers up to a millisecond after a round's first step
+  for more; a step that follows a pause (``HURRY_AFTER_PAUSE_S``) asks it to write at once
+  (``hurry``), since few other steps would join its round and waiting would only delay it.
 * ``EventListFeed`` serves any other ``PublishedCache``: it takes the step's events as Python
   objects and encodes them on the spot.
 """
 
 from __future__ import annotations
 
+import math
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -23,6 +28,13 @@ from cache.events import Event, EventBatch, encode_batch
 from cache.events.recorder import EventRecorder, RecordEncoder
 from swa_es.publish.batching import BatchBuilder, PublishedCache
 from swa_es.publish.signal import WakeSignal
+
+HURRY_AFTER_PAUSE_S = 0.001
+"""A step at least this long after the previous one is written at once (``hurry``) rather than
+after the encoder's linger (the same 1 ms, ``LINGER`` in ``native/src/recorder/worker.rs``).
+Steps that far apart get a round each anyway (an engine steps every few milliseconds), so the
+linger would only delay them and hurrying costs no extra round; steps closer together (a
+serving loop stepping every 100 µs) still share rounds and wake the loop less."""
 
 
 @dataclass(slots=True, eq=False)
@@ -98,13 +110,21 @@ class Feed(Protocol):
 class RecorderFeed:
     """Steps cut from a native ``EventRecorder``; records written by its encoder thread."""
 
-    def __init__(self, recorder: EventRecorder, builder: BatchBuilder) -> None:
+    def __init__(
+        self,
+        recorder: EventRecorder,
+        builder: BatchBuilder,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._recorder = recorder
         self._builder = builder
         self._encoder: RecordEncoder | None = None
         self._signal: WakeSignal | None = None
         # Submitted jobs by id, with the batches their records fill.
         self._jobs: dict[int, list[QueuedBatch]] = {}
+        self._clock = clock
+        self._last_step = -math.inf
 
     @property
     def upstream(self) -> bool:
@@ -145,13 +165,18 @@ class RecorderFeed:
     def step(self) -> list[QueuedBatch]:
         """Cut the recorded ops and number their batches now (one native call: the encoder
         keeps the step numbering of the epoch the builder opened); the encoder thread hashes
-        and writes them."""
-        cut = self._running().step(self._builder.now())
+        and writes them, at once when this step follows a pause (``HURRY_AFTER_PAUSE_S``)."""
+        encoder = self._running()
+        cut = encoder.step(self._builder.now())
         if cut is None:
             return []
         job, counts = cut
         batches = [QueuedBatch(count, None) for count in counts]
         self._jobs[job] = batches
+        now = self._clock()
+        if now - self._last_step >= HURRY_AFTER_PAUSE_S:
+            encoder.hurry()
+        self._last_step = now
         return batches
 
     def reopen(self) -> list[QueuedBatch]:

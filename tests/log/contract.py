@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 import anyio
 import pytest
 
-from log import EventLog, LogClosedError, Position, Record, StartAt, open_log
+from log import BatchReader, EventLog, LogClosedError, Position, Record, StartAt, open_log
 
 LogFactory = Callable[[], Awaitable[EventLog]]
 FOLLOW_TIMEOUT_S = 30.0
@@ -151,6 +151,24 @@ class LogContract:
         async with await log_factory() as log:
             await log.append("src", b"old")
             assert await read_all(log, "end") == []
+
+    async def test_read_batches_hands_over_what_read_yields(self, log_factory: LogFactory) -> None:
+        """A backend that reads a poll at a time gives the records ``read`` gives, from any
+        start, in non-empty lists of one partition's records in offset order."""
+        async with await log_factory() as log:
+            if not isinstance(log, BatchReader):
+                pytest.skip("this backend hands over records one by one only")
+            positions = await log.append_batch([(f"k{i % 3}", f"{i}".encode()) for i in range(50)])
+            for start in ("beginning", positions[17], "end"):
+                batches = [b async for b in log.read_batches(start)]
+                for batch in batches:
+                    assert batch
+                    assert len({r.partition for r in batch}) == 1
+                    assert [r.offset for r in batch] == sorted(r.offset for r in batch)
+                by_poll = [r for b in batches for r in b]
+                one_by_one = await read_all(log, start)
+                # partitions interleave as the polls go; each partition's order is the log's
+                assert sorted(by_poll) == sorted(one_by_one)
 
     async def test_read_stops_at_end_taken_at_start(self, log_factory: LogFactory) -> None:
         """A non-following read does not chase records appended while it iterates."""

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from cache import SWAKVAllocator, SWARadixCache
 from cache.events import EventBatch, decode_batch, format_digest
-from cache.events.recorder import EventRecorderError
+from cache.events.recorder import EventRecorder, EventRecorderError, RecordEncoder
 from cache.events.reference.codec import encode_batch as reference_encode
 from cache.tree.reference_sink import ReferenceSink, attach_reference
 from log import MemoryLog
@@ -30,7 +30,7 @@ from swa_es.engine.worker import CacheWorker
 from swa_es.engine.workload import ChatWorkload
 from swa_es.publish.batching import BatchBuilder, cache_meta
 from swa_es.publish.config import PublisherConfig
-from swa_es.publish.feeds import RecorderFeed
+from swa_es.publish.feeds import HURRY_AFTER_PAUSE_S, RecorderFeed
 from swa_es.testing import SlowLog
 from tests.swa_es.doubles import replay
 from tests.swa_es.publisher_ops import check_replays_to, run_ops
@@ -344,3 +344,71 @@ async def test_a_tree_refuses_the_upstream_only_calls() -> None:
     async with Publisher(cache, MemoryLog(), "w0") as pub:
         with pytest.raises(ValueError, match="no gap"):
             pub.publish_gap()
+
+
+class _CountingEncoder:
+    """The native encoder, with its ``hurry`` calls counted."""
+
+    def __init__(self, inner: RecordEncoder) -> None:
+        self.inner = inner
+        self.hurried = 0
+
+    def hurry(self) -> None:
+        self.hurried += 1
+        self.inner.hurry()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+
+class _CountingRecorder:
+    """A tree's recorder whose encoders count their ``hurry`` calls."""
+
+    def __init__(self, inner: EventRecorder) -> None:
+        self.inner = inner
+        self.encoders: list[_CountingEncoder] = []
+
+    def encoder(self, *args: object) -> _CountingEncoder:
+        encoder = _CountingEncoder(self.inner.encoder(*args))  # type: ignore[arg-type]
+        self.encoders.append(encoder)
+        return encoder
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+
+async def test_a_step_after_a_pause_is_written_at_once_a_burst_shares_rounds() -> None:
+    """The encoder lingers for more steps after a round's first; a step that follows a pause
+    has it write at once (no other step is near), steps in a burst do not. Every step's records
+    are written either way."""
+    cache = small_tree(16)
+    assert cache.event_recorder is not None
+    recorder = _CountingRecorder(cache.event_recorder)
+    builder = BatchBuilder("w0", cache_meta(cache, digest_every_batches=8), digest_every_batches=8)
+    clock = [100.0]
+    feed = RecorderFeed(recorder, builder, clock=lambda: clock[0])  # type: ignore[arg-type]
+    feed.start()
+    try:
+        feed.reopen()
+        (encoder,) = recorder.encoders
+        worker = CacheWorker(cache)
+        requests = workload(3, 6)
+        pause = HURRY_AFTER_PAUSE_S
+        # first step; a burst of two; after a pause; right after it; after a pause again
+        at = [0.0, pause / 10, pause / 5, 2 * pause, 2.1 * pause, 4 * pause]
+        hurried: list[int] = []
+        batches = []
+        for request, offset in zip(requests, at, strict=True):
+            clock[0] = 100.0 + offset
+            worker.serve(request)  # type: ignore[arg-type]  # a ChatRequest
+            before = encoder.hurried
+            batches += feed.step()
+            hurried.append(encoder.hurried - before)
+        assert hurried == [1, 0, 0, 1, 0, 1]
+        with anyio.fail_after(30):  # a hang guard, not a timing
+            while feed.writing():
+                await feed.wait_written()
+                feed.collect()
+        assert batches and all(batch.payload is not None for batch in batches)
+    finally:
+        feed.close()

@@ -9,7 +9,9 @@ pub(crate) mod codec;
 mod digest;
 mod hashing;
 mod recorder;
+mod replay;
 mod replica;
+mod tokens;
 
 #[pymodule]
 #[pyo3(name = "_native")]
@@ -19,5 +21,7 @@ fn native_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
     codec::register(module)?;
     recorder::register(module)?;
     replica::register(module)?;
+    replay::register(module)?;
+    tokens::register(module)?;
     Ok(())
 }

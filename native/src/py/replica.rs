@@ -3,15 +3,15 @@
 //! (`ReplicaConsistencyError(source, reason)`, `ReplicaSnapshotError(reason)`); bad arguments
 //! raise ValueError.
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
-use pyo3::ffi;
+use pyo3::exceptions::PyValueError;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBytes, PyDict, PyInt, PyList, PyString, PyTuple, PyType};
+use pyo3::types::{PyBytes, PyDict, PyString, PyTuple, PyType};
 
 use super::codec::{self, WireBatch};
 use super::hashing::tokens_u32;
+use super::tokens::prompt_tokens;
 use crate::events::{Event, Hashes, Medium, Stored};
 use crate::hashing::namespace_prior;
 use crate::replica::{self, swa_rule, Answer, ConsistencyError, Replica, SourceMeta};
@@ -121,73 +121,6 @@ fn event_from_py(
         "not a cache event: {}",
         kind.name()?
     )))
-}
-
-/// The error for a token id that is not an int, or outside [0, 2**32).
-fn bad_token(item: &Bound<'_, PyAny>) -> PyErr {
-    match item.extract::<i64>() {
-        Ok(token) => PyValueError::new_err(format!("token id {token} outside [0, 2**32)")),
-        Err(_) if item.is_instance_of::<PyInt>() => {
-            PyValueError::new_err(format!("token id {item} outside [0, 2**32)"))
-        }
-        Err(_) => PyTypeError::new_err(format!(
-            "token ids must be ints, got {}",
-            item.get_type()
-                .name()
-                .map_or_else(|_| "?".into(), |n| n.to_string())
-        )),
-    }
-}
-
-/// Token ids of a prompt as u32 (TypeError for a non-int, ValueError for an id outside
-/// [0, 2**32)). A list is read in place, one C call per item; any other sequence through its
-/// iterator.
-fn prompt_tokens(token_ids: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
-    let Ok(list) = token_ids.cast::<PyList>() else {
-        return token_ids
-            .try_iter()?
-            .map(|item| {
-                let item = item?;
-                item.extract::<u32>().map_err(|_| bad_token(&item))
-            })
-            .collect();
-    };
-    // The length is read once and again only after the slow path, the one place where Python
-    // code (an `__index__`) can run and change the list.
-    let mut len = list.len();
-    let mut tokens = Vec::with_capacity(len);
-    let py = list.py();
-    let mut at = 0;
-    while at < len {
-        // SAFETY: `list` is a live list (a `Bound` keeps it alive and proves the GIL is held)
-        // and `at` is below its length, read when no Python code could have run since (see
-        // `len` above). The item is a borrowed reference,
-        // valid while the list holds it: nothing runs Python code while it is used (only an
-        // exact int is read in place; anything else is first turned into an owned `Bound`).
-        let item = unsafe { ffi::PyList_GetItem(list.as_ptr(), at as ffi::Py_ssize_t) };
-        if item.is_null() {
-            return Err(PyErr::fetch(py));
-        }
-        // SAFETY: `item` is non-null and points to a live object (see above).
-        let exact_int = unsafe { ffi::PyLong_CheckExact(item) } != 0;
-        if exact_int {
-            // SAFETY: an exact int: PyLong_AsLongLong reads its value and runs no Python code;
-            // on overflow it returns -1 with an exception set, which is cleared below.
-            let value = unsafe { ffi::PyLong_AsLongLong(item) };
-            if let Ok(token) = u32::try_from(value) {
-                tokens.push(token);
-                at += 1;
-                continue;
-            }
-            let _ = PyErr::take(py);
-        }
-        // the slow path: an owned reference, then the general conversion and its errors
-        let item = list.get_item(at)?;
-        tokens.push(item.extract::<u32>().map_err(|_| bad_token(&item))?);
-        at += 1;
-        len = list.len();
-    }
-    Ok(tokens)
 }
 
 /// A `result_type` instance with `full_tokens` and `swa_tokens` set, made without running its
@@ -437,9 +370,9 @@ impl PyReplicaStore {
             .collect())
     }
 
-    /// `match_prefix` as a dict: source -> an instance of `result_type` (a class whose fields
-    /// are exactly `full_tokens` and `swa_tokens`, like `consumers.PrefixMatch`), made without
-    /// a Python call per source.
+    /// `match_prefix` as a dict: source -> an instance of `result_type` (an immutable class whose
+    /// fields are exactly `full_tokens` and `swa_tokens`, like `consumers.PrefixMatch`), made
+    /// without a Python call per source; sources with equal answers share one instance.
     #[pyo3(signature = (token_ids, extra_key, result_type))]
     fn match_into<'py>(
         &mut self,
@@ -457,10 +390,23 @@ impl PyReplicaStore {
             self.names.push(PyString::new(py, name).unbind());
         }
         let result = PyDict::new(py);
+        // Equal answers share one instance (the result type is immutable): a fleet mostly holds
+        // a prompt to a few common lengths. Only the first few distinct answers are remembered,
+        // which bounds the search.
+        const SHARED: usize = 16;
+        let mut made: Vec<(Answer, Bound<'py, PyAny>)> = Vec::new();
         for (id, answer) in answers {
+            let name = self.names[id as usize].bind(py);
+            if let Some((_, value)) = made.iter().find(|(seen, _)| *seen == answer) {
+                result.set_item(name, value)?;
+                continue;
+            }
             let (held, usable) = held_usable(answer);
             let value = prefix_match(py, result_type, held, usable)?;
-            result.set_item(self.names[id as usize].bind(py), value)?;
+            result.set_item(name, &value)?;
+            if made.len() < SHARED {
+                made.push((answer, value));
+            }
         }
         Ok(result)
     }

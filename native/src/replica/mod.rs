@@ -6,17 +6,20 @@
 //! `cache.events.reference.replica` (the pure-Python replica tree and prefix index).
 
 pub mod blocks;
+pub mod chains;
 pub mod holders;
 pub mod index;
 pub mod ordered;
 pub mod prefetch;
 pub mod prefix;
+pub mod replay;
 pub mod snapshot;
 pub mod store;
 pub mod swa_rule;
 
 pub use holders::HolderIndex;
 pub use prefix::{match_prefix, Answer};
+pub use replay::{apply_records, LaneCursors, Run};
 pub use snapshot::{from_bytes, to_bytes, SnapshotError};
 pub use store::{Replica, ReplicaStore, SourceMeta};
 

@@ -6,15 +6,14 @@
 //! that still hold the chain so far: a page drops the ones missing from its holders (their held
 //! length is the pages walked so far) and stops when none is left; a source whose copy of a
 //! page is a tombstone records it for the SWA rule. A page costs its hash, one lookup and a few
-//! word operations, whatever the number of sources.
+//! word operations, whatever the number of sources; the hash is read from `super::chains` when a
+//! recent prompt shared the page.
 //!
 //! The SWA rule (`super::swa_rule`, DESIGN §3) is applied from the tombstones alone: between
 //! two tombstones every page is resident, so the longest usable prefix only changes at a
 //! tombstone and at the end of the source's walk (`SwaTrack`).
 
-use sha2::compress256;
-use sha2::digest::generic_array::GenericArray;
-
+use super::chains::{ChainCache, PromptChain};
 use super::holders::HolderIndex;
 use super::store::Replica;
 
@@ -26,92 +25,6 @@ pub enum Answer {
     /// The longest held prefix in tokens, and the longest SWA-usable one (None when the source's
     /// stream does not say which blocks are tombstones).
     Held { tokens: u64, usable: Option<u64> },
-}
-
-/// SHA-256's initial state.
-const SHA256_INIT: [u32; 8] = [
-    0x6a09_e667,
-    0xbb67_ae85,
-    0x3c6e_f372,
-    0xa54f_f53a,
-    0x510e_527f,
-    0x9b05_688c,
-    0x1f83_d9ab,
-    0x5be0_cd19,
-];
-
-/// Hashes a prompt's pages one at a time, chaining each onto the last (the sglang chain of
-/// `crate::hashing`).
-///
-/// Every page after the first hashes a message of the same length (the previous 32-byte digest,
-/// then the page's tokens), so its padded blocks are laid out once and each page only writes
-/// its digest and tokens into them before running the compression function (with the CPU's SHA
-/// instructions when it has them) on them directly.
-struct PageHasher<'a> {
-    prior: &'a [u8],
-    /// The padded message of a chained page: digest | tokens | 0x80 | zeros | bit length.
-    chained: Vec<u8>,
-    first: bool,
-}
-
-impl<'a> PageHasher<'a> {
-    fn new(prior: &'a [u8], page_size: usize) -> Self {
-        Self {
-            prior,
-            chained: padded(32, page_size),
-            first: true,
-        }
-    }
-
-    /// The block hash of the next page (`page` holds `page_size` tokens).
-    fn next(&mut self, page: &[u32]) -> i64 {
-        let state = if self.first {
-            // the root page chains onto the namespace's prior (empty or 32 bytes)
-            self.first = false;
-            let prior = self.prior.len();
-            let mut message = padded(prior, page.len());
-            message[..prior].copy_from_slice(self.prior);
-            write_tokens(&mut message[prior..], page);
-            compress(&message)
-        } else {
-            write_tokens(&mut self.chained[32..], page);
-            compress(&self.chained)
-        };
-        for (slot, word) in self.chained[..32].chunks_exact_mut(4).zip(state) {
-            slot.copy_from_slice(&word.to_be_bytes());
-        }
-        // the digest's first 8 bytes, big-endian, as a signed int (crate::hashing::block_hash)
-        ((u64::from(state[0]) << 32) | u64::from(state[1])) as i64
-    }
-}
-
-/// Write `tokens` as u32 little-endian at the start of `out`.
-fn write_tokens(out: &mut [u8], tokens: &[u32]) {
-    for (slot, token) in out.chunks_exact_mut(4).zip(tokens) {
-        slot.copy_from_slice(&token.to_le_bytes());
-    }
-}
-
-/// The SHA-256 state after the padded `message` (whole 64-byte blocks).
-fn compress(message: &[u8]) -> [u32; 8] {
-    let mut state = SHA256_INIT;
-    for block in message.chunks_exact(64) {
-        compress256(
-            &mut state,
-            std::slice::from_ref(GenericArray::from_slice(block)),
-        );
-    }
-    state
-}
-
-/// A zeroed message of `prefix` bytes plus `page_size` tokens, padded as SHA-256 pads it.
-fn padded(prefix: usize, page_size: usize) -> Vec<u8> {
-    let length = prefix + 4 * page_size;
-    let total = (length + 1 + 8).div_ceil(64) * 64;
-    let mut message = vec![0u8; total];
-    message[length] = 0x80;
-    message[total - 8..].copy_from_slice(&((length as u64) * 8).to_be_bytes());
-    message
 }
 
 /// The SWA rule for one source, fed only its tombstones (page indexes along the walk).
@@ -160,10 +73,12 @@ struct Walker {
 
 /// Per source id, what it holds of `tokens` (under the namespace `prior`): sources whose state
 /// is unknown answer `Unknown`; sources holding none of it are absent. Sorted by source id.
-/// `holders` must be the holder index of `replicas` (source id = position).
+/// `holders` must be the holder index of `replicas` (source id = position); `chains` keeps the
+/// page digests of recent prompts (it only saves hashing: answers are the same without it).
 pub fn match_prefix(
     replicas: &[Replica],
     holders: &HolderIndex,
+    chains: &mut ChainCache,
     prior: &[u8],
     tokens: &[u32],
 ) -> Vec<(u32, Answer)> {
@@ -198,7 +113,16 @@ pub fn match_prefix(
         }
     }
     for (page_size, members) in groups {
-        let held = walk(holders, page_size, &members, prior, tokens, &mut walkers);
+        let mut chain = PromptChain::new(chains, prior, page_size as usize, tokens);
+        let held = walk(
+            holders,
+            &mut chain,
+            page_size,
+            &members,
+            tokens,
+            &mut walkers,
+        );
+        chain.finish();
         for (id, pages) in held {
             if pages == 0 {
                 continue;
@@ -233,9 +157,9 @@ fn for_each_bit(word: usize, mut mask: u64, mut each: impl FnMut(u32)) {
 /// The walk of one page-size group: (id, held pages) of every member.
 fn walk(
     holders: &HolderIndex,
+    chain: &mut PromptChain<'_>,
     page_size: u32,
     members: &[u32],
-    prior: &[u8],
     tokens: &[u32],
     walkers: &mut [Option<Walker>],
 ) -> Vec<(u32, u64)> {
@@ -246,10 +170,9 @@ fn walk(
     }
     let mut held = Vec::with_capacity(members.len());
     let mut remaining = members.len();
-    let mut hasher = PageHasher::new(prior, page_size as usize);
     let mut pages = 0u64;
-    for page in tokens.chunks_exact(page_size as usize) {
-        let Some((present, tombstones)) = holders.holders(hasher.next(page)) else {
+    for _ in 0..tokens.len() / page_size as usize {
+        let Some((present, tombstones)) = holders.holders(chain.hash(pages as usize)) else {
             break;
         };
         for (word, alive_word) in alive.iter_mut().enumerate() {
@@ -493,21 +416,6 @@ mod tests {
                 .map(|(h, (p, t))| (h, (p.to_vec(), t.to_vec())))
                 .collect();
             assert_eq!(kept, rebuilt);
-        }
-    }
-
-    #[test]
-    fn the_page_hasher_equals_the_chain_hash() {
-        let tokens: Vec<u32> = (0..200u32).map(|t| t.wrapping_mul(2_654_435_761)).collect();
-        for prior in [vec![], crate::hashing::namespace_prior(Some("lora-7"))] {
-            for page_size in [1usize, 3, 15, 16, 17, 64] {
-                let mut hasher = PageHasher::new(&prior, page_size);
-                let hashed: Vec<i64> = tokens
-                    .chunks_exact(page_size)
-                    .map(|page| hasher.next(page))
-                    .collect();
-                assert_eq!(hashed, hashes(&prior, &tokens, page_size));
-            }
         }
     }
 }

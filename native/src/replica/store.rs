@@ -11,6 +11,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
 use super::blocks::BlockTable;
+use super::chains::ChainCache;
 use super::holders::HolderIndex;
 use super::prefetch::prefetch;
 use super::prefix::{match_prefix, Answer};
@@ -126,6 +127,8 @@ pub struct ReplicaStore {
     /// Derived from the replicas, kept in step by every change once enabled (see
     /// `enable_holders`); never part of a snapshot or of equality.
     holders: Option<HolderIndex>,
+    /// Page digests of recent prompts, which the prefix walk reuses (see `super::chains`).
+    chains: ChainCache,
 }
 
 impl PartialEq for ReplicaStore {
@@ -152,6 +155,7 @@ impl ReplicaStore {
             replicas,
             ids,
             holders: None,
+            chains: ChainCache::new(),
         })
     }
 
@@ -306,10 +310,13 @@ impl ReplicaStore {
     /// `super::prefix`); enables the holder index first when it is not kept yet.
     pub fn match_prefix(&mut self, prior: &[u8], tokens: &[u32]) -> Vec<(u32, Answer)> {
         let Self {
-            replicas, holders, ..
+            replicas,
+            holders,
+            chains,
+            ..
         } = self;
         let holders = holders.get_or_insert_with(|| HolderIndex::build(replicas));
-        match_prefix(replicas, holders, prior, tokens)
+        match_prefix(replicas, holders, chains, prior, tokens)
     }
 
     /// Total bytes the block tables hold.
