@@ -20,7 +20,9 @@ bytes per page-1 block: every record byte over the blocks stored, and the ``Bloc
 bytes alone. ``--neighbour`` adds a control: the events-off loop with a busy thread beside it
 that never holds the GIL (SHA-256 of 16 MiB buffers), which shows what any work on the other
 core costs the serving loop on this machine (on a VM whose two vCPUs share a physical core it is
-not free).
+not free). A round's publish runs go back to back (events on, off, the control), in the reverse
+order every other round; beside the ratios of bests and of medians, the paired median is the
+median of each round's own on/off ratio.
 
     .venv/bin/python bench/cache_bench.py --requests 2000 --repeat 3
 """
@@ -37,6 +39,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -141,6 +144,7 @@ class PublishSample:
     page_size: int
     events: bool
     neighbour: bool
+    rep: int
     elapsed_s: float
     loop_cpu_s: float
     process_cpu_s: float
@@ -171,7 +175,12 @@ def _busy_neighbour(stop: threading.Event) -> None:
 
 
 async def _publish_run(
-    requests: list[ChatRequest], page_size: int, events: bool, neighbour: bool, device: str
+    requests: list[ChatRequest],
+    page_size: int,
+    events: bool,
+    neighbour: bool,
+    device: str,
+    rep: int,
 ) -> PublishSample:
     allocator = SWAKVAllocator(FULL_SIZE, SWA_SIZE, page_size=page_size, device=device)
     cache = SWARadixCache(
@@ -210,6 +219,7 @@ async def _publish_run(
         page_size=page_size,
         events=events,
         neighbour=neighbour,
+        rep=rep,
         elapsed_s=end[0] - start[0],
         loop_cpu_s=end[1] - start[1],
         process_cpu_s=end[2] - start[2],
@@ -230,10 +240,17 @@ class _no_publisher:  # noqa: N801 -- reads as the context manager it stands in 
 
 
 def measure_publish(
-    requests: list[ChatRequest], page_size: int, events: bool, device: str, *, neighbour: bool
+    requests: list[ChatRequest],
+    page_size: int,
+    events: bool,
+    device: str,
+    *,
+    neighbour: bool,
+    rep: int = 0,
 ) -> PublishSample:
-    """Time the publish-overhead case on a fresh cache of ours (``neighbour``: the control)."""
-    return anyio.run(_publish_run, requests, page_size, events, neighbour, device)
+    """Time the publish-overhead case on a fresh cache of ours (``neighbour``: the control) in
+    round ``rep``."""
+    return anyio.run(_publish_run, requests, page_size, events, neighbour, device, rep)
 
 
 class SglangProcess:
@@ -331,14 +348,19 @@ def run_all(
                     if sglang is not None:
                         samples.append(sglang.measure(args.seed, args.requests, page, events))
                         _progress(samples[-1], rep)
-                    if not args.no_publish:
-                        published.append(
-                            measure_publish(requests, page, events, args.device, neighbour=False)
-                        )
-                        _progress_publish(published[-1], rep)
-                if args.neighbour and not args.no_publish:
+                if args.no_publish:
+                    continue
+                # The publish case's runs of one round back to back (the same moments of the
+                # machine), their order reversed every other round so that a drift in the
+                # machine's speed favours neither side.
+                order = [(True, False), (False, False)]
+                if args.neighbour:
+                    order.append((False, True))
+                for events, neighbour in order if rep % 2 == 0 else reversed(order):
                     published.append(
-                        measure_publish(requests, page, False, args.device, neighbour=True)
+                        measure_publish(
+                            requests, page, events, args.device, neighbour=neighbour, rep=rep
+                        )
                     )
                     _progress_publish(published[-1], rep)
     finally:
@@ -406,7 +428,7 @@ def summarize_publish(
             best = min(map(pick, on)) / min(map(pick, off))
             ratios[f"publish_on_off_p{page}_{name}"] = _ratio_of(
                 value, best, target if name == clock else None, at_least=False
-            )
+            ) | {"paired": _paired_median(on, off, pick)}
         busy = neighbours.get(page)
         if busy:
             value = statistics.median(s.seconds(clock) for s in busy) / statistics.median(
@@ -429,6 +451,16 @@ def summarize_publish(
             "met": stored <= TARGET_WIRE_BYTES_PER_BLOCK,
         }
     return {"clock": clock, "medians": medians, "ratios": ratios, "wire": wire}
+
+
+def _paired_median(
+    on: list[PublishSample], off: list[PublishSample], pick: Callable[[PublishSample], float]
+) -> float | None:
+    """The median over rounds of each round's on/off ratio (the two runs of a round ran back
+    to back), or None when no round has both."""
+    off_by_rep = {s.rep: pick(s) for s in off}
+    ratios = [pick(s) / off_by_rep[s.rep] for s in on if off_by_rep.get(s.rep, 0) > 0]
+    return statistics.median(ratios) if ratios else None
 
 
 def print_publish(summary: dict[str, Any]) -> None:
@@ -540,7 +572,8 @@ def _ratio_line(name: str, r: dict[str, Any]) -> str:
     bound = ""
     if r["target"] is not None:
         bound = f" (target {'>=' if r['at_least'] else '<='} {r['target']}x)"
-    return f"{name:34}{r['best']:7.2f}x best, {r['value']:5.2f}x median{bound}{verdict}"
+    paired = "" if r.get("paired") is None else f", {r['paired']:5.2f}x paired median"
+    return f"{name:34}{r['best']:7.2f}x best, {r['value']:5.2f}x median{paired}{bound}{verdict}"
 
 
 def print_table(samples: list[Sample], summary: dict[str, Any], args: argparse.Namespace) -> None:

@@ -1,5 +1,6 @@
 """Type stubs of the private compiled module built from native/ (see cache.events)."""
 
+from array import array
 from collections.abc import Iterable, Sequence
 from typing import Final, TypeVar, final
 
@@ -68,7 +69,14 @@ class EventRecorder:
     @property
     def page_size(self) -> int: ...
     def root(self, node_id: int, extra_key: str | None) -> None: ...
-    def stored(self, node_id: int, parent_id: int, token_ids: Sequence[int]) -> None: ...
+    def stored(
+        self,
+        node_id: int,
+        parent_id: int,
+        token_ids: Sequence[int] | array[int],
+        start: int = 0,
+        length: int | None = None,
+    ) -> None: ...
     def removed(self, node_id: int, pages: int) -> None: ...
     def swa_evicted(self, node_id: int, pages: int) -> None: ...
     def swa_restored(self, node_id: int, pages: int) -> None: ...
@@ -81,7 +89,12 @@ class EventRecorder:
     def snapshot_events(self) -> list[Event]: ...
     def block_hashes(self, node_id: int) -> list[int] | None: ...
     def encoder(
-        self, source: str, max_events: int, max_bytes: int, digest_every: int
+        self,
+        source: str,
+        max_events: int,
+        max_bytes: int,
+        digest_every: int,
+        fill_beside_bytes: int = 4096,
     ) -> RecordEncoder: ...
     def discard_all(self) -> None: ...
     def encode_opening(

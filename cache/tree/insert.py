@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from array import array
+
 import torch
 
 from cache.tree.keys import shared_length
@@ -51,10 +53,12 @@ def insert(
     state: TreeState,
     root: TreeNode,
     key: tuple[int, ...],
+    ids: array[int],
     value: torch.Tensor,
     prev_prefix_len: int,
 ) -> int:
-    """Insert page-aligned ``key`` with slots ``value``; return the length already cached.
+    """Insert page-aligned ``key`` (``ids``: the same ids as ``array("I")``) with slots ``value``;
+    return the length already cached.
 
     ``value[:prev_prefix_len]`` are the tree's own slots (from an earlier match); the tree takes
     ownership of the rest: duplicates of cached resident tokens are freed, slots matching a
@@ -69,5 +73,5 @@ def insert(
     if duplicates:
         state.allocator.free(torch.cat(duplicates), whole_pages=True)
     if pos < len(key):
-        state.add_leaf(node, key[pos:], value[pos : len(key)].clone())
+        state.add_leaf(node, key[pos:], value[pos : len(key)].clone(), ids, pos)
     return pos

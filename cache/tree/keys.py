@@ -21,10 +21,12 @@ def aligned_tokens(token_ids: Sequence[int] | torch.Tensor, page_size: int) -> t
     return tuple(token_ids[:whole])
 
 
-def check_token_ids(tokens: tuple[int, ...]) -> None:
-    """Raise ValueError unless every id is an int in ``[0, 2**32)`` (one C-level pass)."""
+def check_token_ids(tokens: tuple[int, ...]) -> array[int]:
+    """``tokens`` as unsigned 32-bit ids (one C-level pass, which is the check): ValueError
+    unless every id is an int in ``[0, 2**32)``. A recording sink copies a new leaf's ids from
+    it in one block rather than converting them one by one again."""
     try:
-        array("I", tokens)
+        return array("I", tokens)
     except (OverflowError, TypeError) as exc:
         raise ValueError(f"token ids must be ints in [0, 2**32): {exc}") from exc
 

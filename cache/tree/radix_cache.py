@@ -137,7 +137,7 @@ class SWARadixCache:
                 f"insert: value must be int64 on {self._allocator.device}, "
                 f"got {value.dtype} on {value.device}"
             )
-        check_token_ids(key)
+        ids = check_token_ids(key)
         if prev_prefix_len < 0 or prev_prefix_len % state.page_size or prev_prefix_len > len(key):
             raise ValueError(
                 f"insert: prev_prefix_len={prev_prefix_len} must be a page-aligned length within "
@@ -145,7 +145,7 @@ class SWARadixCache:
             )
         if not key:
             return 0
-        return insert(state, state.root_of(extra_key), key, value, prev_prefix_len)
+        return insert(state, state.root_of(extra_key), key, ids, value, prev_prefix_len)
 
     def inc_lock_ref(self, node: TreeNode) -> LockHandle:
         """Protect the path to ``node``: full KV on all of it, SWA KV on its window-sized tail."""

@@ -10,6 +10,7 @@ run time. ``attach_reference`` tees a fresh tree's changes into a twin.
 
 from __future__ import annotations
 
+from array import array
 from typing import TYPE_CHECKING, Final
 
 from cache.events import (
@@ -70,8 +71,9 @@ class ReferenceSink:
         """Remember a namespace root and its chain prior."""
         self._roots[node.node_id] = (node, namespace_prior(extra_key))
 
-    def stored(self, node: TreeNode) -> None:
-        """Hash the node's pages onto its parent's chain; one BlockStored per page."""
+    def stored(self, node: TreeNode, ids: array[int], start: int) -> None:
+        """Hash the node's pages onto its parent's chain; one BlockStored per page (from the
+        node's own tokens: ``ids`` is the native sink's)."""
         assert node._parent is not None, "a namespace root is never stored"
         prior, parent_hash = self._chain_end(node._parent)
         tokens = node._token_ids
@@ -178,10 +180,10 @@ class TeeSink:
         self.primary.root(node, extra_key)
         self.twin.root(node, extra_key)
 
-    def stored(self, node: TreeNode) -> None:
+    def stored(self, node: TreeNode, ids: array[int], start: int) -> None:
         """Both record the store."""
-        self.primary.stored(node)
-        self.twin.stored(node)
+        self.primary.stored(node, ids, start)
+        self.twin.stored(node, ids, start)
 
     def removed(self, node: TreeNode) -> None:
         """Both record the removal."""

@@ -12,6 +12,7 @@ and no ``if enabled`` tests are scattered through the tree.
 
 from __future__ import annotations
 
+from array import array
 from typing import Protocol
 
 from cache.events import Event
@@ -25,8 +26,9 @@ class EventSink(Protocol):
     def root(self, node: TreeNode, extra_key: str | None) -> None:
         """``node`` became the (empty) root of namespace ``extra_key``."""
 
-    def stored(self, node: TreeNode) -> None:
-        """``node`` was linked into the tree with all its pages SWA-resident."""
+    def stored(self, node: TreeNode, ids: array[int], start: int) -> None:
+        """``node`` was linked into the tree with all its pages SWA-resident; its tokens, as
+        unsigned 32-bit ids, are ``ids[start : start + len(node._token_ids)]``."""
 
     def removed(self, node: TreeNode) -> None:
         """``node`` (all its pages) is about to leave the tree."""
@@ -71,7 +73,7 @@ class NullSink:
     def root(self, node: TreeNode, extra_key: str | None) -> None:
         """Ignore a new namespace root."""
 
-    def stored(self, node: TreeNode) -> None:
+    def stored(self, node: TreeNode, ids: array[int], start: int) -> None:
         """Ignore a store."""
 
     def removed(self, node: TreeNode) -> None:
@@ -129,11 +131,12 @@ class RecorderSink:
         """Record a new namespace root."""
         self._recorder.root(node.node_id, extra_key)
 
-    def stored(self, node: TreeNode) -> None:
-        """Record the store of ``node``'s tokens under its parent (hashed later, in the core)."""
+    def stored(self, node: TreeNode, ids: array[int], start: int) -> None:
+        """Record the store of ``node``'s tokens under its parent (hashed later, in the core);
+        the recorder copies them from ``ids`` in one block."""
         parent = node._parent
         assert parent is not None, "a namespace root is never stored"
-        self._recorder.stored(node.node_id, parent.node_id, node._token_ids)
+        self._recorder.stored(node.node_id, parent.node_id, ids, start, len(node._token_ids))
 
     def removed(self, node: TreeNode) -> None:
         """Record a removal."""

@@ -7,6 +7,8 @@ move together. The operations (match, insert, locks, eviction) are built on thes
 
 from __future__ import annotations
 
+from array import array
+
 import torch
 
 from cache.allocator import SWAKVAllocator
@@ -71,15 +73,23 @@ class TreeState:
             return tokens[pos]
         return tokens[pos : pos + self.page_size]
 
-    def add_leaf(self, parent: TreeNode, tokens: tuple[int, ...], value: torch.Tensor) -> TreeNode:
-        """Link a new SWA-resident leaf owning ``value`` under ``parent``."""
+    def add_leaf(
+        self,
+        parent: TreeNode,
+        tokens: tuple[int, ...],
+        value: torch.Tensor,
+        ids: array[int],
+        start: int,
+    ) -> TreeNode:
+        """Link a new SWA-resident leaf owning ``value`` under ``parent``; ``tokens`` are
+        ``ids[start : start + len(tokens)]`` (the sink records them from ``ids``)."""
         node = self._new_node(tokens, value, parent)
         parent._children[self.child_key(tokens, 0)] = node
         self.full_lru.push_front(node)
         self.swa_lru.push_front(node)
         self.full_evictable += len(tokens)
         self.swa_evictable += len(tokens)
-        self.sink.stored(node)
+        self.sink.stored(node, ids, start)
         return node
 
     def split(self, node: TreeNode, length: int, *, to_mru: bool = True) -> TreeNode:

@@ -18,21 +18,17 @@ A feed turns one scheduler step into batches queued for the log.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-import anyio
-
 from cache.events import Event, EventBatch, encode_batch
 from cache.events.recorder import EventRecorder, RecordEncoder
 from swa_es.publish.batching import BatchBuilder, PublishedCache
+from swa_es.publish.signal import WakeSignal
 
-_SIGNAL_READ_BYTES = 4096
 HURRY_AFTER_PAUSE_S = 0.001
 """A step at least this long after the previous one is written at once (``hurry``) rather than
 after the encoder's linger (the same 1 ms, ``LINGER`` in ``native/src/recorder/worker.rs``).
@@ -78,7 +74,8 @@ class Feed(Protocol):
         ...
 
     def step(self) -> list[QueuedBatch]:
-        """The step's batches (their payloads may come later: see ``wait_written``)."""
+        """The step's batches, none when nothing is pending (their payloads may come later:
+        see ``wait_written``)."""
         ...
 
     def reopen(self) -> list[QueuedBatch]:
@@ -123,6 +120,7 @@ class RecorderFeed:
         self._recorder = recorder
         self._builder = builder
         self._encoder: RecordEncoder | None = None
+        self._signal: WakeSignal | None = None
         # Submitted jobs by id, with the batches their records fill.
         self._jobs: dict[int, list[QueuedBatch]] = {}
         self._clock = clock
@@ -142,7 +140,7 @@ class RecorderFeed:
         raise ValueError("a cache with a native recorder loses no events upstream: no gap")
 
     def start(self) -> None:
-        """Start the encoder thread."""
+        """Start the encoder thread and watch its wake-up socket (in the event loop)."""
         if self._encoder is None:
             builder = self._builder
             self._encoder = self._recorder.encoder(
@@ -151,6 +149,9 @@ class RecorderFeed:
                 builder.max_split_bytes,
                 builder.digest_every_batches,
             )
+        if self._signal is None:
+            self._signal = WakeSignal(self._encoder.fileno())
+            self._signal.watch()
 
     def _running(self) -> RecordEncoder:
         if self._encoder is None:
@@ -206,20 +207,20 @@ class RecorderFeed:
         if self._encoder is not None and self._jobs:
             self._encoder.hurry()
 
+    def _watched(self) -> WakeSignal:
+        if self._signal is None:
+            raise RuntimeError("the recorder feed is not started")
+        return self._signal
+
     async def wait_written(self) -> None:
         """Wait for the encoder's signal that jobs are finished."""
-        await anyio.wait_readable(self._running().fileno())
+        await self._watched().wait()
 
     def collect(self) -> None:
         """Fill the batches of every finished job (those of discarded jobs are dropped)."""
         encoder = self._running()
-        fd = encoder.fileno()
-        # Empty the signal before taking the jobs: a job finished in between signals again. A
-        # short read has emptied it (the thread writes a byte per round); that saves the call
-        # that would fail with EAGAIN.
-        with contextlib.suppress(BlockingIOError):
-            while len(os.read(fd, _SIGNAL_READ_BYTES)) == _SIGNAL_READ_BYTES:
-                pass
+        # Forget the signal before taking the jobs: a job finished in between signals again.
+        self._watched().consume()
         for job, records in encoder.take_done():
             batches = self._jobs.pop(job, None)
             if batches is None:
@@ -235,7 +236,9 @@ class RecorderFeed:
                 batch.payload = payload
 
     def close(self) -> None:
-        """Stop the encoder thread (after its current job)."""
+        """Stop watching the wake-up socket and the encoder thread (after its current job)."""
+        if self._signal is not None:
+            self._signal.close()
         if self._encoder is not None:
             self._encoder.close()
 
@@ -255,7 +258,8 @@ class EventListFeed:
         return bool(self._carry)
 
     def step(self) -> list[QueuedBatch]:
-        """The waiting events as encoded batches."""
+        """The waiting events, the cache's new ones included, as encoded batches."""
+        self._carry += self._cache.take_events()
         events, self._carry = self._carry, []
         return _encoded(self._builder.step_batches(events, self._cache.state_digest))
 

@@ -96,6 +96,8 @@ class Publisher:
         self._last_ticket = 0
         self._durable_ticket = 0
         self._progress = anyio.Event()
+        # Tasks waiting on `_progress` (flush, wait_ready): with none, `_notify` has nothing to do.
+        self._progress_waiters = 0
         self._work = anyio.Event()
         self._failure: BaseException | None = None
         self._running = False
@@ -129,12 +131,11 @@ class Publisher:
         ``step()`` and raises ``Backpressure``. Raises ``PublisherFailedError`` once a
         background task has died.
         """
-        self._check_usable()
-        if not self._feed.pending():
-            return 0
-        if not self.ready:
-            return self._overflow()
-        batches = self._feed.step()
+        if self._failure is not None or not self._running:
+            self._check_usable()
+        if len(self._pending) >= self.config.max_queue_batches:  # not ready
+            return self._overflow() if self._feed.pending() else 0
+        batches = self._feed.step()  # none when nothing is pending
         self._enqueue(batches)
         return len(batches)
 
@@ -302,12 +303,18 @@ class Publisher:
         self._work.set()
 
     def _notify(self) -> None:
-        self._progress.set()
-        self._progress = anyio.Event()
+        # Called twice per append; an event is only worth making for someone waiting on it.
+        if self._progress_waiters:
+            self._progress.set()
+            self._progress = anyio.Event()
 
     async def _wait_progress(self) -> None:
         event = self._progress
-        await event.wait()
+        self._progress_waiters += 1
+        try:
+            await event.wait()
+        finally:
+            self._progress_waiters -= 1
         if self._failure is not None:
             raise PublisherFailedError(self.source, self._failure) from self._failure
         if not self._running and self._durable_ticket < self._last_ticket:

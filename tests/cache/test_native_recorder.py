@@ -8,6 +8,8 @@ resets) both give the same events, digest, snapshot and per-node block hashes.
 from __future__ import annotations
 
 import random
+from array import array
+from collections.abc import Callable, Sequence
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -125,9 +127,32 @@ def test_the_recorder_sink_never_reads_a_nodes_tensor() -> None:
     root = _NodeWithoutValue(1, None, ())
     node = _NodeWithoutValue(2, root, (7, 8, 9, 10))
     sink.root(root, None)  # type: ignore[arg-type]  # a stand-in node
-    for record in (sink.stored, sink.swa_evicted, sink.swa_restored, sink.removed):
+    sink.stored(node, array("I", (5, 7, 8, 9, 10)), 1)  # type: ignore[arg-type]  # a stand-in
+    for record in (sink.swa_evicted, sink.swa_restored, sink.removed):
         record(node)  # type: ignore[arg-type]  # a stand-in node
     assert sink.recorder.pending_events == 2 + 3
+    stored = sink.recorder.take_events()[:2]
+    assert [e.token_ids for e in stored] == [(7, 8), (9, 10)]  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("form", [tuple, list, lambda ids: array("I", ids)])
+def test_a_store_records_its_token_range_from_any_sequence(
+    form: Callable[[list[int]], Sequence[int]],
+) -> None:
+    """``stored(..., start, length)`` records ``token_ids[start:start + length]``, the same from
+    an ``array("I")`` (copied as one block) as from a tuple or list; a range past the end is
+    refused, nothing recorded."""
+    ids = form([9, 9, 1, 2, 3, 4, 9])
+    recorder = EventRecorder(2)
+    recorder.cleared()
+    recorder.root(1, None)
+    recorder.stored(2, 1, ids, 2, 4)
+    _, *stored = recorder.take_events()
+    assert [e.token_ids for e in stored] == [(1, 2), (3, 4)]  # type: ignore[union-attr]
+    with pytest.raises(ValueError, match="outside"):
+        recorder.stored(3, 2, ids, 4, 4)
+    recorder.stored(3, 2, ids, 5)  # to the end: (4, 9)
+    assert [e.token_ids for e in recorder.take_events()] == [(4, 9)]  # type: ignore[union-attr]
 
 
 def test_recorder_materialises_one_blockstored_per_page() -> None:

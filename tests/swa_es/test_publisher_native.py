@@ -8,7 +8,9 @@ byte for byte what the reference path writes for the same epoch and timestamp.
 
 from __future__ import annotations
 
+import contextlib
 import random
+import time
 from pathlib import Path
 
 import anyio
@@ -92,10 +94,36 @@ def assert_same_records(payloads: list[bytes], reference: list[EventBatch]) -> N
         assert payload == reference_encode(renamed)
 
 
+def fill_every_record_beside(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the publisher's encoder thread copy every record into its bytes (two rounds per
+    job), not only the big ones."""
+
+    started = RecorderFeed.start
+
+    def start(feed: RecorderFeed) -> None:
+        builder = feed._builder
+        feed._encoder = feed._recorder.encoder(
+            builder.source,
+            builder.max_events_per_batch,
+            builder.max_split_bytes,
+            builder.digest_every_batches,
+            fill_beside_bytes=0,
+        )
+        started(feed)  # the rest of the start, with this encoder
+
+    monkeypatch.setattr(RecorderFeed, "start", start)
+
+
+@pytest.mark.parametrize("fill_beside", [False, True], ids=["default", "all_filled_beside"])
 @pytest.mark.parametrize("page_size", PAGE_SIZES)
-async def test_records_equal_the_reference_path_byte_for_byte(page_size: int) -> None:
+async def test_records_equal_the_reference_path_byte_for_byte(
+    page_size: int, fill_beside: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Random steps (evictions, tombstones, resets, empty steps, split steps) write the same
-    records the reference path does, digests included."""
+    records the reference path does, digests included; also when the encoder thread copies
+    every record into its bytes object itself."""
+    if fill_beside:
+        fill_every_record_beside(monkeypatch)
     rng = random.Random(page_size)
     cache = small_tree(page_size)
     twin = attach_reference(cache)
@@ -124,9 +152,57 @@ async def test_records_equal_the_reference_path_byte_for_byte(page_size: int) ->
     assert state.digests_checked > 10
 
 
+async def test_big_steps_filled_beside_the_loop_equal_the_reference_path() -> None:
+    """Steps of the bench's chat workload at page 1 (tens of KB of records each, so the encoder
+    thread copies them into their bytes in a second round) under the default limits write the
+    reference path's records, interleaved with small steps that are copied at once."""
+    alloc = SWAKVAllocator(32768, 8192, page_size=1, device="cpu")
+    cache = SWARadixCache(alloc, sliding_window_size=256, page_size=1)
+    twin = attach_reference(cache)
+    worker = CacheWorker(cache)
+    config = PublisherConfig()
+    limits = {
+        "digest_every_batches": config.digest_every_batches,
+        "max_events_per_batch": config.max_events_per_batch,
+    }
+    reference = ReferencePath(cache, twin, **limits)
+    log = MemoryLog()
+    requests = ChatWorkload(seed=3).take(60)
+    async with Publisher(cache, log, "w0", config=config) as pub:
+        reference.open_epoch()
+        for index, request in enumerate(requests):
+            worker.serve(request)
+            if index % 4 == 0:
+                cache.evict(swa_tokens=64)  # a small step of tombstones alone
+                pub.step()
+                reference.step()
+            pub.step()
+            reference.step()
+            await anyio.lowlevel.checkpoint()
+        reference.step()
+    payloads = [record.payload async for record in log.read()]
+    assert max(map(len, payloads)) > 16 * 1024
+    assert_same_records(payloads, reference.batches)
+
+
 def _threads() -> set[str]:
-    """Ids of this process's threads, native ones included (Linux)."""
-    return {task.name for task in Path("/proc/self/task").iterdir()}
+    """Ids of this process's encoder threads (Linux; by name, so that a thread torch starts
+    meanwhile is not counted)."""
+    found = set()
+    for task in Path("/proc/self/task").iterdir():
+        with contextlib.suppress(FileNotFoundError):  # a thread that ended meanwhile
+            if (task / "comm").read_text().strip() == "swa-es-encoder":
+                found.add(task.name)
+    return found
+
+
+def _threads_left(before: set[str]) -> set[str]:
+    """Encoder threads not in ``before``, once the ones just joined have left ``/proc`` (the
+    kernel lists an exiting thread a moment after its join returns): waits up to 10 s."""
+    deadline = time.monotonic() + 10
+    while (left := _threads() - before) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    return left
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
@@ -147,7 +223,7 @@ async def test_the_native_path_never_takes_python_events_and_encodes_off_the_loo
             worker.serve(request)  # type: ignore[arg-type]  # a ChatRequest
             pub.step()
             await anyio.lowlevel.checkpoint()
-    assert not _threads() - before, "the encoder thread stopped with the publisher"
+    assert not _threads_left(before), "the encoder thread stopped with the publisher"
     assert pub.metrics.batches_published == 21
 
 

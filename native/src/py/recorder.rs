@@ -5,12 +5,15 @@
 //! Everything that processes (hashing, digest, events, encoding) releases the GIL while it
 //! works, so a publisher's worker thread runs it beside the serving loop.
 
+use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyList, PyTuple, PyType};
+use std::collections::HashMap;
 use std::io::Write;
+use std::ops::Range;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,7 +24,7 @@ use crate::codec::EncodeError;
 use crate::events::Event;
 use crate::recorder::{
     opening_records, BatchLimits, Done, EncodeWorker, Job, Numbering, Record, Recorder,
-    RecorderError, Sequencer,
+    RecorderError, Sequencer, Target,
 };
 
 static RECORDER_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
@@ -49,20 +52,57 @@ fn token(item: &Bound<'_, PyAny>) -> PyResult<u32> {
         .map_err(|_| PyValueError::new_err(format!("token id {value} outside [0, 2**32)")))
 }
 
-/// Token ids as u32. A tuple (the tree's own form) is read item by item through the C API:
-/// this runs once per stored token on the serving loop, where PyO3's generic path (a new
-/// reference and a type check per item) costs about twice as much.
-fn tokens_u32(token_ids: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
-    let Ok(tuple) = token_ids.cast::<PyTuple>() else {
-        return token_ids.try_iter()?.map(|item| token(&item?)).collect();
+/// The `start..start + length` (`None`: to the end) range of a sequence of `len` items.
+fn token_range(len: usize, start: usize, length: Option<usize>) -> PyResult<Range<usize>> {
+    let end = match length {
+        None => Some(len),
+        Some(length) => start.checked_add(length),
     };
+    match end {
+        Some(end) if start <= end && end <= len => Ok(start..end),
+        _ => Err(PyValueError::new_err(format!(
+            "token range start={start} length={} is outside the {len} token ids given",
+            length.map_or_else(|| "None".to_owned(), |length| length.to_string())
+        ))),
+    }
+}
+
+/// Token ids `start..start + length` as u32. An `array("I")` (what the tree records from: it
+/// checks every key by converting it so) is copied in one block through the buffer protocol;
+/// the serving loop records every stored token, and the item-by-item read of a tuple costs
+/// about fifty instructions a token.
+fn tokens_u32(
+    token_ids: &Bound<'_, PyAny>,
+    start: usize,
+    length: Option<usize>,
+) -> PyResult<Vec<u32>> {
     let py = token_ids.py();
-    let length = tuple.len();
-    let mut tokens = Vec::with_capacity(length);
-    for index in 0..length {
+    if !token_ids.is_instance_of::<PyTuple>() && !token_ids.is_instance_of::<PyList>() {
+        if let Ok(buffer) = PyBuffer::<u32>::get(token_ids) {
+            // One block copy of the whole key (a few KB), then the node's range kept.
+            let mut tokens = buffer.to_vec(py)?;
+            let range = token_range(tokens.len(), start, length)?;
+            tokens.truncate(range.end);
+            tokens.drain(..range.start);
+            return Ok(tokens);
+        }
+    }
+    let Ok(tuple) = token_ids.cast::<PyTuple>() else {
+        let items: Vec<u32> = token_ids
+            .try_iter()?
+            .map(|item| token(&item?))
+            .collect::<PyResult<_>>()?;
+        let range = token_range(items.len(), start, length)?;
+        return Ok(items[range].to_vec());
+    };
+    // A tuple is read item by item through the C API: PyO3's generic path (a new reference and
+    // a type check per item) costs about twice as much.
+    let range = token_range(tuple.len(), start, length)?;
+    let mut tokens = Vec::with_capacity(range.len());
+    for index in range {
         // SAFETY: the GIL is held (`py` proves it) and `tuple` is a live tuple for the whole
-        // loop (the `Bound` holds a strong reference). `index` < `length` = its size, and a
-        // tuple's size never changes, so PyTuple_GetItem returns a valid borrowed reference
+        // loop (the `Bound` holds a strong reference). `index` lies in `range`, which
+        // `token_range` checked to be within its size, and a tuple's size never changes, so PyTuple_GetItem returns a valid borrowed reference
         // owned by the tuple, which keeps it alive while we read it. PyLong_AsLongLong only
         // reads it (it may run `__index__` for a non-int, which cannot touch the tuple's items)
         // and reports failure as -1 with an exception set, which `PyErr::take` consumes.
@@ -171,9 +211,19 @@ impl EventRecorder {
         self.inner.root(node_id, extra_key);
     }
 
-    /// Record that `node_id` was linked under `parent_id` holding `token_ids` (whole pages).
-    fn stored(&self, node_id: u64, parent_id: u64, token_ids: &Bound<'_, PyAny>) -> PyResult<()> {
-        let tokens = tokens_u32(token_ids)?;
+    /// Record that `node_id` was linked under `parent_id` holding `token_ids[start:start +
+    /// length]` (whole pages; `length` None: to the end). An `array("I")` is copied in one
+    /// block; any other sequence of ints is converted item by item.
+    #[pyo3(signature = (node_id, parent_id, token_ids, start=0, length=None))]
+    fn stored(
+        &self,
+        node_id: u64,
+        parent_id: u64,
+        token_ids: &Bound<'_, PyAny>,
+        start: usize,
+        length: Option<usize>,
+    ) -> PyResult<()> {
+        let tokens = tokens_u32(token_ids, start, length)?;
         if tokens.is_empty() || tokens.len() % self.inner.page_size() != 0 {
             return Err(PyValueError::new_err(format!(
                 "node {node_id}: {} tokens is not a positive whole number of pages of {}",
@@ -250,13 +300,16 @@ impl EventRecorder {
 
     /// Start an encoder thread for a publisher of `source` whose batches hold at most
     /// `max_events` events and `max_bytes` of event size bounds, with the digest on every
-    /// `digest_every`-th batch (see `RecordEncoder`).
+    /// `digest_every`-th batch (see `RecordEncoder`). A step's records of at least
+    /// `fill_beside_bytes` bytes in all are copied into their `bytes` by the thread.
+    #[pyo3(signature = (source, max_events, max_bytes, digest_every, fill_beside_bytes=FILL_BESIDE_BYTES))]
     fn encoder(
         &self,
         source: String,
         max_events: usize,
         max_bytes: usize,
         digest_every: u64,
+        fill_beside_bytes: usize,
     ) -> PyResult<RecordEncoder> {
         if digest_every == 0 {
             return Err(PyValueError::new_err(
@@ -268,6 +321,7 @@ impl EventRecorder {
             source,
             limits(max_events, max_bytes)?,
             digest_every,
+            fill_beside_bytes,
         )
     }
 
@@ -320,6 +374,16 @@ impl EventRecorder {
     }
 }
 
+/// A job's records whose bytes objects the encoder thread fills: (bytes, events) each.
+type Filling = Vec<(Py<PyBytes>, usize)>;
+
+/// By default, a job whose records take at least this many bytes has them copied into its
+/// `bytes` objects by the encoder thread (`EncodeWorker::fill`): a publisher to an in-memory
+/// log keeps every record, so their memory is fresh and each page of it faults on first write,
+/// and that write is better made beside the serving loop than on it. Smaller jobs are copied
+/// at once (one more round trip to the thread would cost them more than it saves).
+const FILL_BESIDE_BYTES: usize = 4096;
+
 /// A publisher's side of the recorder: `step()` cuts what the tree recorded, numbers its
 /// batches and hands them to the encoder thread (`crate::recorder::worker`); when `fileno()`
 /// turns readable, read it empty and `take_done()` the records.
@@ -328,7 +392,14 @@ pub struct RecordEncoder {
     recorder: Arc<Recorder>,
     limits: BatchLimits,
     sequencer: Mutex<Sequencer>,
+    /// Declared before `filling`: fields drop in order, so the thread is joined before the
+    /// bytes objects it may still be writing into are released.
     worker: Mutex<Option<EncodeWorker>>,
+    /// Jobs whose records the thread is copying into these (not yet filled) bytes objects, by
+    /// id. None of them is seen by Python before the thread reports the job `Filled`.
+    filling: Mutex<HashMap<u64, Filling>>,
+    /// A job's records of at least this many bytes in all are filled beside the loop.
+    fill_beside_bytes: usize,
     /// The end the event loop waits on (non-blocking); the thread writes to the other.
     wake: UnixStream,
     next_id: AtomicU64,
@@ -340,6 +411,7 @@ impl RecordEncoder {
         source: String,
         limits: BatchLimits,
         digest_every: u64,
+        fill_beside_bytes: usize,
     ) -> PyResult<Self> {
         let (wake, signal) = UnixStream::pair()?;
         wake.set_nonblocking(true)?;
@@ -354,6 +426,8 @@ impl RecordEncoder {
             limits,
             sequencer: Mutex::new(Sequencer::new(digest_every)),
             worker: Mutex::new(Some(worker)),
+            filling: Mutex::new(HashMap::new()),
+            fill_beside_bytes,
             wake,
             next_id: AtomicU64::new(0),
         })
@@ -425,17 +499,46 @@ impl RecordEncoder {
         self.with_worker(EncodeWorker::hurry)
     }
 
-    /// The jobs finished since the last call, in order: `(id, records)`, records `None` for a
-    /// discarded cut. A failure of the recorder raises `EventRecorderError`.
+    /// The jobs finished since the last call: `(id, records)`, records `None` for a discarded
+    /// cut. A failure of the recorder raises `EventRecorderError`. A job of many bytes is
+    /// finished in two rounds: written, its bytes objects are made here and handed to the
+    /// thread to copy into (see `FILL_BESIDE_BYTES`); they come out of a later call, once
+    /// filled (the socket signals again).
     fn take_done<'py>(&self, py: Python<'py>) -> PyResult<Vec<(u64, Option<PyRecords<'py>>)>> {
         let done = self.with_worker(EncodeWorker::take_done)?;
-        done.into_iter()
-            .map(|(id, done)| match done {
-                Done::Records(records) => Ok((id, Some(py_records(py, &records)))),
-                Done::Discarded => Ok((id, None)),
-                Done::Failed(reason) => Err(recorder_error(py, RecorderError { reason })),
-            })
-            .collect()
+        let mut finished = Vec::with_capacity(done.len());
+        for (id, done) in done {
+            match done {
+                Done::Records(records) => {
+                    let size: usize = records.iter().map(|record| record.bytes.len()).sum();
+                    if size < self.fill_beside_bytes {
+                        finished.push((id, Some(py_records(py, &records))));
+                    } else {
+                        self.fill_beside(py, id, records)?;
+                    }
+                }
+                Done::Filled => {
+                    let filled = self
+                        .filling
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .remove(&id)
+                        .ok_or_else(|| {
+                            PyValueError::new_err(format!("encoder filled unknown job {id}"))
+                        })?;
+                    let records = filled
+                        .into_iter()
+                        .map(|(bytes, events)| (bytes.into_bound(py), events))
+                        .collect();
+                    finished.push((id, Some(records)));
+                }
+                Done::Discarded => finished.push((id, None)),
+                Done::Failed(reason) => {
+                    return Err(recorder_error(py, RecorderError { reason }));
+                }
+            }
+        }
+        Ok(finished)
     }
 
     /// Stop the thread after its current job (the rest are dropped); idempotent.
@@ -448,6 +551,50 @@ impl RecordEncoder {
         if let Some(mut worker) = worker {
             py.detach(move || worker.close());
         }
+        // The thread is joined: nothing writes into these any more.
+        self.filling
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clear();
+    }
+}
+
+impl RecordEncoder {
+    /// Make job `id`'s bytes objects, uninitialised, and hand them to the thread to copy
+    /// `records` into; kept in `filling` until it reports them filled.
+    fn fill_beside(&self, py: Python<'_>, id: u64, records: Vec<Record>) -> PyResult<()> {
+        let mut objects: Filling = Vec::with_capacity(records.len());
+        let mut copies = Vec::with_capacity(records.len());
+        for record in records {
+            let len = record.bytes.len();
+            // SAFETY: the GIL is held (`py`). A null source asks for an uninitialised bytes
+            // object of `len` bytes (a new reference, or null with an exception set, which
+            // `from_owned_ptr_or_err` turns into the error). Its contents are written by the
+            // thread before any Python code can see the object: it stays in `filling` until
+            // the thread reports the job filled.
+            let object = unsafe {
+                Bound::from_owned_ptr_or_err(
+                    py,
+                    ffi::PyBytes_FromStringAndSize(std::ptr::null(), len as ffi::Py_ssize_t),
+                )?
+                .cast_into_unchecked::<PyBytes>()
+            };
+            // SAFETY: `object` is a bytes object of `len` bytes, alive while we hold it, so
+            // PyBytes_AsString returns its buffer, `len` bytes long (plus the terminating NUL).
+            let start = unsafe { ffi::PyBytes_AsString(object.as_ptr()) }.cast::<u8>();
+            // SAFETY: the buffer stays valid while `filling` holds `object`, which it does until
+            // the thread reports the fill (`take_done`) or is joined (`close`, and the field
+            // order of `RecordEncoder` on drop); no Python code reads or writes it meanwhile,
+            // since the object is not handed out before the fill is reported.
+            let target = unsafe { Target::new(start, len) };
+            copies.push((target, record.bytes));
+            objects.push((object.unbind(), record.events));
+        }
+        self.filling
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(id, objects);
+        self.with_worker(|worker| worker.fill(id, copies))
     }
 }
 
