@@ -6,7 +6,8 @@ the payloads mean. Every log is an async context manager that owns its backgroun
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from contextlib import aclosing
 from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
 
@@ -72,3 +73,12 @@ class BatchReader(Protocol):
         """``read``, as the non-empty lists of records each poll of the log returned; each
         list's records are of one partition, in offset order."""
         ...
+
+
+async def records_of(polls: AsyncGenerator[list[Record], None]) -> AsyncGenerator[Record, None]:
+    """The records of ``polls`` (a ``read_batches``) one by one, as ``read`` yields them; closes
+    ``polls`` however the iteration ends, so an early break releases the log's cursor."""
+    async with aclosing(polls):
+        async for records in polls:
+            for record in records:
+                yield record

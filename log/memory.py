@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from contextlib import aclosing
 
 import anyio
 
+from log.base import records_of
 from log.closing import ClosesOnExit
 from log.errors import ConfigError, LogClosedError
 from log.position import Position, Record, StartAt, new_record
@@ -84,14 +84,9 @@ class MemoryLog(ClosesOnExit):
             return [start.get(p) for p in range(len(self._partitions))]
         raise ConfigError("start", f"expected 'beginning', 'end' or a Position, got {start!r}")
 
-    async def read(
-        self, start: StartAt = "beginning", *, follow: bool = False
-    ) -> AsyncIterator[Record]:
+    def read(self, start: StartAt = "beginning", *, follow: bool = False) -> AsyncIterator[Record]:
         """Iterate records in append order across partitions."""
-        async with aclosing(self.read_batches(start, follow=follow)) as polls:
-            async for records in polls:
-                for record in records:
-                    yield record
+        return records_of(self.read_batches(start, follow=follow))
 
     async def read_batches(
         self, start: StartAt = "beginning", *, follow: bool = False

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
-from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
@@ -13,6 +12,7 @@ from urllib.parse import quote, unquote
 import anyio
 import anyio.to_thread
 
+from log.base import records_of
 from log.closing import ClosesOnExit
 from log.errors import ConfigError, LogClosedError, LogWriteError
 from log.file.config import (
@@ -209,15 +209,10 @@ class FileLog(ClosesOnExit):
             return Position(((0, self._committer.committed_end),))
         return Position(((0, await anyio.to_thread.run_sync(scan_end, self.directory)),))
 
-    async def read(
-        self, start: StartAt = "beginning", *, follow: bool = False
-    ) -> AsyncIterator[Record]:
+    def read(self, start: StartAt = "beginning", *, follow: bool = False) -> AsyncIterator[Record]:
         """Records from ``start`` (inclusive) in order; without ``follow`` stop at the end taken
         when the read began, with it wait for more until cancelled or closed."""
-        async with aclosing(self.read_batches(start, follow=follow)) as polls:
-            async for records in polls:
-                for record in records:
-                    yield record
+        return records_of(self.read_batches(start, follow=follow))
 
     async def read_batches(
         self, start: StartAt = "beginning", *, follow: bool = False

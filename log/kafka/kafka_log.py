@@ -14,6 +14,7 @@ from typing import Any, Self
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from log.base import records_of
 from log.closing import ClosesOnExit
 from log.errors import LogClosedError
 from log.kafka.admin import ensure_topic
@@ -118,16 +119,11 @@ class KafkaLog(ClosesOnExit):
         self._check_open()
         return Position.of(await self._end_offsets_of(range(len(self._partitions))))
 
-    async def read(
-        self, start: StartAt = "beginning", *, follow: bool = False
-    ) -> AsyncIterator[Record]:
+    def read(self, start: StartAt = "beginning", *, follow: bool = False) -> AsyncIterator[Record]:
         """Committed records from ``start`` (inclusive), partition by partition in offset order.
         Without ``follow`` stop at the end offsets taken now; with it, wait for new records until
         cancelled or the log is closed."""
-        async with aclosing(self.read_batches(start, follow=follow)) as polls:
-            async for records in polls:
-                for record in records:
-                    yield record
+        return records_of(self.read_batches(start, follow=follow))
 
     async def read_batches(
         self, start: StartAt = "beginning", *, follow: bool = False
