@@ -102,10 +102,11 @@ fn tokens_u32(
     for index in range {
         // SAFETY: the GIL is held (`py` proves it) and `tuple` is a live tuple for the whole
         // loop (the `Bound` holds a strong reference). `index` lies in `range`, which
-        // `token_range` checked to be within its size, and a tuple's size never changes, so PyTuple_GetItem returns a valid borrowed reference
-        // owned by the tuple, which keeps it alive while we read it. PyLong_AsLongLong only
-        // reads it (it may run `__index__` for a non-int, which cannot touch the tuple's items)
-        // and reports failure as -1 with an exception set, which `PyErr::take` consumes.
+        // `token_range` checked to be within its size, and a tuple's size never changes, so
+        // PyTuple_GetItem returns a valid borrowed reference owned by the tuple, which keeps it
+        // alive while we read it. PyLong_AsLongLong only reads it (it may run `__index__` for
+        // a non-int, which cannot touch the tuple's items) and reports failure as -1 with an
+        // exception set, which `PyErr::take` consumes.
         let value = unsafe {
             let item = ffi::PyTuple_GetItem(tuple.as_ptr(), index as ffi::Py_ssize_t);
             if item.is_null() {
