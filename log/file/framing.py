@@ -20,6 +20,9 @@ import crc32c
 FRAME_HEADER = struct.Struct("<II")
 BODY_HEADER = struct.Struct("<QdH")
 OFFSET_FIELD = struct.Struct("<Q")
+HEADERS = struct.Struct("<IIQdH")
+"""The frame header and the body header that follows it, read in one unpack: (length, crc,
+offset, timestamp_s, key_length)."""
 MIN_BODY_BYTES = BODY_HEADER.size
 MAX_KEY_BYTES = 0xFFFF
 MAX_BODY_BYTES = 2**32 - 1
@@ -72,10 +75,9 @@ def decode_frame(buf: bytes, pos: int, max_body_bytes: int) -> Frame:
 
 _FRAME_HEADER_BYTES = FRAME_HEADER.size
 _BODY_HEADER_BYTES = BODY_HEADER.size
-_HEADERS_BYTES = _FRAME_HEADER_BYTES + _BODY_HEADER_BYTES
 _unpack_frame_header = FRAME_HEADER.unpack_from
-# The body header follows the frame header: one unpack reads both.
-_unpack_headers = struct.Struct("<IIQdH").unpack_from
+_unpack_headers = HEADERS.unpack_from
+_HEADERS_BYTES = HEADERS.size
 _crc32c = crc32c.crc32c
 
 

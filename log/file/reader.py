@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import bisect
 import os
-import struct
 from enum import Enum
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import crc32c
 from log.errors import ConfigError, CorruptRecordError
 from log.file.framing import (
     FRAME_HEADER,
+    HEADERS,
     MAX_BODY_BYTES,
     MIN_BODY_BYTES,
     FrameIncompleteError,
@@ -238,10 +238,8 @@ class SegmentCursor:
         return False
 
 
-_HEADERS = struct.Struct("<IIQdH")
-"""The frame header and the body header, read in one unpack."""
 _FRAME_HEADER_BYTES = FRAME_HEADER.size
-_HEADERS_BYTES = _HEADERS.size
+_HEADERS_BYTES = HEADERS.size
 _UNBOUNDED = 2**63
 
 
@@ -262,7 +260,7 @@ def _take_sound_frames(
     data_bytes = len(data)
     stop = _UNBOUNDED if limit is None else limit
     room = max_records - len(records)
-    unpack, checksum, append = _HEADERS.unpack_from, crc32c.crc32c, records.append
+    unpack, checksum, append = HEADERS.unpack_from, crc32c.crc32c, records.append
     new_tuple = tuple.__new__
     while room > 0 and expected < stop and p + _HEADERS_BYTES <= data_bytes:
         length, crc, offset, timestamp, key_length = unpack(data, p)
