@@ -72,7 +72,7 @@ class CommittedTail:
             return
         self._records += records
         self._bytes += size
-        if len(self._records) > 2 * self.max_records or self._bytes > self.max_bytes:
+        if len(self._records) > self.max_records or self._bytes > self.max_bytes:
             self._trim()
 
     def take(self, offset: int, limit: int, max_records: int) -> list[Record]:
@@ -84,7 +84,7 @@ class CommittedTail:
         return self._records[at : at + min(max_records, limit - offset)]
 
     def _trim(self) -> None:
-        """Drop the oldest records down to half of each cap (so trims stay rare)."""
+        """Drop the oldest records down to half of each cap (so that trims stay rare)."""
         keep_records, keep_bytes = self.max_records // 2, self.max_bytes // 2
         records, size, cut = self._records, self._bytes, 0
         while cut < len(records) and (len(records) - cut > keep_records or size > keep_bytes):

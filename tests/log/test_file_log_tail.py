@@ -95,15 +95,15 @@ def test_a_commit_that_does_not_follow_starts_the_tail_over() -> None:
 
 
 def test_the_caps_bound_what_the_tail_keeps() -> None:
-    """Past twice the record cap, or past the byte cap, the oldest records go (down to half of
-    each cap); a commit bigger than a cap is not kept at all."""
+    """Past either cap the oldest records go (down to half of each cap); a commit bigger than
+    a cap is not kept at all."""
     tail = CommittedTail(0, max_records=4, max_bytes=1000)
     for offset in range(9):
         tail.add([_record(offset, b"x")])
-    assert (tail.start, tail.end) == (7, 9)  # 9 > 2 * 4 records: trimmed to 2
+    assert (tail.start, tail.end) == (6, 9)  # trimmed to 2 records at 5 and again at 8
     tail.add([_record(9, bytes(600))])
     tail.add([_record(10, bytes(400))])
-    assert (tail.start, tail.end) == (10, 11)  # 1006 bytes > 1000: trimmed to <= 500
+    assert (tail.start, tail.end) == (10, 11)  # 5 records, 1008 bytes: trimmed to <= 500 bytes
     tail.add([_record(11 + i, b"y") for i in range(5)])
     assert (tail.start, tail.end) == (16, 16)  # 5 records > 4: not kept
     tail.add([_record(16, bytes(1001))])
