@@ -236,8 +236,8 @@ class FileLog(ClosesOnExit):
                 limit = self._visible_end(stop)
                 ahead = cursor.scanned_offset if next_offset is None else next_offset
                 records: list[Record] = []
-                # Nothing committed past the cursor: wait for a commit without the thread hop
-                # of a read that would come back empty.
+                # Nothing committed past the next record: wait for a commit without the thread
+                # hop of a read that would come back empty.
                 if limit is None or ahead < limit:
                     if tail is not None and next_offset is not None and limit is not None:
                         records = tail.take(next_offset, limit, _READ_BATCH_RECORDS)
