@@ -217,24 +217,41 @@ class FileLog(ClosesOnExit):
     async def read_batches(
         self, start: StartAt = "beginning", *, follow: bool = False
     ) -> AsyncGenerator[list[Record], None]:
-        """``read``, as the lists of records each read of the segment files returned."""
+        """``read``, as the lists of records each read returned (of the segment files, or of
+        the records this process committed last, which it keeps in memory)."""
         self._check_open()
         stop = None if follow else (await self.end()).get(0)
-        cursor = SegmentCursor(self.directory, await self._start_offset(start))
+        first = await self._start_offset(start)
+        cursor = SegmentCursor(self.directory, first)
         watch = open_watch(self.directory) if follow and self._committer is None else None
+        tail = self._committer.tail if self._committer is not None else None
+        if tail is not None:
+            tail.readers += 1
+        # The offset of the next record to hand over (None: not known before the first read),
+        # and where the cursor stands, which lags it after records taken from the tail.
+        next_offset = cursor_offset = first
         empty_polls = 0
         try:
             while True:
                 limit = self._visible_end(stop)
+                ahead = cursor.scanned_offset if next_offset is None else next_offset
                 records: list[Record] = []
-                # Nothing committed past the cursor: wait for a commit without the thread hop
-                # of a read that would come back empty.
-                if limit is None or cursor.scanned_offset < limit:
-                    records = await anyio.to_thread.run_sync(
-                        cursor.read, limit, _READ_BATCH_RECORDS, self._committer is None
-                    )
+                # Nothing committed past the next record: wait for a commit without the thread
+                # hop of a read that would come back empty.
+                if limit is None or ahead < limit:
+                    if tail is not None and next_offset is not None and limit is not None:
+                        records = tail.take(next_offset, limit, _READ_BATCH_RECORDS)
+                    if not records:
+                        if cursor_offset != next_offset and next_offset is not None:
+                            cursor.seek(next_offset)
+                        records = await anyio.to_thread.run_sync(
+                            cursor.read, limit, _READ_BATCH_RECORDS, tail is None
+                        )
+                        if records:
+                            cursor_offset = records[-1].offset + 1
                     self._check_open()
                 if records:
+                    next_offset = records[-1].offset + 1
                     yield records
                     empty_polls = 0
                     continue
@@ -243,6 +260,8 @@ class FileLog(ClosesOnExit):
                 await self._wait_for_more(limit, empty_polls, watch)
                 empty_polls += 1
         finally:
+            if tail is not None:
+                tail.readers -= 1
             cursor.close()
             if watch is not None:
                 watch.close()

@@ -8,6 +8,10 @@ worker-thread call that writes (and, under ``always``/``batch``, syncs) them. Ev
 the batch returns when that call returns. The leader's work is shielded from cancellation, so
 a cancelled caller never strands the others.
 
+Once a write returns (synced under the policy) ``committed_end`` moves past its records and,
+while a reader in this process is registered, they join the committed tail (``log.file.tail``),
+from which such a reader takes them without reading the file back.
+
 No background task is involved. A write the writer cut back cleanly (``RewoundWriteError``: a
 full disk, say) fails only the appends whose records did not all reach the log, plus the batches
 already queued behind it (their offsets were counted on the failed write); they raise a
@@ -30,7 +34,9 @@ import anyio.to_thread
 
 from log.errors import LogWriteError
 from log.file.framing import encode_frame
+from log.file.tail import CommittedTail
 from log.file.writer import RewoundWriteError
+from log.position import Record
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +54,8 @@ class _Batch:
     prev: _Batch | None
     generation: int
     frames: list[bytes] = field(default_factory=list)
+    # The batch's records for the committed tail; None once a call joined without them.
+    tail_records: list[Record] | None = field(default_factory=list)
     records: int = 0
     calls: int = 0
     sealed: bool = False
@@ -58,6 +66,8 @@ class _Batch:
     rewound: RewoundWriteError | None = None
     kept_end: int = 0
 
+
+_new_tuple = tuple.__new__
 
 WriteFrames = Callable[[list[bytes], int], None]
 """Blocking: write these frames (the first has this offset) and make them durable."""
@@ -79,6 +89,8 @@ class GroupCommitter:
         self._others_were_waiting = False
         self._generation = 0
         self._last_rewind: RewoundWriteError | None = None
+        self.tail = CommittedTail(next_offset)
+        """The latest committed records, for readers in this process."""
 
     @property
     def failure(self) -> BaseException | None:
@@ -105,6 +117,14 @@ class GroupCommitter:
         ]
         self.next_offset += len(frames)
         batch, leader = self._join(frames, first)
+        if batch.tail_records is not None:
+            if self.tail.readers:
+                batch.tail_records += [
+                    _new_tuple(Record, (0, first + i, key.decode(), payload, timestamp))
+                    for i, (key, payload) in enumerate(records)
+                ]
+            else:
+                batch.tail_records = None
         if leader:
             with anyio.CancelScope(shield=True):
                 await self._lead(batch)
@@ -136,6 +156,7 @@ class GroupCommitter:
         """The log now ends at ``end``: later appends start there; batches queued meanwhile
         (an older generation) fail without writing."""
         self.committed_end = self.next_offset = end
+        self.tail.reset(end)
         self._generation += 1
         self._last_rewind = error
         if self._open is not None:
@@ -179,6 +200,10 @@ class GroupCommitter:
             else:
                 await anyio.to_thread.run_sync(self._write, batch.frames, batch.first_offset)
                 self.committed_end = batch.first_offset + batch.records
+                if batch.tail_records is not None:
+                    self.tail.add(batch.tail_records)
+                else:
+                    self.tail.reset(self.committed_end)
                 self.commits += 1
                 self._others_were_waiting = batch.calls > 1
                 self.wake()
@@ -195,6 +220,7 @@ class GroupCommitter:
             batch.done.set()
             raise
         batch.frames = []
+        batch.tail_records = None
         batch.written.set()
         if self._last is not batch:
             # Let the next batch's leader hand its write to a thread before this batch's

@@ -90,6 +90,15 @@ class SegmentCursor:
             raise self._error
         return records
 
+    def seek(self, offset: int) -> None:
+        """Read on from ``offset`` (the next read finds its segment again), as a new cursor
+        would: the records before it were taken elsewhere (the writer's committed tail)."""
+        self.close()
+        self._target = self._scan_offset = offset
+        self._need_bytes = 0
+        self._tail_checked = None
+        self._error = None
+
     def close(self) -> None:
         """Close the open segment file."""
         if self._fd is not None:

@@ -56,3 +56,21 @@ async def test_a_start_and_a_limit_inside_the_log(tmp_path: Path) -> None:
         records = _read_all(tmp_path, 11, 29, chunk_bytes, 5, False)
         assert [r.offset for r in records] == list(range(11, 29))
         assert [(r.key, r.payload) for r in records] == written[11:29]
+
+
+async def test_seek_reads_on_as_a_new_cursor_would(tmp_path: Path) -> None:
+    """After ``seek`` the cursor reads from that offset (in whichever segment holds it, before
+    or after where it stood) exactly what a new cursor started there reads."""
+    records = [("k", bytes([i]) * 50) for i in range(40)]
+    async with await FileLog.open(tmp_path, fsync="never", segment_bytes=400) as log:
+        await log.append_batch(records)
+    cursor = SegmentCursor(tmp_path, None)
+    try:
+        assert [r.offset for r in cursor.read(None, 5, False)] == list(range(5))
+        for offset in (31, 3, 17, 40):
+            cursor.seek(offset)
+            got = cursor.read(None, 1024, False)
+            assert got == _read_all(tmp_path, offset, 40, 1 << 20, 1024, False)
+            assert [r.offset for r in got] == list(range(offset, 40))
+    finally:
+        cursor.close()
