@@ -4,7 +4,7 @@
 /// one per page: the value is cut into parts below 10^8 (two multiplies at most) and each part's
 /// eight digits are made at once in the bytes of one u64 (`eight_digits`), then written as one
 /// 8-byte store; only the leading part's leading zeros are dropped.
-#[inline]
+#[inline(always)]
 pub fn write_u64(out: &mut Vec<u8>, value: u64) {
     const E8: u64 = 100_000_000;
     const E16: u64 = E8 * E8;
@@ -61,7 +61,7 @@ fn write_leading(out: &mut Vec<u8>, value: u32) {
 }
 
 /// Append the decimal text of `value`.
-#[inline]
+#[inline(always)]
 pub fn write_i64(out: &mut Vec<u8>, value: i64) {
     if value < 0 {
         out.push(b'-');
