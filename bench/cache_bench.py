@@ -22,7 +22,10 @@ that never holds the GIL (SHA-256 of 16 MiB buffers), which shows what any work 
 core costs the serving loop on this machine (on a VM whose two vCPUs share a physical core it is
 not free). A round's publish runs go back to back (events on, off, the control), in the reverse
 order every other round; beside the ratios of bests and of medians, the paired median is the
-median of each round's own on/off ratio.
+median of each round's own on/off ratio. Each publish run also counts, per request, what the
+serving thread met besides its own work (minor page faults, voluntary and involuntary context
+switches: ``getrusage(RUSAGE_THREAD)``) and the encoder thread's CPU time (its
+``/proc/self/task/<tid>/schedstat``), which say where a ratio's spread comes from.
 
     .venv/bin/python bench/cache_bench.py --requests 2000 --repeat 3
 """
@@ -34,6 +37,8 @@ import gc
 import hashlib
 import json
 import math
+import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -153,6 +158,10 @@ class PublishSample:
     stored_bytes: int
     stored_blocks: int
     records: int
+    loop_minor_faults: int = 0
+    loop_voluntary_switches: int = 0
+    loop_involuntary_switches: int = 0
+    encoder_cpu_s: float = 0.0
 
     def seconds(self, clock: str) -> float:
         """Wall time (``wall``) or the serving thread's CPU time (``cpu``)."""
@@ -165,6 +174,40 @@ def _stored_only_bytes(batch: EventBatch) -> int:
     empty = EventBatch(batch.source, batch.epoch, batch.seq, batch.ts, (), batch.digest, None)
     with_stored = EventBatch(batch.source, batch.epoch, batch.seq, batch.ts, stored, batch.digest)
     return len(encode_batch(with_stored)) - len(encode_batch(empty))
+
+
+def _thread_counters() -> tuple[int, int, int]:
+    """The calling thread's minor faults, voluntary and involuntary context switches so far."""
+    usage = resource.getrusage(resource.RUSAGE_THREAD)
+    return usage.ru_minflt, usage.ru_nvcsw, usage.ru_nivcsw
+
+
+ENCODER_THREAD = "swa-es-encoder"  # the recorder's encoder thread (native/src/recorder/worker.rs)
+
+
+def _encoder_tids() -> list[int]:
+    """The ids of this process's encoder threads (by their name)."""
+    tids = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as comm:
+                if comm.read().strip() == ENCODER_THREAD:
+                    tids.append(int(tid))
+        except FileNotFoundError:
+            continue  # the thread ended meanwhile
+    return tids
+
+
+def _threads_cpu_s(tids: list[int]) -> float:
+    """The CPU time the threads ``tids`` have run so far (the scheduler's own count, in ns)."""
+    total_ns = 0
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as stat:
+                total_ns += int(stat.read().split()[0])
+        except FileNotFoundError:
+            continue
+    return total_ns / 1e9
 
 
 def _busy_neighbour(stop: threading.Event) -> None:
@@ -195,6 +238,8 @@ async def _publish_run(
     async with await open_log("memory://bench") as log:
         async with Publisher(cache, log, "bench") if events else _no_publisher() as pub:
             _freeze_heap()
+            encoders = _encoder_tids()
+            counters, encoder_cpu = _thread_counters(), _threads_cpu_s(encoders)
             start = time.perf_counter(), time.thread_time(), time.process_time()
             for request in requests:
                 worker.serve(request)
@@ -208,6 +253,7 @@ async def _publish_run(
 
                 torch.cuda.synchronize()
             end = time.perf_counter(), time.thread_time(), time.process_time()
+            counters_end, encoder_cpu_end = _thread_counters(), _threads_cpu_s(encoders)
             gc.unfreeze()
         records = [record.payload async for record in log.read()]
     stop.set()
@@ -228,6 +274,10 @@ async def _publish_run(
         stored_bytes=sum(map(_stored_only_bytes, batches)),
         stored_blocks=sum(isinstance(e, BlockStored) for b in batches for e in b.events),
         records=len(records),
+        loop_minor_faults=counters_end[0] - counters[0],
+        loop_voluntary_switches=counters_end[1] - counters[1],
+        loop_involuntary_switches=counters_end[2] - counters[2],
+        encoder_cpu_s=encoder_cpu_end - encoder_cpu,
     )
 
 
@@ -384,7 +434,11 @@ def _progress_publish(sample: PublishSample, rep: int) -> None:
     print(
         f"  rep {rep}: publish page {sample.page_size:2} events {state:3} "
         f"{sample.elapsed_s * 1e3:9.1f} ms wall {sample.loop_cpu_s * 1e3:9.1f} ms loop CPU "
-        f"{sample.process_cpu_s * 1e3:9.1f} ms process CPU",
+        f"{sample.process_cpu_s * 1e3:9.1f} ms process CPU "
+        f"{sample.encoder_cpu_s * 1e3:7.1f} ms encoder CPU | loop per request: "
+        f"{sample.loop_minor_faults / sample.requests:5.2f} faults "
+        f"{sample.loop_voluntary_switches / sample.requests:5.3f} vol "
+        f"{sample.loop_involuntary_switches / sample.requests:5.3f} invol switches",
         file=sys.stderr,
         flush=True,
     )
@@ -411,6 +465,13 @@ def summarize_publish(
             "process_cpu_s": statistics.median(s.process_cpu_s for s in runs),
             "best_loop_cpu_s": min(s.loop_cpu_s for s in runs),
             "best_wall_s": min(s.elapsed_s for s in runs),
+            "encoder_cpu_s": statistics.median(s.encoder_cpu_s for s in runs),
+            "loop_faults_per_request": statistics.median(
+                s.loop_minor_faults / s.requests for s in runs
+            ),
+            "loop_switches_per_request": statistics.median(
+                (s.loop_voluntary_switches + s.loop_involuntary_switches) / s.requests for s in runs
+            ),
         }
         for (page, state), runs in named.items()
     }
@@ -471,13 +532,15 @@ def print_publish(summary: dict[str, Any]) -> None:
     )
     print(
         f"{'config (medians; best)':38}{'wall ms':>10}{'loop CPU ms':>13}{'process CPU ms':>16}"
-        f"{'best wall':>11}{'best loop':>11}"
+        f"{'best wall':>11}{'best loop':>11}{'encoder CPU ms':>16}{'loop faults/req':>17}"
+        f"{'loop switches/req':>19}"
     )
     for name, m in summary["medians"].items():
         print(
             f"{name:38}{m['wall_s'] * 1e3:>10.1f}{m['loop_cpu_s'] * 1e3:>13.1f}"
             f"{m['process_cpu_s'] * 1e3:>16.1f}{m['best_wall_s'] * 1e3:>11.1f}"
-            f"{m['best_loop_cpu_s'] * 1e3:>11.1f}"
+            f"{m['best_loop_cpu_s'] * 1e3:>11.1f}{m['encoder_cpu_s'] * 1e3:>16.1f}"
+            f"{m['loop_faults_per_request']:>17.2f}{m['loop_switches_per_request']:>19.3f}"
         )
     for name, r in summary["ratios"].items():
         print(_ratio_line(name, r))

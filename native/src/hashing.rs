@@ -79,6 +79,17 @@ pub fn state_block_hash(state: &State) -> i64 {
     ((u64::from(state[0]) << 32) | u64::from(state[1])) as i64
 }
 
+/// The state of a page digest (`state_digest`'s inverse).
+pub fn digest_state(digest: &PageDigest) -> State {
+    let mut state = [0u32; 8];
+    for (word, bytes) in state.iter_mut().zip(digest.chunks_exact(4)) {
+        let mut be = [0u8; 4];
+        be.copy_from_slice(bytes);
+        *word = u32::from_be_bytes(be);
+    }
+    state
+}
+
 /// The digest bytes of a state.
 pub fn state_digest(state: &State) -> PageDigest {
     let mut digest = [0u8; 32];
@@ -240,8 +251,18 @@ mod tests {
                 for (page, expected) in tokens.chunks_exact(page_size).zip(&one_by_one) {
                     let state = hasher.next(page);
                     assert_eq!(state_digest(&state), *expected);
+                    assert_eq!(digest_state(expected), state);
                     assert_eq!(state_block_hash(&state), block_hash(expected));
                 }
+                // a hasher resumed after any page continues the chain
+                let mut resumed = PageHasher::new(&[], page_size);
+                resumed.resume(&digest_state(&one_by_one[0]));
+                let rest: Vec<PageDigest> = tokens
+                    .chunks_exact(page_size)
+                    .skip(1)
+                    .map(|page| state_digest(&resumed.next(page)))
+                    .collect();
+                assert_eq!(rest, one_by_one[1..]);
             }
         }
     }

@@ -161,6 +161,10 @@ def test_the_cache_benchmark_runs_and_reports_ratios(tmp_path: Path) -> None:
     assert len(publish["samples"]) == 2 * 2 * 2
     on = [s for s in publish["samples"] if s["events"]]
     assert all(s["records"] > 0 and s["stored_blocks"] > 0 for s in on)
+    # the encoder thread's CPU time (0 where the kernel keeps no schedstat) is none events off
+    assert all(s["encoder_cpu_s"] >= 0 for s in on)
+    assert all(s["encoder_cpu_s"] == 0 for s in publish["samples"] if not s["events"])
+    assert all(s["loop_minor_faults"] >= 0 for s in publish["samples"])
     assert set(publish["ratios"]) == {
         f"publish_on_off_p{page}_{clock}" for page in (1, 16) for clock in ("cpu", "process_cpu")
     }

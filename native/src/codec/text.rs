@@ -1,38 +1,67 @@
 //! Writing JSON text exactly as orjson writes it: integers, doubles and strings.
 
-/// "00", "01", ..., "99": two digits per table lookup.
-const DIGIT_PAIRS: &[u8; 200] = b"\
-0001020304050607080910111213141516171819\
-2021222324252627282930313233343536373839\
-4041424344454647484950515253545556575859\
-6061626364656667686970717273747576777879\
-8081828384858687888990919293949596979899";
-
-/// Append the decimal digits of `value` (two at a time: block hashes have ~19 digits, and the
-/// publisher writes one per page).
-#[inline]
-pub fn write_u64(out: &mut Vec<u8>, mut value: u64) {
-    let mut buffer = [0u8; 20];
-    let mut at = buffer.len();
-    while value >= 100 {
-        let pair = (value % 100) as usize * 2;
-        value /= 100;
-        at -= 2;
-        buffer[at..at + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
-    }
-    if value >= 10 {
-        let pair = value as usize * 2;
-        at -= 2;
-        buffer[at..at + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+/// Append the decimal digits of `value`. Block hashes have ~19 digits and the publisher writes
+/// one per page: the value is cut into parts below 10^8 (two multiplies at most) and each part's
+/// eight digits are made at once in the bytes of one u64 (`eight_digits`), then written as one
+/// 8-byte store; only the leading part's leading zeros are dropped.
+#[inline(always)]
+pub fn write_u64(out: &mut Vec<u8>, value: u64) {
+    const E8: u64 = 100_000_000;
+    const E16: u64 = E8 * E8;
+    if value < E8 {
+        write_leading(out, value as u32);
+    } else if value < E16 {
+        write_leading(out, (value / E8) as u32);
+        write_eight(out, (value % E8) as u32);
     } else {
-        at -= 1;
-        buffer[at] = b'0' + value as u8;
+        // below 1845 * 10^16: the leading part has at most four digits
+        let rest = value % E16;
+        write_leading(out, (value / E16) as u32);
+        write_eight(out, (rest / E8) as u32);
+        write_eight(out, (rest % E8) as u32);
     }
-    out.extend_from_slice(&buffer[at..]);
+}
+
+const ASCII_ZEROS: u64 = 0x3030_3030_3030_3030;
+
+/// The eight decimal digits of `value` (below 10^8, leading zeros included) as the bytes of a
+/// u64, most significant digit in the lowest byte, each a number 0..=9 (not yet ASCII).
+///
+/// The value is split in lanes and each lane divided by multiplying by a reciprocal: into two
+/// 32-bit lanes of four digits (`/ 10^4`), four 16-bit lanes of two (`x * 10486 >> 20` is
+/// `x / 100` for x below 10^4), then eight bytes of one (`x * 103 >> 10` is `x / 10` for x
+/// below 100). No lane's product overflows into the next, and the masks drop the fraction
+/// bits that a shift moves into the lane below.
+#[inline(always)]
+fn eight_digits(value: u32) -> u64 {
+    debug_assert!(value < 100_000_000);
+    let fours = u64::from(value / 10_000) | (u64::from(value % 10_000) << 32);
+    let hundreds = ((fours * 10_486) >> 20) & 0x0000_007f_0000_007f;
+    let twos = hundreds | ((fours - hundreds * 100) << 16);
+    let tens = ((twos * 103) >> 10) & 0x000f_000f_000f_000f;
+    tens | ((twos - tens * 10) << 8)
+}
+
+/// Append the eight digits of `value` (below 10^8), leading zeros included.
+#[inline(always)]
+fn write_eight(out: &mut Vec<u8>, value: u32) {
+    out.extend_from_slice(&(eight_digits(value) | ASCII_ZEROS).to_le_bytes());
+}
+
+/// Append the digits of `value` (below 10^8) without leading zeros ("0" for zero): all eight
+/// are stored at once, shifted so the significant ones come first, and the rest cut off.
+#[inline(always)]
+fn write_leading(out: &mut Vec<u8>, value: u32) {
+    let digits = eight_digits(value);
+    // Leading zero digits are the low zero bytes; zero itself keeps its last digit.
+    let zeros = ((digits.trailing_zeros() / 8) as usize).min(7);
+    let shifted = (digits | ASCII_ZEROS) >> (8 * zeros);
+    out.extend_from_slice(&shifted.to_le_bytes());
+    out.truncate(out.len() - zeros);
 }
 
 /// Append the decimal text of `value`.
-#[inline]
+#[inline(always)]
 pub fn write_i64(out: &mut Vec<u8>, value: i64) {
     if value < 0 {
         out.push(b'-');
@@ -160,6 +189,15 @@ mod tests {
         ];
         samples.extend((0..64).map(|shift| (1u64 << shift) - 1));
         samples.extend((1..20).map(|power| 10u64.pow(power)));
+        samples.extend((1..20).map(|power| 10u64.pow(power) - 1));
+        samples.extend((1..20).map(|power| 10u64.pow(power) + 7));
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..10_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            samples.extend([x, x >> 8, x >> 24, x >> 40, x >> 56]);
+        }
         for value in samples {
             let mut out = Vec::new();
             write_u64(&mut out, value);
@@ -174,6 +212,20 @@ mod tests {
         let mut out = Vec::new();
         write_f64(&mut out, value);
         String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn every_part_below_ten_to_the_eight_is_written_digit_for_digit() {
+        let small = 0..200_000u64;
+        let strided = (0..100_000_000u64).step_by(9_973);
+        let mut out = Vec::new();
+        for value in small.chain(strided) {
+            for scaled in [value, value + 100_000_000, value * 100_000_000 + 42] {
+                out.clear();
+                write_u64(&mut out, scaled);
+                assert_eq!(out, scaled.to_string().into_bytes());
+            }
+        }
     }
 
     #[test]

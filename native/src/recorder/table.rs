@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 use super::ops::{NodeId, Op, OpLog};
 use crate::digest::StateDigest;
 use crate::events::{Event, Medium, Stored};
-use crate::hashing::{self, PageDigest};
+use crate::hashing::{self, PageDigest, PageHasher};
 
 /// Node ids are small distinct integers: one multiply spreads them over the hash table.
 #[derive(Default)]
@@ -91,6 +91,9 @@ pub struct NodeTable {
     page_size: usize,
     nodes: IdMap<Node>,
     digest: StateDigest,
+    /// Hashes the pages of a store chained onto a 32-byte prior (its padded message laid out
+    /// once for the table's life: a page then costs one compression and no allocation).
+    hasher: PageHasher<'static>,
 }
 
 impl NodeTable {
@@ -101,6 +104,7 @@ impl NodeTable {
             page_size,
             nodes: IdMap::default(),
             digest: StateDigest::default(),
+            hasher: PageHasher::new(&[], page_size),
         }
     }
 
@@ -251,16 +255,25 @@ impl NodeTable {
         let mut digests: Vec<PageDigest> = Vec::with_capacity(pages);
         let mut hashes: Vec<i64> = Vec::with_capacity(pages);
         let mut previous = parent_hash;
+        // A store under the default namespace's root chains onto the empty prior: a hasher of
+        // its own for that (rare) case; any other chains onto a 32-byte digest.
+        let mut from_empty;
+        let hasher = match &prior {
+            Some(prior) => {
+                self.hasher.resume(&hashing::digest_state(prior));
+                &mut self.hasher
+            }
+            None => {
+                from_empty = PageHasher::new(&[], page_size);
+                &mut from_empty
+            }
+        };
         for page in tokens.chunks_exact(page_size) {
-            let digest = match (digests.last(), &prior) {
-                (Some(last), _) => hashing::page_digest(last, page),
-                (None, Some(prior)) => hashing::page_digest(prior, page),
-                (None, None) => hashing::page_digest(&[], page),
-            };
-            let hash = hashing::block_hash(&digest);
+            let state = hasher.next(page);
+            let hash = hashing::state_block_hash(&state);
             self.digest.add(hash, previous, true);
             previous = Some(hash);
-            digests.push(digest);
+            digests.push(hashing::state_digest(&state));
             hashes.push(hash);
         }
         if let Some(parent) = self.nodes.get_mut(&parent_id) {
