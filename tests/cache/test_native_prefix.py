@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from cache.events import BlockStored, chain_block_hashes, namespace_prior
 from cache.events.reference.replica import ReferenceReplicaSet
 from cache.events.replica_store import ReplicaStore, prompt_token_ids
+from tests.fixtures.prompts import shrinking_prompt
 
 from .test_native_replica import fleets
 
@@ -99,23 +100,10 @@ def test_a_list_read_in_place_equals_one_read_through_the_c_api(items: list[obje
         assert outcomes[0][1] == [int(item) for item in items]  # type: ignore[call-overload]
 
 
-def _shrinking_prompt() -> list[object]:
-    """[0, 1, 2, x, 4, 5, 6] where reading x (3) deletes the items after it."""
-    prompt: list[object] = [0, 1, 2]
-
-    class Shrinking:
-        def __index__(self) -> int:
-            del prompt[4:]
-            return 3
-
-    prompt += [Shrinking(), 4, 5, 6]
-    return prompt
-
-
 def test_both_list_readers_stop_where_an_index_method_shortens_the_list() -> None:
     """An ``__index__`` that deletes the rest of the list ends the read there, either way."""
     for in_place in (True, False):
-        prompt = _shrinking_prompt()
+        prompt = shrinking_prompt()
         assert prompt_token_ids(prompt, in_place=in_place) == [0, 1, 2, 3]  # type: ignore[arg-type]
 
 

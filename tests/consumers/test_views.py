@@ -17,6 +17,7 @@ from consumers import (
     ViewStateError,
 )
 from tests.consumers.primary_model import PrimaryModel
+from tests.fixtures.prompts import shrinking_prompt
 
 
 def _fed(model: PrimaryModel, *views: ReplicaSet | PrefixIndex | Stats) -> None:
@@ -161,15 +162,7 @@ def test_prefix_index_without_tombstones_matches_everything_held() -> None:
 def test_prefix_index_reads_a_list_that_an_index_method_shortens() -> None:
     """A token whose ``__index__`` shortens the prompt list ends the read there, safely."""
     _, index = _swa_model()
-    prompt: list[object] = [0, 1, 2]
-
-    class Shrinking:
-        def __index__(self) -> int:
-            del prompt[4:]
-            return 3
-
-    prompt += [Shrinking(), 4, 5, 6]
-    assert index.match(prompt) == {"w": PrefixMatch(4, 4)}  # type: ignore[arg-type]
+    assert index.match(shrinking_prompt()) == {"w": PrefixMatch(4, 4)}  # type: ignore[arg-type]
 
 
 def test_prefix_index_applies_the_swa_rule_after_a_tombstone() -> None:
