@@ -196,6 +196,15 @@ def _threads() -> set[str]:
     return found
 
 
+def _threads_started(before: set[str]) -> set[str]:
+    """Encoder threads not in ``before``, once a new one has named itself (a Rust thread sets
+    its name from inside, a moment after its spawn returns): waits up to 10 s for the first."""
+    deadline = time.monotonic() + 10
+    while not (started := _threads() - before) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    return started
+
+
 def _threads_left(before: set[str]) -> set[str]:
     """Encoder threads not in ``before``, once the ones just joined have left ``/proc`` (the
     kernel lists an exiting thread a moment after its join returns): waits up to 10 s."""
@@ -218,7 +227,7 @@ async def test_the_native_path_never_takes_python_events_and_encodes_off_the_loo
     cache.take_events = refuse  # type: ignore[assignment, method-assign]  # a tripwire
     worker = CacheWorker(cache)
     async with Publisher(cache, MemoryLog(), "w0") as pub:
-        assert len(_threads() - before) == 1, "one encoder thread beside the loop"
+        assert len(_threads_started(before)) == 1, "one encoder thread beside the loop"
         for request in workload(0, 20):
             worker.serve(request)  # type: ignore[arg-type]  # a ChatRequest
             pub.step()
