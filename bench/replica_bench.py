@@ -65,6 +65,7 @@ from typing import Any
 
 import anyio
 import orjson
+from machine_load import CpuTicks, machine_row, steal_share_since
 
 from cache import SWAKVAllocator, SWARadixCache
 from cache.events import (
@@ -843,21 +844,27 @@ LAG_RUNS = (
 
 
 async def _run_lag(args: argparse.Namespace, work: Path, results: dict[str, Any]) -> None:
-    """The FileLog lag rows, between two fdatasync probes of the same directory."""
+    """The FileLog lag rows, between two fdatasync probes of the same directory, each with the
+    share of CPU time the hypervisor gave other guests meanwhile."""
     results["fdatasync_before_lag"] = fdatasync_ms(work)
     for label, fsync, readonly, rate in LAG_RUNS:
         lag_url = (work / f"{label}-log").as_uri() + f"?fsync={fsync}"
+        started = CpuTicks.now()
         results[label] = await bench_lag(
             lag_url, getattr(args, rate), args.lag_s, readonly=readonly
         )
+        results[label]["steal_share"] = steal_share_since(started)
     tree_url = (work / "lag_file_tree-log").as_uri() + "?fsync=batch"
+    started = CpuTicks.now()
     results["lag_file_tree"] = await bench_lag_tree(tree_url, args.lag_s)
+    results["lag_file_tree"]["steal_share"] = steal_share_since(started)
     results["fdatasync_after_lag"] = fdatasync_ms(work)
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     """Every benchmark, in one run."""
     results: dict[str, Any] = {}
+    started = CpuTicks.now()
     with tempfile.TemporaryDirectory(prefix="replica-bench-") as tmp:
         work = Path(tmp)
         if args.only == "replay":
@@ -865,17 +872,17 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             results["replay_prefill_steps"] = await bench_replay(
                 work, args.replay_events, events_per_batch=4, store_pages=64
             )
-            results["machine"] = {"cpus": os.cpu_count(), "load_average_1m": os.getloadavg()[0]}
+            results["machine"] = machine_row(started)
             results["summary"] = {"replay_vs_v1_json": results["replay"]["replay_vs_v1_json"]}
             return results
         if args.only == "lag":
             await _run_lag(args, work, results)
-            results["machine"] = {"cpus": os.cpu_count(), "load_average_1m": os.getloadavg()[0]}
+            results["machine"] = machine_row(started)
             results["summary"] = {"lag_p99_ms_file": results["lag_file"]["lag_p99_ms"]}
             return results
         if args.only == "prefix":
             results["prefix"] = bench_prefix(args.prompt_tokens, args.prefix_sources)
-            results["machine"] = {"cpus": os.cpu_count(), "load_average_1m": os.getloadavg()[0]}
+            results["machine"] = machine_row(started)
             results["summary"] = {
                 key: results["prefix"][key] for key in ("prefix_p50_us", "prefix_cold_p50_us")
             }
@@ -895,7 +902,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             for label, rate in (("lag_kafka", args.rate), ("lag_kafka_low_rate", args.low_rate)):
                 topic = f"swa-es-replica-bench-{uuid.uuid4().hex[:8]}"
                 results[label] = await bench_lag(f"kafka://{args.kafka}/{topic}", rate, args.lag_s)
-    results["machine"] = {"cpus": os.cpu_count(), "load_average_1m": os.getloadavg()[0]}
+    results["machine"] = machine_row(started)
     flat = {
         "replay_vs_v1_json": results["replay"]["replay_vs_v1_json"],
         "apply_blocks_per_s": results["apply"]["apply_blocks_per_s"],
