@@ -51,6 +51,7 @@ from typing import IO, Any
 
 import anyio
 import anyio.lowlevel
+from machine_load import CpuTicks, machine_row
 
 from cache import SWAKVAllocator, SWARadixCache
 from cache.events import BlockStored, EventBatch, decode_batch, encode_batch
@@ -705,7 +706,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print the table (or JSON)."""
     args = parse_args(argv)
+    started = CpuTicks.now()
     samples, published, sglang_version = run_all(args)
+    machine = machine_row(started)
     clock = args.clock or ("wall" if args.device.startswith("cuda") else "cpu")
     summary = summarize(samples, args.page_sizes, clock)
     publish_summary = summarize_publish(published, args.page_sizes, clock)
@@ -722,6 +725,7 @@ def main(argv: list[str] | None = None) -> int:
                 "window": WINDOW,
                 "sglang": sglang_version,
             },
+            "machine": machine,
             "samples": [asdict(s) | {"requests_per_cpu_s": s.requests_per_cpu_s} for s in samples],
             **summary,
             "publish": {"samples": [asdict(s) for s in published], **publish_summary},
@@ -731,6 +735,7 @@ def main(argv: list[str] | None = None) -> int:
         print_table(samples, summary, args)
         if published:
             print_publish(publish_summary)
+        print(f"machine: {machine}")
     return 0
 
 
