@@ -77,9 +77,9 @@ class CommittedTail:
 
     def take(self, offset: int, limit: int, max_records: int) -> list[Record]:
         """Up to ``max_records`` records from ``offset`` on, below ``limit``; [] when ``offset``
-        is not held (a file read finds them)."""
+        is not held (a file read finds them) or not below ``limit``."""
         at = offset - self._start
-        if at < 0 or at >= len(self._records):
+        if at < 0 or at >= len(self._records) or offset >= limit:
             return []
         return self._records[at : at + min(max_records, limit - offset)]
 

@@ -83,6 +83,8 @@ def test_take_hands_out_held_records_below_the_limit() -> None:
     assert [r.offset for r in tail.take(5, 7, 10)] == [5, 6]
     assert tail.take(4, 8, 10) == []
     assert tail.take(8, 9, 10) == []
+    assert tail.take(5, 3, 10) == [], "a limit before the offset hands out nothing"
+    assert tail.take(6, 6, 10) == []
 
 
 def test_a_commit_that_does_not_follow_starts_the_tail_over() -> None:
