@@ -64,6 +64,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import orjson
 from machine_load import CpuTicks, machine_row, steal_share_since
 
@@ -674,11 +675,17 @@ TREE_WINDOW = 256
 
 
 async def _produce(produce: Callable[[], None], publisher: Publisher, ticks: int) -> int:
+    """One ``produce`` and ``step()`` per tick, on schedule; the loop is yielded to before
+    every tick, also when behind schedule, as a serving loop does between its steps (without
+    that, a producer catching up after any stall would starve the publisher's and the
+    follower's tasks until it had caught up)."""
     started = time.perf_counter()
     backpressure = 0
     for tick in range(ticks):
         if (wait := started + tick * TICK_S - time.perf_counter()) > 0:
             await anyio.sleep(wait)
+        else:
+            await anyio.lowlevel.checkpoint()
         produce()
         try:
             publisher.step()
