@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import gc
 import json
 import re
 import sys
@@ -18,7 +20,10 @@ from cache.events import (
     DIGEST_ALGORITHM,
     AllBlocksCleared,
     BatchMeta,
+    BlockRemoved,
     BlockStored,
+    BlockSWAEvicted,
+    BlockSWARestored,
     DecodeError,
     EventBatch,
     WireBatch,
@@ -359,6 +364,56 @@ def test_wire_batch_holds_the_header_and_makes_events_on_demand() -> None:
     assert wire.events is wire.events
     assert wire.events == batch.events
     assert wire.to_batch() == batch
+
+
+def _every_kind_of_event() -> EventBatch:
+    """A batch with each event type; the stores chain, so version 2 writes them as one."""
+    return EventBatch(
+        "worker-0",
+        "e1",
+        3,
+        1.0,
+        (
+            BlockStored((21,), None, (5,), 1, None, "GPU"),
+            BlockStored((22,), 21, (6,), 1, None, "GPU"),
+            BlockStored((23,), 22, (7,), 1, 3, None),
+            BlockRemoved((23, 24), "GPU"),
+            BlockSWAEvicted((22,)),
+            BlockSWARestored((22, 25)),
+            AllBlocksCleared(),
+        ),
+    )
+
+
+def test_events_made_natively_are_whole_instances_of_their_classes() -> None:
+    """Events the core builds in place are exact instances with every field, equal, hashable,
+    still frozen, and their int tuples are out of the cycle collector's sight."""
+    batch = _every_kind_of_event()
+    events = native.decode_batch(native.encode_batch(batch)).events
+    assert events == batch.events
+    assert [type(event) for event in events] == [type(event) for event in batch.events]
+    assert {hash(event) for event in events} == {hash(event) for event in batch.events}
+    for made, expected in zip(events, batch.events, strict=True):
+        assert repr(made) == repr(expected)
+        assert dataclasses.astuple(made) == dataclasses.astuple(expected)
+        if isinstance(made, BlockStored | BlockRemoved):
+            assert not gc.is_tracked(made.block_hashes)
+    assert gc.is_tracked(events[0])
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        events[0].block_size = 2  # type: ignore[misc]
+
+
+def test_events_made_natively_hold_and_release_their_references() -> None:
+    """Making and dropping many events leaves the objects they share as referenced as before."""
+    data = native.encode_batch(_every_kind_of_event())
+    shared = (None, AllBlocksCleared(), BlockStored, BlockRemoved)
+    gc.collect()
+    before = [sys.getrefcount(thing) for thing in shared]
+    for _ in range(2000):
+        events = native.decode_batch(data).events
+        del events
+    gc.collect()
+    assert [sys.getrefcount(thing) for thing in shared] == before
 
 
 def test_wire_batch_of_a_later_batch() -> None:

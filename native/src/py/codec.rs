@@ -12,8 +12,10 @@ use pyo3::exceptions::PyValueError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBytes, PyString, PyTuple, PyType};
+use pyo3::types::{PyBytes, PyInt, PyString, PyTuple, PyType};
 use pyo3::{intern, IntoPyObjectExt};
+
+use super::slots::SlotLayout;
 
 use crate::codec::{self, DecodeError, Meta};
 use crate::events::{Batch, Event, Hashes, Header, Medium, Stored};
@@ -23,10 +25,10 @@ const DETACH_BYTES: usize = 64 * 1024;
 
 /// The Python classes the bindings build or raise, looked up once.
 pub(crate) struct Classes {
-    stored: Py<PyType>,
-    removed: Py<PyType>,
-    swa_evicted: Py<PyType>,
-    swa_restored: Py<PyType>,
+    stored: SlotLayout<6>,
+    removed: SlotLayout<2>,
+    swa_evicted: SlotLayout<1>,
+    swa_restored: SlotLayout<1>,
     all_cleared: Py<PyAny>,
     event_batch: Py<PyType>,
     batch_meta: Py<PyType>,
@@ -42,11 +44,14 @@ pub(crate) fn classes(py: Python<'_>) -> PyResult<&Classes> {
         let class = |name: &str| -> PyResult<Py<PyType>> {
             Ok(types.getattr(name)?.cast_into::<PyType>()?.unbind())
         };
+        let event = |name: &str| -> PyResult<Bound<'_, PyType>> {
+            Ok(types.getattr(name)?.cast_into::<PyType>()?)
+        };
         Ok(Classes {
-            stored: class("BlockStored")?,
-            removed: class("BlockRemoved")?,
-            swa_evicted: class("BlockSWAEvicted")?,
-            swa_restored: class("BlockSWARestored")?,
+            stored: SlotLayout::learn(&event("BlockStored")?, STORED_FIELDS)?,
+            removed: SlotLayout::learn(&event("BlockRemoved")?, ["block_hashes", "medium"])?,
+            swa_evicted: SlotLayout::learn(&event("BlockSWAEvicted")?, ["block_hashes"])?,
+            swa_restored: SlotLayout::learn(&event("BlockSWARestored")?, ["block_hashes"])?,
             all_cleared: types.getattr("AllBlocksCleared")?.call0()?.unbind(),
             event_batch: class("EventBatch")?,
             batch_meta: py
@@ -97,14 +102,6 @@ pub(crate) fn set_field(
     }
 }
 
-fn new_instance<'py>(
-    py: Python<'py>,
-    classes: &Classes,
-    class: &Py<PyType>,
-) -> PyResult<Bound<'py, PyAny>> {
-    classes.object_new.bind(py).call1((class.bind(py),))
-}
-
 /// An instance of `class` made by `object.__new__`, its `__init__` not run: fill its fields
 /// with `set_field` before anyone else sees it.
 pub(crate) fn new_uninitialised<'py>(
@@ -124,6 +121,25 @@ fn optional<'py, T: IntoPyObjectExt<'py>>(
     }
 }
 
+/// A tuple of ints that the cycle collector no longer visits. Holding only ints it cannot be
+/// part of a reference cycle, so CPython itself untracks such a tuple at the first collection
+/// that meets it; doing it now spares those collections (made often by the ~1,600 tracked
+/// objects of a page-1 request's events) from visiting it.
+fn int_tuple<'py, T, I>(py: Python<'py>, ints: I) -> PyResult<Bound<'py, PyAny>>
+where
+    T: IntoPyObject<'py>,
+    I: IntoIterator<Item = T>,
+    I::IntoIter: ExactSizeIterator,
+{
+    let tuple = PyTuple::new(py, ints)?;
+    debug_assert!(tuple.iter().all(|item| item.is_instance_of::<PyInt>()));
+    // SAFETY: `tuple` is a live tuple (the `Bound` holds it) and the GIL is held.
+    // PyObject_GC_UnTrack accepts an object that is not tracked (the empty tuple) and only
+    // unlinks it from the collector's lists; the tuple stays valid and is freed as usual.
+    unsafe { ffi::PyObject_GC_UnTrack(tuple.as_ptr().cast()) };
+    Ok(tuple.into_any())
+}
+
 /// Append the Python events of `event`, one per page for a `Stored`.
 pub(crate) fn push_events<'py>(
     py: Python<'py>,
@@ -134,33 +150,18 @@ pub(crate) fn push_events<'py>(
     match event {
         Event::Stored(stored) => push_pages(py, classes, stored, out),
         Event::Removed { hashes, medium } => {
-            let instance = new_instance(py, classes, &classes.removed)?;
-            set_field(
-                &instance,
-                intern!(py, "block_hashes"),
-                PyTuple::new(py, hashes)?.as_any(),
-            )?;
-            set_field(
-                &instance,
-                intern!(py, "medium"),
-                &optional(py, medium.as_deref())?,
-            )?;
-            out.push(instance);
+            let hashes = int_tuple(py, hashes)?;
+            let medium = optional(py, medium.as_deref())?;
+            out.push(classes.removed.make(py, [hashes, medium])?);
             Ok(())
         }
         Event::SwaEvicted { hashes } | Event::SwaRestored { hashes } => {
-            let class = if matches!(event, Event::SwaEvicted { .. }) {
+            let layout = if matches!(event, Event::SwaEvicted { .. }) {
                 &classes.swa_evicted
             } else {
                 &classes.swa_restored
             };
-            let instance = new_instance(py, classes, class)?;
-            set_field(
-                &instance,
-                intern!(py, "block_hashes"),
-                PyTuple::new(py, hashes)?.as_any(),
-            )?;
-            out.push(instance);
+            out.push(layout.make(py, [int_tuple(py, hashes)?])?);
             Ok(())
         }
         Event::Cleared => {
@@ -170,26 +171,15 @@ pub(crate) fn push_events<'py>(
     }
 }
 
-/// A Python `BlockStored` with these fields.
-fn new_stored<'py>(
-    py: Python<'py>,
-    classes: &Classes,
-    fields: [&Bound<'py, PyAny>; 6],
-) -> PyResult<Bound<'py, PyAny>> {
-    let names = [
-        intern!(py, "block_hashes"),
-        intern!(py, "parent_block_hash"),
-        intern!(py, "token_ids"),
-        intern!(py, "block_size"),
-        intern!(py, "lora_id"),
-        intern!(py, "medium"),
-    ];
-    let instance = new_instance(py, classes, &classes.stored)?;
-    for (name, value) in names.into_iter().zip(fields) {
-        set_field(&instance, name, value)?;
-    }
-    Ok(instance)
-}
+/// A `BlockStored`'s fields, in the order `push_pages` gives their values.
+const STORED_FIELDS: [&str; 6] = [
+    "block_hashes",
+    "parent_block_hash",
+    "token_ids",
+    "block_size",
+    "lora_id",
+    "medium",
+];
 
 /// Append one Python `BlockStored` per page of `stored`.
 fn push_pages<'py>(
@@ -207,12 +197,20 @@ fn push_pages<'py>(
     let medium = optional(py, stored.medium.as_deref())?;
     let mut parent = optional(py, stored.parent)?;
     let pages = stored.hashes.iter().zip(stored.tokens.chunks_exact(size));
+    out.reserve(stored.hashes.len());
     for (&hash, tokens) in pages {
         let hash = hash.into_bound_py_any(py)?;
-        let hashes = PyTuple::new(py, [&hash])?.into_any();
-        let tokens = PyTuple::new(py, tokens)?.into_any();
-        let fields = [&hashes, &parent, &tokens, &block_size, &lora_id, &medium];
-        out.push(new_stored(py, classes, fields)?);
+        let hashes = int_tuple(py, [&hash])?;
+        let tokens = int_tuple(py, tokens)?;
+        let fields = [
+            hashes,
+            parent,
+            tokens,
+            block_size.clone(),
+            lora_id.clone(),
+            medium.clone(),
+        ];
+        out.push(classes.stored.make(py, fields)?);
         parent = hash;
     }
     Ok(())
@@ -393,14 +391,14 @@ fn decode_event(py: Python<'_>, data: &[u8], path: &str) -> PyResult<Py<PyAny>> 
         // A multi-page store stays one event here.
         Event::Stored(stored) => {
             let fields = [
-                &PyTuple::new(py, &stored.hashes)?.into_any(),
-                &optional(py, stored.parent)?,
-                &PyTuple::new(py, &stored.tokens)?.into_any(),
-                &stored.block_size.into_bound_py_any(py)?,
-                &optional(py, stored.lora_id)?,
-                &optional(py, stored.medium.as_deref())?,
+                PyTuple::new(py, &stored.hashes)?.into_any(),
+                optional(py, stored.parent)?,
+                PyTuple::new(py, &stored.tokens)?.into_any(),
+                stored.block_size.into_bound_py_any(py)?,
+                optional(py, stored.lora_id)?,
+                optional(py, stored.medium.as_deref())?,
             ];
-            items.push(new_stored(py, classes, fields)?);
+            items.push(classes.stored.make(py, fields)?);
         }
         other => push_events(py, classes, other, &mut items)?,
     }
@@ -436,7 +434,7 @@ fn event_from_py(
     let hashes = || {
         field::<Vec<i64>>(event, intern!(py, "block_hashes"), at("block_hashes")).map(Hashes::from)
     };
-    if class.is(classes.stored.bind(py)) {
+    if class.is(classes.stored.class(py)) {
         Ok(Event::Stored(Stored {
             hashes: hashes()?,
             parent: field(
@@ -450,15 +448,15 @@ fn event_from_py(
             medium: field::<Option<String>>(event, intern!(py, "medium"), at("medium"))?
                 .map(Medium::from),
         }))
-    } else if class.is(classes.removed.bind(py)) {
+    } else if class.is(classes.removed.class(py)) {
         Ok(Event::Removed {
             hashes: hashes()?,
             medium: field::<Option<String>>(event, intern!(py, "medium"), at("medium"))?
                 .map(Medium::from),
         })
-    } else if class.is(classes.swa_evicted.bind(py)) {
+    } else if class.is(classes.swa_evicted.class(py)) {
         Ok(Event::SwaEvicted { hashes: hashes()? })
-    } else if class.is(classes.swa_restored.bind(py)) {
+    } else if class.is(classes.swa_restored.class(py)) {
         Ok(Event::SwaRestored { hashes: hashes()? })
     } else if class.is(classes.all_cleared.bind(py).get_type()) {
         Ok(Event::Cleared)

@@ -11,6 +11,7 @@ mod hashing;
 mod recorder;
 mod replay;
 mod replica;
+mod slots;
 mod tokens;
 
 #[pymodule]
