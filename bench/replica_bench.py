@@ -91,6 +91,7 @@ from cache.events.reference.codec import batch_to_v1_pages_dict
 from cache.events.reference.replica import ReferenceReplicaSet
 from consumers import Follower, PrefixIndex, ReplicaSet, SnapshotStore
 from log import EventLog, open_log
+from log.file import FileLog
 from swa_es import Backpressure, Publisher, PublisherConfig
 from swa_es.engine.worker import CacheWorker
 from swa_es.engine.workload import ChatWorkload
@@ -738,6 +739,7 @@ async def _measure_lag(
                         if last_seq >= 0:
                             await caught_up.wait()
                 tasks.cancel_scope.cancel()
+            syncs = _fdatasync_ms(log)
         finally:
             if reader is not log:
                 await reader.close()
@@ -748,6 +750,19 @@ async def _measure_lag(
         "lag_p50_ms": quantiles[49],
         "lag_p99_ms": quantiles[98],
         "backpressure_steps": backpressure,
+        **syncs,
+    }
+
+
+def _fdatasync_ms(log: EventLog) -> dict[str, float]:
+    """The mean and the slowest fdatasync of a FileLog's commits so far (none for other logs):
+    a commit, and every batch queued behind it, waits out the slowest."""
+    if not isinstance(log, FileLog) or not log.stats.syncs:
+        return {}
+    stats = log.stats
+    return {
+        "fdatasync_mean_ms": stats.sync_s_total / stats.syncs * 1000,
+        "fdatasync_max_ms": stats.sync_s_max * 1000,
     }
 
 

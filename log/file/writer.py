@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import errno
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,10 @@ class WriteStats:
     bytes_written: int = 0
     writes: int = 0
     syncs: int = 0
+    sync_s_total: float = 0.0
+    """Seconds spent in fdatasync, all syncs together."""
+    sync_s_max: float = 0.0
+    """The slowest single fdatasync, in seconds: the disk's stalls, which every commit waits out."""
     segments_rolled: int = 0
     rewinds: int = 0
 
@@ -143,8 +148,13 @@ class SegmentedWriter:
 
     def sync(self) -> None:
         """fdatasync the active segment now (used on close)."""
+        started = time.perf_counter()
         self._active.sync()
-        self.stats.syncs += 1
+        took_s = time.perf_counter() - started
+        stats = self.stats
+        stats.syncs += 1
+        stats.sync_s_total += took_s
+        stats.sync_s_max = max(stats.sync_s_max, took_s)
 
     def close(self) -> None:
         """Close the active segment's files."""

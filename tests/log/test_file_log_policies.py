@@ -28,6 +28,7 @@ async def test_always_syncs_every_append_call(tmp_path: Path) -> None:
         await log.append_batch([("k", b"a"), ("k", b"b")])
         assert log.commits == 21
         assert log.stats.syncs == 21
+        assert 0 < log.stats.sync_s_max <= log.stats.sync_s_total
         assert len(await read_all(log)) == 22
 
 
@@ -63,9 +64,11 @@ async def test_never_writes_without_syncing_until_close(tmp_path: Path) -> None:
     log = await FileLog.open(tmp_path, fsync="never")
     await _concurrent_appends(log, tasks=3, per_task=4)
     assert log.stats.syncs == 0
+    assert log.stats.sync_s_total == log.stats.sync_s_max == 0.0
     assert log.stats.records == 12
     await log.close()
     assert log.stats.syncs == 1
+    assert log.stats.sync_s_total == log.stats.sync_s_max > 0
     async with await FileLog.open(tmp_path, readonly=True) as reader:
         assert len(await read_all(reader)) == 12
 
