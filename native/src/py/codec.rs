@@ -41,19 +41,16 @@ static CLASSES: PyOnceLock<Classes> = PyOnceLock::new();
 pub(crate) fn classes(py: Python<'_>) -> PyResult<&Classes> {
     CLASSES.get_or_try_init(py, || {
         let types = py.import("cache.events.types")?;
-        let class = |name: &str| -> PyResult<Py<PyType>> {
-            Ok(types.getattr(name)?.cast_into::<PyType>()?.unbind())
-        };
-        let event = |name: &str| -> PyResult<Bound<'_, PyType>> {
+        let class = |name: &str| -> PyResult<Bound<'_, PyType>> {
             Ok(types.getattr(name)?.cast_into::<PyType>()?)
         };
         Ok(Classes {
-            stored: SlotLayout::learn(&event("BlockStored")?, STORED_FIELDS)?,
-            removed: SlotLayout::learn(&event("BlockRemoved")?, ["block_hashes", "medium"])?,
-            swa_evicted: SlotLayout::learn(&event("BlockSWAEvicted")?, ["block_hashes"])?,
-            swa_restored: SlotLayout::learn(&event("BlockSWARestored")?, ["block_hashes"])?,
+            stored: SlotLayout::learn(&class("BlockStored")?, STORED_FIELDS)?,
+            removed: SlotLayout::learn(&class("BlockRemoved")?, ["block_hashes", "medium"])?,
+            swa_evicted: SlotLayout::learn(&class("BlockSWAEvicted")?, ["block_hashes"])?,
+            swa_restored: SlotLayout::learn(&class("BlockSWARestored")?, ["block_hashes"])?,
             all_cleared: types.getattr("AllBlocksCleared")?.call0()?.unbind(),
-            event_batch: class("EventBatch")?,
+            event_batch: class("EventBatch")?.unbind(),
             batch_meta: py
                 .import("cache.events.meta")?
                 .getattr("BatchMeta")?
@@ -391,9 +388,9 @@ fn decode_event(py: Python<'_>, data: &[u8], path: &str) -> PyResult<Py<PyAny>> 
         // A multi-page store stays one event here.
         Event::Stored(stored) => {
             let fields = [
-                PyTuple::new(py, &stored.hashes)?.into_any(),
+                int_tuple(py, &stored.hashes)?,
                 optional(py, stored.parent)?,
-                PyTuple::new(py, &stored.tokens)?.into_any(),
+                int_tuple(py, &stored.tokens)?,
                 stored.block_size.into_bound_py_any(py)?,
                 optional(py, stored.lora_id)?,
                 optional(py, stored.medium.as_deref())?,
