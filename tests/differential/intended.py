@@ -133,7 +133,7 @@ INTENDED_DIFFERENCES: tuple[IntendedDifference, ...] = (
             "alloc_extend_swa_tail / free groups, no chain compaction or split-leaf-on-insert"
         ),
         sglang="offers them (compaction and split-leaf-on-insert behind flags that are off)",
-        reason="outside the cache contract of DESIGN §3",
+        reason="outside the cache contract of docs/design.md §3",
         kept_out_by=(
             "the sglang side runs with is_eagle=False, swa_evicted_seqlen=0 and both "
             "SGLANG_OPT_SWA_* flags off (the driver checks the flags)"
