@@ -206,7 +206,9 @@ def fmt(value: Any) -> str:
 
 def ratio(value: float | None) -> str:
     """A ratio as ``1.23`` followed by a multiplication sign."""
-    return "n/a" if value is None else f"{value:.2f}{X}"
+    if value is None:
+        return "n/a"
+    return f"{value:,.0f}{X}" if value >= 100 else f"{value:.2f}{X}"
 
 
 def per_s(value: float | None, unit: str) -> str:
@@ -245,8 +247,16 @@ def target_text(entry: Mapping[str, Any]) -> str:
     if target is None:
         return ""
     sign = "≥" if entry.get("at_least") else "≤"
-    met = entry.get("met")
-    return f"{sign} {target}{X}: " + ("met" if met else "**missed**" if met is False else "n/a")
+    met, median_met = entry.get("met"), entry.get("median_met", entry.get("met"))
+    if met is None:
+        verdict = "n/a"
+    elif met and median_met:
+        verdict = "met"
+    elif met or median_met:
+        verdict = "met by the " + ("best runs" if met else "medians") + " only"
+    else:
+        verdict = "**missed**"
+    return f"{sign} {target}{X}: {verdict}"
 
 
 CACHE_RATIOS = {
