@@ -9,6 +9,7 @@ would still see torch). The log the child follows is written here by a real cach
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -127,3 +128,13 @@ def test_a_command_names_the_extra_it_needs(tmp_path: Path) -> None:
     assert listed.returncode == 0
     for command in ("demo", "serve", "follow", "bridge", "inspect", "route", "snapshot"):
         assert f"    {command} " in listed.stdout
+
+
+def test_the_command_line_restores_without_any_extra(tmp_path: Path) -> None:
+    """``swa-es restore`` (log, follower, snapshots) runs on the core install alone and reports
+    the primary's digest."""
+    digest = anyio.run(publish, tmp_path / "log")
+    cli = "from swa_es.cli import main\nraise SystemExit(main(sys.argv[1:]))\n"
+    done = run_child(cli, "restore", str(tmp_path / "log"), "--snapshots", str(tmp_path / "snap"))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["sources"]["worker-0"]["digest"] == digest
