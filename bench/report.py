@@ -630,7 +630,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"{bench.name}: skipped (no --kafka)", file=sys.stderr)
                 continue
             if bench.name == "cache" and not os.path.exists(args.sglang_python):
-                print(f"cache: {args.sglang_python} missing; run bash bench/setup_sglang.sh")
+                sys.stderr.write(f"cache: no {args.sglang_python}: bash bench/setup_sglang.sh\n")
                 return 1
             print(f"{bench.name}: {run_one(bench, args.out, args.kafka, args.sglang_python)}")
         return 0
