@@ -1,7 +1,8 @@
 """The wire form of an ``EventBatch``: one JSON object per log record, coded by the native core.
 
 ``encode_batch`` writes the batch's version (2 by default: consecutive ``BlockStored`` events that
-form a chain become one ``BlockStored`` listing every page, DESIGN §4). ``decode_wire`` reads
+form a chain become one ``BlockStored`` listing every page, docs/design.md §4).
+``decode_wire`` reads
 version 1 and 2 records strictly into a ``WireBatch`` held natively (header attributes, events
 made on first use); ``decode_batch`` gives the ``EventBatch``, one ``BlockStored`` per page. An
 unknown version or event type, a missing, extra or mistyped field, a bad ``meta`` or an

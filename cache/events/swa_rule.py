@@ -1,4 +1,4 @@
-"""The sliding-window rule for a usable cached prefix, written once (DESIGN §3).
+"""The sliding-window rule for a usable cached prefix, written once (docs/design.md §3).
 
 A cached path is a run of segments (tree nodes, or pages of a replica), each either resident
 (its SWA KV kept) or a tombstone (SWA KV freed, full KV kept). A match may end after a segment

@@ -59,7 +59,7 @@ Event: TypeAlias = (
 )
 
 BATCH_VERSION: Final = 2
-"""The wire version written by default: version 2 joins chained stores (DESIGN §4)."""
+"""The wire version written by default: version 2 joins chained stores (docs/design.md §4)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,8 @@
 """``SWARadixCache``: the sliding-window-attention radix KV cache whose every change is an event.
 
 A radix tree of page-aligned token runs over two KV pools (``SWAKVAllocator``). A node whose SWA
-KV was freed while its full KV is kept is a *tombstone*. Events (DESIGN §4) are recorded per page
-for stores and per node for removals and SWA residency changes; ``state_digest()`` is kept
+KV was freed while its full KV is kept is a *tombstone*. Events (docs/design.md §4) are recorded
+per page for stores and per node for removals and SWA residency changes; ``state_digest()`` is kept
 incrementally and equals what a replica computes from those events.
 
 Decisions where the design leaves room:

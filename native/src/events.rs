@@ -1,5 +1,5 @@
 //! The event model of the native core: what a batch holds once decoded, and what the encoder
-//! writes. It mirrors `cache.events.types` (DESIGN §4).
+//! writes. It mirrors `cache.events.types` (docs/design.md §4).
 //!
 //! A `Stored` may hold several pages (the v2 wire's chain compaction, or vLLM's multi-block
 //! form): `hashes[i]` is page i, its parent is `hashes[i - 1]` (the first page's is `parent`),

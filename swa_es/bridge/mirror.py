@@ -1,7 +1,7 @@
 """``MirrorCache``: an engine's blocks, re-keyed into our hashes, as a ``PublishedCache``.
 
 Engines name blocks by their own hashes (sglang's equal ours; vLLM's depend on its hash
-function and seed). The mirror recomputes each stored page's hash our way (DESIGN §4: the
+function and seed). The mirror recomputes each stored page's hash our way (docs/design.md §4: the
 parent's 32-byte digest chained with the page's tokens; the root of a LoRA name or cache salt
 starts from ``sha256(name)``), remembers engine hash -> our block, and turns every engine
 event into our events, so ``PrefixIndex.match`` finds an engine's blocks from token ids alone.

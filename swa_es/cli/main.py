@@ -11,28 +11,28 @@ to ``COMMANDS``; see ``swa_es.cli.settings`` for the rest.
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
 from collections.abc import Sequence
-from types import ModuleType
-from typing import Final, NoReturn
+from typing import Any, Final, NoReturn
 
-from swa_es.cli import bench, bridge, demo, follow, inspect, restore, route, serve, snapshot
 from swa_es.cli.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
+from swa_es.cli.extras import MissingExtraError, missing_extra
 from swa_es.cli.values import SettingError
 
-COMMANDS: Final[tuple[ModuleType, ...]] = (
-    demo,
-    serve,
-    follow,
-    bridge,
-    inspect,
-    route,
-    snapshot,
-    restore,
-    bench,
+COMMANDS: Final[tuple[str, ...]] = (
+    "demo",
+    "serve",
+    "follow",
+    "bridge",
+    "inspect",
+    "route",
+    "snapshot",
+    "restore",
+    "bench",
 )
-"""The command modules, in the order ``--help`` lists them."""
+"""The command modules (``swa_es.cli.<name>``), in the order ``--help`` lists them."""
 
 
 class UsageError(Exception):
@@ -59,9 +59,34 @@ def build_parser() -> argparse.ArgumentParser:
         help="more logging (-vv: debug, with tracebacks)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for command in COMMANDS:
-        command.add_parser(sub)
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"swa_es.cli.{name}")
+        except ModuleNotFoundError as exc:
+            missing = missing_extra(exc)
+            if missing is None:
+                raise
+            _add_unavailable(sub, name, missing)
+            continue
+        module.add_parser(sub)
     return parser
+
+
+def _add_unavailable(subparsers: Any, name: str, missing: MissingExtraError) -> None:
+    """Declare ``name`` as a command whose optional dependencies are not installed: it takes any
+    arguments and fails with ``missing``'s message, so the other commands still work."""
+    command = subparsers.add_parser(
+        name,
+        help=f"(not installed: pip install 'swa-es[{missing.extra}]')",
+        add_help=False,
+        prefix_chars="\0",  # every argument, flags included, is taken as is
+    )
+    command.add_argument("arguments", nargs=argparse.REMAINDER)
+
+    def fail(_config: object) -> int:
+        raise missing
+
+    command.set_defaults(configure=lambda _args: None, run=fail)
 
 
 def _leaf(exc: BaseException) -> BaseException:
@@ -113,6 +138,9 @@ def _report(prog: str, exc: BaseException) -> int:
 
     if isinstance(exc, KeyboardInterrupt):
         return _fail(prog, "interrupted", EXIT_INTERRUPTED)
+    missing = missing_extra(exc)
+    if missing is not None:
+        return _fail(prog, str(missing), EXIT_FAILED)
     if isinstance(exc, DeviceUnavailableError):
         exc = SettingError("--device", str(exc))  # the engine knows no flags; the CLI names it
     if isinstance(exc, SettingError | ConfigError):

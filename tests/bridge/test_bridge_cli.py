@@ -1,4 +1,4 @@
-"""``swa-es bridge`` and ``swa-es follow`` as processes (DESIGN §8's command lines), against
+"""``swa-es bridge`` and ``swa-es follow`` as processes (docs/design.md §8's command lines), against
 sglang 0.5.16's own publisher: the bridge's ``/metrics`` counts over HTTP, SIGTERM flushes and
 exits 0, a SIGKILLed bridge restarted loses nothing; the follower's routing API over HTTP
 answers the bridged source with its SWA-usable length unknown, and its ZMQ stream out replays

@@ -115,7 +115,7 @@ def test_bad_input_is_rejected(device: str) -> None:
 def test_free_swa_of_part_of_a_page_frees_the_page(device: str, page_size: int) -> None:
     """free_swa given one slot of a page frees that page's SWA whole; the rest is then a no-op.
 
-    sglang's paged allocator widens to whole pages (DESIGN §3: a page is freed as a whole).
+    sglang's paged allocator widens to whole pages (docs/design.md §3: a page is freed as a whole).
     """
     alloc = SWAKVAllocator(4 * page_size, 4 * page_size, page_size, device)
     slots = alloc.alloc(2 * page_size)

@@ -66,7 +66,8 @@ def walk(root: Any) -> list[Any]:
 
 
 def swa_valid(node: object, window: int) -> bool:
-    """The DESIGN §3 rule, checked on the path itself: no tombstone, or window resident after."""
+    """The SWA rule of docs/design.md §3, checked on the path itself: no tombstone, or the window
+    resident after the last one."""
     run = 0
     while node.parent is not None:  # type: ignore[attr-defined]  # a TreeNode
         if node.swa_tombstone:  # type: ignore[attr-defined]  # a TreeNode

@@ -3,8 +3,7 @@
 Each entry says what differs, why, and how the differential sequences stay clear of it. Nothing
 here is excluded by loosening a comparison: every step's returns, pool sizes, ``total_size()``
 and BlockStored / BlockRemoved / AllBlocksCleared events are compared exactly; a difference is
-kept out only by how sequences are built. The README's "Faithful to sglang" section summarises
-this list.
+kept out only by how sequences are built. docs/fidelity.md shows this list as a table.
 """
 
 from __future__ import annotations
@@ -101,7 +100,7 @@ INTENDED_DIFFERENCES: tuple[IntendedDifference, ...] = (
         ours=("insert splits the node at prev_prefix_len and frees only incoming slots past it"),
         sglang=(
             "frees the incoming slots of the whole node, the tree's own ones below "
-            "prev_prefix_len included (notes §6.10)"
+            "prev_prefix_len included"
         ),
         reason="value[:prev_prefix_len] are the tree's own slots; freeing them corrupts the pools",
         kept_out_by=(
@@ -133,11 +132,11 @@ INTENDED_DIFFERENCES: tuple[IntendedDifference, ...] = (
             "alloc_extend_swa_tail / free groups, no chain compaction or split-leaf-on-insert"
         ),
         sglang="offers them (compaction and split-leaf-on-insert behind flags that are off)",
-        reason="outside the cache contract of DESIGN §3",
+        reason="outside the cache contract of docs/design.md §3",
         kept_out_by=(
             "the sglang side runs with is_eagle=False, swa_evicted_seqlen=0 and both "
             "SGLANG_OPT_SWA_* flags off (the driver checks the flags)"
         ),
     ),
 )
-"""Every intended difference, the README's section follows this list."""
+"""Every intended difference; docs/fidelity.md follows this list."""

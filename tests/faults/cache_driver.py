@@ -1,4 +1,4 @@
-"""A real ``SWARadixCache`` driven through the public cache API (DESIGN §3) by a seeded RNG.
+"""A real ``SWARadixCache`` driven through the public cache API (docs/design.md §3) by a seeded RNG.
 
 ``CacheDriver`` does what a serving engine does with a request's KV cache (match, lock,
 allocate with eviction, insert, unlock), plus the rarer operations a model test wants: locks

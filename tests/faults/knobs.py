@@ -1,7 +1,7 @@
 """How long the fault, model and soak tests run: short and seeded in CI, full on request.
 
 Each knob is an environment variable read only here (tests, not the product). Unset, a test
-runs its CI size; the README's reliability table gives the command for the full size.
+runs its CI size; docs/reliability.md gives the command for the full size.
 
 - ``SWA_ES_FAULT_ROUNDS``: kill/restart rounds of the fault loops (full: 100).
 - ``SWA_ES_FAULT_SEED``: the seed of every randomised fault, model and fuzz choice (default

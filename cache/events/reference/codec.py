@@ -1,6 +1,6 @@
 """The batch codec: the pure-Python reference of the native core (``native/src/codec``).
 
-A record is one JSON object (DESIGN §4). Version 2 joins consecutive ``BlockStored`` events
+A record is one JSON object (docs/design.md §4). Version 2 joins consecutive ``BlockStored`` events
 that form a chain (each page's parent is the previous page; same ``block_size``, ``lora_id``,
 ``medium``) into one ``BlockStored`` listing every page; version 1 writes one object per event.
 Decoding reads both and yields one ``BlockStored`` per page (a multi-page store of either version

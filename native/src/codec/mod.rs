@@ -1,4 +1,4 @@
-//! The batch codec: one log record (JSON, DESIGN §4) to and from a `crate::events::Batch`.
+//! The batch codec: one log record (JSON, docs/design.md §4) to and from a `crate::events::Batch`.
 //!
 //! - `decode` reads version 1 and 2 records strictly: it accepts exactly what the pure-Python
 //!   reference (`cache/events/reference/codec.py`, orjson + checks) accepts and reports the same

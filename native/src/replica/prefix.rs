@@ -9,7 +9,7 @@
 //! word operations, whatever the number of sources; the hash is read from `super::chains` when a
 //! recent prompt shared the page.
 //!
-//! The SWA rule (`super::swa_rule`, DESIGN §3) is applied from the tombstones alone: between
+//! The SWA rule (`super::swa_rule`, docs/design.md §3) is applied from the tombstones alone: between
 //! two tombstones every page is resident, so the longest usable prefix only changes at a
 //! tombstone and at the end of the source's walk (`SwaTrack`).
 

@@ -217,7 +217,7 @@ impl ReplicaStore {
     /// Apply the events of one decoded record (`crate::codec::decode`) to its source's
     /// replica (the caller sets the meta first). Events before a failing one stay applied; the
     /// failing one changes nothing. A multi-page `Stored` counts as its pages, one event each,
-    /// as a decoder that yields one event per page gives them (`decode_batch`, DESIGN §4): when
+    /// as a decoder that yields one event per page gives them (`decode_batch`, docs/design.md §4): when
     /// it does not fit, the pages before the failing page stay applied.
     pub fn apply(&mut self, batch: &Batch) -> Result<(), ConsistencyError> {
         self.apply_in(&batch.header.source, &batch.events, Pages::OneEventEach)
@@ -597,7 +597,7 @@ mod tests {
     #[test]
     fn a_decoded_multi_page_store_counts_as_its_pages() {
         // pages 1, 2, 3 where 3 is held already: whole, nothing is stored; page by page (a
-        // decoded record, DESIGN §4), pages 1 and 2 stay
+        // decoded record, docs/design.md §4), pages 1 and 2 stay
         for (whole, held_after) in [(true, 1), (false, 3)] {
             let mut store = ReplicaStore::new();
             store.apply_events("a", &[stored(&[3], None)]).unwrap();

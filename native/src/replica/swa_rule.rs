@@ -1,5 +1,5 @@
 //! The sliding-window rule for a usable cached prefix, written once for the native core
-//! (DESIGN §3; its Python twin is `cache/events/swa_rule.py`, held equal by a differential test).
+//! (docs/design.md §3; its Python twin is `cache/events/swa_rule.py`, held equal by a differential test).
 //!
 //! A cached path is a run of segments (pages of a replica), each resident (SWA KV kept) or a
 //! tombstone (SWA KV freed, full KV kept). A match may end after a segment only if no tombstone

@@ -1,0 +1,643 @@
+"""Run the benchmarks and write ``bench/RESULTS.md`` from their JSON: one current table per
+benchmark, each with the command that produced it, its baseline from the same run, and the
+machine row (load and steal share while it ran).
+
+    .venv/bin/python bench/report.py run [--out bench/results] [--kafka HOST:PORT]
+        [--sglang-python PATH] [--only NAME ...]
+    .venv/bin/python bench/report.py render bench/results/*.json [--output bench/RESULTS.md]
+
+``run`` runs each benchmark of ``BENCHMARKS`` in turn, with the modest sizes written there, and
+saves ``OUT/NAME.json``: ``{"benchmark", "command", "machine", "result"}``, where ``result`` is
+the benchmark script's own JSON. ``render`` reads such files (or a script's bare JSON, named
+after its benchmark, e.g. ``replica.json``) and writes the tables. A benchmark whose JSON it does
+not know, or whose shape changed, is still rendered: every figure it holds becomes a row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from machine_load import CpuTicks, machine_row
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+RESULTS_MD = BENCH / "RESULTS.md"
+X = "\N{MULTIPLICATION SIGN}"
+"""How a ratio is written (``1.23`` and this sign)."""
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """How to run one benchmark script: its arguments (``{out}`` is a JSON file it writes,
+    ``{kafka}`` a broker, ``{sglang}`` sglang's interpreter); without ``{out}`` the script prints
+    its JSON on stdout."""
+
+    name: str
+    title: str
+    args: tuple[str, ...]
+    needs_kafka: bool = False
+
+
+BENCHMARKS: tuple[Benchmark, ...] = (
+    Benchmark(
+        "cache",
+        "Cache: ours vs sglang 0.5.16, and what publishing costs the serving loop",
+        (
+            "bench/cache_bench.py",
+            "--requests",
+            "600",
+            "--repeat",
+            "3",
+            "--neighbour",
+            "--sglang-python",
+            "{sglang}",
+            "--json",
+        ),
+    ),
+    Benchmark(
+        "codec",
+        "Codec: decoding and encoding log records",
+        ("bench/codec_bench.py", "--requests", "300", "--repeat", "3", "--json", "{out}"),
+    ),
+    Benchmark(
+        "replica",
+        "Followers and replicas: replay, apply, restore, memory, prefix match, lag",
+        (
+            "bench/replica_bench.py",
+            "--blocks",
+            "200000",
+            "--replay-events",
+            "100000",
+            "--apply-blocks",
+            "200000",
+            "--memory-blocks",
+            "200000",
+            "--wire-blocks",
+            "50000",
+            "--lag-s",
+            "3",
+            "--json",
+            "{out}",
+        ),
+    ),
+    Benchmark(
+        "log",
+        "FileLog appends against raw writes",
+        ("bench/log_bench.py", "--records", "5000", "--repeats", "2", "--json", "{out}"),
+    ),
+    Benchmark(
+        "log_kafka",
+        "KafkaLog appends against Kafka's own ProducerPerformance",
+        (
+            "bench/log_bench_kafka.py",
+            "--bootstrap",
+            "{kafka}",
+            "--count",
+            "50000",
+            "--repeats",
+            "2",
+        ),
+        needs_kafka=True,
+    ),
+    Benchmark(
+        "http",
+        "The routing API over HTTP against the in-process match",
+        ("bench/http_bench.py", "--sources", "64", "--requests", "300", "--concurrency", "4"),
+    ),
+)
+BY_NAME = {b.name: b for b in BENCHMARKS}
+
+
+# ---------------------------------------------------------------------------------------- run
+
+
+def command_line(args: Sequence[str]) -> str:
+    """The command as a reader would type it (the interpreter as ``.venv/bin/python``)."""
+    return " ".join([".venv/bin/python", *args])
+
+
+def parse_stdout_json(text: str) -> Any:
+    """The JSON a script printed: the whole output, or the last top-level object in it."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        start = text.rfind("\n{")
+        return json.loads(text[start + 1 :] if start >= 0 else text[text.index("{") :])
+
+
+def run_one(bench: Benchmark, out_dir: Path, kafka: str | None, sglang: str) -> Path:
+    """Run ``bench`` and write ``out_dir/NAME.json``; the file."""
+    with tempfile.TemporaryDirectory() as scratch:
+        raw = Path(scratch) / "result.json"
+        args = [
+            a.format(out=raw, kafka=kafka or "", sglang=sglang) if "{" in a else a
+            for a in bench.args
+        ]
+        shown = [
+            {"{out}": "OUT.json", "{kafka}": "HOST:PORT", "{sglang}": "SGLANG_PYTHON"}.get(a, a)
+            for a in bench.args
+        ]
+        started = CpuTicks.now()
+        done = subprocess.run(
+            [sys.executable, *args], cwd=REPO, capture_output=True, text=True, check=False
+        )
+        machine = machine_row(started)
+        if done.returncode != 0:
+            raise RuntimeError(f"{bench.name}: exit {done.returncode}\n{done.stderr[-3000:]}")
+        result = json.loads(raw.read_text()) if "{out}" in bench.args else None
+        if result is None:
+            result = parse_stdout_json(done.stdout)
+    machine |= cpu_model()
+    path = out_dir / f"{bench.name}.json"
+    record = {
+        "benchmark": bench.name,
+        "command": command_line(shown),
+        "machine": machine,
+        "result": result,
+    }
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    return path
+
+
+def cpu_model() -> dict[str, str]:
+    """The CPU's model name where Linux tells it."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return {"cpu": line.split(":", 1)[1].strip()}
+    except OSError:
+        pass
+    return {}
+
+
+# ------------------------------------------------------------------------------------- render
+
+
+def fmt(value: Any) -> str:
+    """A figure as a table shows it: three significant digits, thousands separated."""
+    if isinstance(value, bool) or value is None:
+        return {True: "yes", False: "no", None: "n/a"}[value]
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return str(value)
+        if abs(value) >= 1000:
+            return f"{value:,.0f}"
+        if abs(value) >= 100:
+            return f"{value:.0f}"
+        if abs(value) >= 10:
+            return f"{value:.1f}"
+        return f"{value:.2f}" if abs(value) >= 0.1 else f"{value:.3g}"
+    if isinstance(value, list):
+        return ", ".join(fmt(v) for v in value)
+    return str(value)
+
+
+def ratio(value: float | None) -> str:
+    """A ratio as ``1.23`` followed by a multiplication sign."""
+    if value is None:
+        return "n/a"
+    return f"{value:,.0f}{X}" if value >= 100 else f"{value:.2f}{X}"
+
+
+def per_s(value: float | None, unit: str) -> str:
+    """A rate with its unit, in millions past a million."""
+    if value is None:
+        return "n/a"
+    if value >= 1e6:
+        return f"{value / 1e6:.2f}M {unit}/s"
+    return f"{value:,.0f} {unit}/s"
+
+
+def get(data: Mapping[str, Any], path: str) -> Any:
+    """``data["a"]["b"]`` for ``path="a.b"``; None where any part is missing."""
+    node: Any = data
+    for part in path.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+Row = tuple[str, str, str, str, str]
+"""measure, result, baseline (same run), ratio, target."""
+
+HEADER = "| measure | result | baseline (same run) | ratio | target |\n|---|---|---|---|---|\n"
+
+
+def table(rows: Sequence[Row]) -> str:
+    """The markdown table of ``rows``."""
+    return HEADER + "".join("| " + " | ".join(r) + " |\n" for r in rows)
+
+
+def target_text(entry: Mapping[str, Any]) -> str:
+    """``≤ 1.3x: met`` from a benchmark's ``{"target", "at_least", "met"}``."""
+    target = entry.get("target")
+    if target is None:
+        return ""
+    sign = "≥" if entry.get("at_least") else "≤"
+    met, median_met = entry.get("met"), entry.get("median_met", entry.get("met"))
+    if met is None:
+        verdict = "n/a"
+    elif met and median_met:
+        verdict = "met"
+    elif met or median_met:
+        verdict = "met by the " + ("best runs" if met else "medians") + " only"
+    else:
+        verdict = "**missed**"
+    return f"{sign} {target}{X}: {verdict}"
+
+
+CACHE_RATIOS = {
+    "publish.ratios.publish_on_off_p1_cpu": (
+        "serving-loop CPU, events on + Publisher, page 1",
+        "events off",
+    ),
+    "publish.ratios.publish_on_off_p16_cpu": ("the same, page 16", "events off"),
+    "publish.ratios.neighbour_off_p1_cpu": (
+        "control: events off beside a busy thread, page 1",
+        "events off alone",
+    ),
+    "publish.ratios.neighbour_off_p16_cpu": ("the same, page 16", "events off alone"),
+    "ratios.ours_on_vs_sglang_on_p1": ("requests/CPU-s, events on, page 1", "sglang, events on"),
+    "ratios.ours_on_vs_sglang_on_p16": ("the same, page 16", "sglang, events on"),
+    "ratios.ours_off_vs_sglang_off_p1": (
+        "requests/CPU-s, events off, page 1",
+        "sglang, events off",
+    ),
+    "ratios.ours_off_vs_sglang_off_p16": ("the same, page 16", "sglang, events off"),
+    "ratios.ours_on_off_overhead_p1": (
+        "take_events() on the serving thread vs events off, page 1",
+        "events off",
+    ),
+    "ratios.ours_on_off_overhead_p16": ("the same, page 16", "events off"),
+}
+
+
+def render_cache(result: Mapping[str, Any]) -> list[Row]:
+    """Ratios of medians (best runs beside them) of ``cache_bench.py --json``."""
+    rows: list[Row] = []
+    medians = result.get("medians_req_per_s", {})
+    for path, (measure, baseline) in CACHE_RATIOS.items():
+        entry = get(result, path)
+        if not isinstance(entry, Mapping):
+            continue
+        shown = f"median {ratio(entry.get('value'))}, best {ratio(entry.get('best'))}"
+        if "_vs_sglang_" in path:  # the two sides' own medians, in requests per CPU-second
+            page, events = path.rsplit("_", 1)[1], path.split("_")[1]
+            ours = medians.get(f"ours/{page}/events_{events}")
+            theirs = medians.get(f"sglang/{page}/events_{events}")
+            shown = f"{fmt(ours)} (median); best runs {ratio(entry.get('best'))}"
+            baseline = f"{baseline}: {fmt(theirs)}"
+        rows.append((measure, shown, baseline, ratio(entry.get("value")), target_text(entry)))
+    wire = get(result, "publish.wire")
+    if isinstance(wire, Mapping) and "wire_bytes_per_block_p1_stored_only" in wire:
+        rows.append(
+            (
+                "wire bytes per page-1 block stored (all records: "
+                f"{fmt(wire.get('wire_bytes_per_block_p1_all_in'))})",
+                fmt(wire["wire_bytes_per_block_p1_stored_only"]),
+                "",
+                "",
+                f"≤ {wire.get('target')}: " + ("met" if wire.get("met") else "**missed**"),
+            )
+        )
+    return rows
+
+
+def render_codec(result: Mapping[str, Any]) -> list[Row]:
+    """``codec_bench.py --json``: decoders against ``orjson.loads``, encoders against the
+    reference encoder, bytes on the wire."""
+    rows: list[Row] = []
+    for section_name, base_name, ratio_key, base_label, target_of in (
+        (
+            "decode",
+            "orjson_loads_v1",
+            "ratio_to_orjson_loads_v1",
+            "`orjson.loads` of v1 JSON",
+            {"decode_wire_v2": f"≥ 1.0{X}"},
+        ),
+        ("encode", "reference_encode_v2", "ratio_to_reference", "pure-Python reference", {}),
+    ):
+        entries = result.get(section_name, {})
+        base = get(entries, f"{base_name}.events_per_s")
+        for name, entry in entries.items():
+            if name != base_name:
+                rows.append(
+                    (
+                        f"{section_name}: `{name}`",
+                        per_s(entry.get("events_per_s"), "events"),
+                        f"{base_label}: {per_s(base, 'events')}",
+                        ratio(entry.get(ratio_key)),
+                        target_of.get(name, ""),
+                    )
+                )
+    wire = result.get("wire", {})
+    if "v2_store_bytes_per_block" in wire:
+        v2, v1 = wire["v2_store_bytes_per_block"], wire.get("v1_store_bytes_per_block")
+        rows.append(
+            (
+                "wire bytes per page-1 block stored (v2)",
+                fmt(v2),
+                f"v1: {fmt(v1)}",
+                ratio(v2 / v1) if v1 else "n/a",
+                "≤ 32",
+            )
+        )
+    return rows
+
+
+def render_log(result: Mapping[str, Any]) -> list[Row]:
+    """``log_bench.py --json``: FileLog appends/s against ``os.write`` + ``fdatasync``."""
+    rows: list[Row] = []
+    for entry in result.get("file", []):
+        rows.append(
+            (
+                f"FileLog `{entry.get('case')}`",
+                per_s(entry.get("filelog_appends_s"), "appends"),
+                f"raw writes: {per_s(entry.get('raw_appends_s'), 'appends')}",
+                ratio(entry.get("ratio")),
+                f"≥ 0.8{X}" if str(entry.get("case", "")).startswith("batch") else "",
+            )
+        )
+    kafka = result.get("kafka")
+    if isinstance(kafka, Mapping):
+        rows.extend(render_log_kafka(kafka))
+    return rows
+
+
+def render_log_kafka(result: Mapping[str, Any]) -> list[Row]:
+    """``log_bench_kafka.py``: MB/s of KafkaLog against ProducerPerformance."""
+    return [
+        (
+            f"KafkaLog appends, {fmt(result.get('count'))} {X} {fmt(result.get('record_bytes'))} B",
+            f"{fmt(result.get('kafkalog_mb_s'))} MB/s",
+            f"ProducerPerformance: {fmt(result.get('producer_performance_mb_s'))} MB/s",
+            ratio(result.get("ratio")),
+            f"≥ 0.5{X}",
+        )
+    ]
+
+
+def render_replica(result: Mapping[str, Any]) -> list[Row]:
+    """``replica_bench.py --json``: each section against its yardstick."""
+    rows: list[Row] = []
+    for key, measure in (
+        ("replay", "replay FileLog → ReplicaSet, 16 events a batch"),
+        ("replay_prefill_steps", "replay, prefill-sized steps"),
+    ):
+        entry = result.get(key)
+        if isinstance(entry, Mapping):
+            rows.append(
+                (
+                    measure,
+                    per_s(entry.get("replay_events_per_s"), "events"),
+                    "`orjson.loads` of the same batches as v1 JSON: "
+                    + per_s(entry.get("v1_json_parse_events_per_s"), "events"),
+                    ratio(entry.get("replay_vs_v1_json")),
+                    f"≥ 1.0{X}",
+                )
+            )
+    apply = result.get("apply")
+    if isinstance(apply, Mapping):
+        rows.append(
+            (
+                "decode + apply v2 records, page-1 blocks",
+                per_s(apply.get("apply_blocks_per_s"), "blocks"),
+                "pure-Python reference replica: "
+                + per_s(apply.get("reference_apply_blocks_per_s"), "blocks"),
+                ratio(apply.get("apply_vs_reference")),
+                "≥ 5M blocks/s",
+            )
+        )
+    restore = result.get("restore")
+    if isinstance(restore, Mapping):
+        cpu = restore.get("restore_cpu_s")
+        rows.append(
+            (
+                f"restore a {fmt(restore.get('snapshot_blocks'))}-block snapshot + tail",
+                "n/a" if cpu is None else f"{cpu * 1000:.1f} ms CPU",
+                "parse the whole log as v1 JSON: "
+                + f"{(restore.get('v1_json_parse_cpu_s') or 0) * 1000:.0f} ms",
+                ratio(restore.get("restore_speedup")),
+                f"≥ 10{X}",
+            )
+        )
+    memory = result.get("memory")
+    if isinstance(memory, Mapping):
+        rows.append(
+            (
+                "RSS per replica block, page 1",
+                f"{fmt(memory.get('rss_bytes_per_block_page1'))} B",
+                f"page 16: {fmt(memory.get('rss_bytes_per_block_page16'))} B",
+                "",
+                "≤ 40 B",
+            )
+        )
+    wire = result.get("wire")
+    if isinstance(wire, Mapping):
+        v2, v1 = wire.get("v2_bytes_per_block_64_pages"), wire.get("v1_bytes_per_block_64_pages")
+        rows.append(
+            (
+                "wire bytes per page-1 block, 64-page stores",
+                f"{fmt(v2)} B",
+                f"v1: {fmt(v1)} B",
+                ratio(v2 / v1) if v2 and v1 else "n/a",
+                "≤ 32 B",
+            )
+        )
+    prefix = result.get("prefix")
+    if isinstance(prefix, Mapping):
+        where = (
+            f"{fmt(prefix.get('prompt_tokens'))}-token prompt, {fmt(prefix.get('sources'))} "
+            f"sources, page {fmt(prefix.get('page_size'))}"
+        )
+        ref = prefix.get("reference_p50_us")
+        for key, label in (("prefix_p50_us", "asked again"), ("prefix_cold_p50_us", "cold")):
+            value = prefix.get(key)
+            rows.append(
+                (
+                    f"PrefixIndex.match p50, {label}, {where}",
+                    f"{fmt(value)} µs",
+                    f"pure-Python reference: {fmt(ref)} µs",
+                    ratio(ref / value) if ref and value else "n/a",
+                    "≤ 50 µs" if label == "cold" else "",
+                )
+            )
+    never = get(result, "lag_file_fsync_never.lag_p99_ms")
+    for key, entry in result.items():
+        if not key.startswith("lag_") or not isinstance(entry, Mapping):
+            continue
+        rate = entry.get("rate_events_per_s") or entry.get("applied_events_per_s")
+        sync = entry.get("fdatasync_max_ms")
+        rows.append(
+            (
+                f"publish → apply lag, `{key}`, {fmt(rate)} events/s",
+                f"p50 {fmt(entry.get('lag_p50_ms'))} ms, p99 {fmt(entry.get('lag_p99_ms'))} ms",
+                f"`fsync=never` p99 {fmt(never)} ms"
+                + ("" if sync is None else f"; slowest fdatasync {fmt(sync)} ms"),
+                "",
+                "p99 ≤ 5 ms" if key == "lag_file" else "",
+            )
+        )
+    return rows
+
+
+def flatten(value: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+    """Every scalar (or list of scalars) in ``value`` with its dotted path."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from flatten(item, f"{path}.{key}" if path else str(key))
+    elif isinstance(value, list) and any(isinstance(v, Mapping | list) for v in value):
+        for index, item in enumerate(value):
+            label = item.get("case") or item.get("name") if isinstance(item, Mapping) else None
+            yield from flatten(item, f"{path}[{label or index}]")
+    else:
+        yield path, value
+
+
+def render_any(result: Mapping[str, Any]) -> list[Row]:
+    """Any JSON: one row per top-level entry, its figures side by side (a section's own
+    baseline, when it has one, is among them)."""
+    rows: list[Row] = []
+    for key, value in result.items():
+        if key == "machine":
+            continue
+        figures = [(p, v) for p, v in flatten(value) if not isinstance(v, str) or len(v) < 80]
+        if len(figures) == 1 and figures[0][0] == "":
+            rows.append((f"`{key}`", fmt(figures[0][1]), "", "", ""))
+        elif figures:
+            shown = "; ".join(f"{p} {fmt(v)}" for p, v in figures[:16])
+            rows.append((f"`{key}`", shown, "", "", ""))
+    return rows
+
+
+RENDERERS: dict[str, Callable[[Mapping[str, Any]], list[Row]]] = {
+    "cache": render_cache,
+    "codec": render_codec,
+    "log": render_log,
+    "log_kafka": render_log_kafka,
+    "replica": render_replica,
+}
+
+
+def machine_text(machine: Mapping[str, Any] | None) -> str:
+    """The machine row of one run."""
+    if not machine:
+        return "Machine: not recorded."
+    parts = []
+    if "cpu" in machine:
+        parts.append(str(machine["cpu"]))
+    if "cpus" in machine:
+        parts.append(f"{machine['cpus']} CPUs")
+    if "load_average_1m" in machine:
+        parts.append(f"load average {machine['load_average_1m']:.2f} at the end")
+    if "steal_share" in machine:
+        parts.append(f"steal {machine['steal_share'] * 100:.1f}% of CPU time")
+    return (
+        "Machine: "
+        + ", ".join(parts)
+        + ". A shared VM with other jobs beside the run: compare the ratios of one run, not "
+        "rates across runs."
+    )
+
+
+def load(path: Path) -> dict[str, Any]:
+    """A ``run`` record, or a script's bare JSON wrapped as one (named after the file)."""
+    data = json.loads(path.read_text())
+    if isinstance(data, Mapping) and "benchmark" in data and "result" in data:
+        return dict(data)
+    name = path.stem
+    machine = data.get("machine") if isinstance(data, Mapping) else None
+    return {"benchmark": name, "command": None, "machine": machine, "result": data}
+
+
+def section(record: Mapping[str, Any]) -> str:
+    """One benchmark's heading, command, table and machine row."""
+    name = str(record["benchmark"])
+    bench = BY_NAME.get(name)
+    result = record["result"]
+    if not isinstance(result, Mapping):
+        result = {"result": result}
+    renderer = RENDERERS.get(name)
+    rows = renderer(result) if renderer is not None else []
+    if not rows:  # an unknown benchmark, or a known one whose JSON changed shape
+        rows = render_any(result)
+    machine = record.get("machine") or result.get("machine")
+    command = record.get("command")
+    lines = [f"## {bench.title if bench else name}", ""]
+    lines.append(f"Command: `{command}`" if command else "Command: not recorded.")
+    lines += ["", table(rows).rstrip("\n"), "", machine_text(machine), ""]
+    return "\n".join(lines)
+
+
+INTRO = """# Benchmark results
+
+One table per benchmark, from one run of `bench/report.py run` on the machine named under each
+table; `bench/report.py render` wrote this file from the runs' JSON. Every row compares a
+measure with its baseline measured in the same run, so read the ratio column: two runs minutes
+apart on a shared VM differ in rates by more than the ratios move. Sizes are modest (the
+commands say which); each script's defaults are larger. A target is the project's own goal for
+that row.
+
+Regenerate: `.venv/bin/python bench/report.py run --kafka 127.0.0.1:19092` (writes
+`bench/results/*.json`), then `.venv/bin/python bench/report.py render bench/results/*.json`.
+"""
+
+
+def render(paths: Sequence[Path]) -> str:
+    """RESULTS.md for the records in ``paths``, in ``BENCHMARKS`` order, unknown ones last."""
+    records = [load(p) for p in paths]
+    order = {b.name: i for i, b in enumerate(BENCHMARKS)}
+    records.sort(key=lambda r: (order.get(str(r["benchmark"]), len(order)), str(r["benchmark"])))
+    return INTRO + "\n" + "\n".join(section(r) for r in records)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``run`` or ``render``; the exit status."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="action", required=True)
+    run = sub.add_parser("run", help="run the benchmarks and save their JSON")
+    run.add_argument("--out", type=Path, default=BENCH / "results")
+    run.add_argument("--kafka", help="HOST:PORT of a broker (without it, log_kafka is skipped)")
+    run.add_argument(
+        "--sglang-python",
+        default=str(BENCH / ".venv-sglang" / "bin" / "python"),
+        help="sglang's interpreter (bash bench/setup_sglang.sh)",
+    )
+    run.add_argument("--only", nargs="+", choices=list(BY_NAME), help="these benchmarks only")
+    draw = sub.add_parser("render", help="write RESULTS.md from saved JSON")
+    draw.add_argument("json", nargs="+", type=Path)
+    draw.add_argument("--output", type=Path, default=RESULTS_MD)
+    args = parser.parse_args(argv)
+    if args.action == "run":
+        args.out.mkdir(parents=True, exist_ok=True)
+        for bench in BENCHMARKS:
+            if args.only and bench.name not in args.only:
+                continue
+            if bench.needs_kafka and not args.kafka:
+                print(f"{bench.name}: skipped (no --kafka)", file=sys.stderr)
+                continue
+            if bench.name == "cache" and not os.path.exists(args.sglang_python):
+                sys.stderr.write(f"cache: no {args.sglang_python}: bash bench/setup_sglang.sh\n")
+                return 1
+            print(f"{bench.name}: {run_one(bench, args.out, args.kafka, args.sglang_python)}")
+        return 0
+    args.output.write_text(render(args.json))
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""Which optional extra of the ``swa-es`` distribution brings which third-party module.
+
+The core install (``pip install swa-es``) holds the log, the follower and the codec; torch, Kafka,
+the engine bridge and the HTTP services are extras, so a follower or a bridge need not install
+torch. A command that meets a missing one says which extra to install instead of a traceback.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+EXTRA_OF_MODULE: Final[dict[str, str]] = {
+    "torch": "cache",
+    "aiokafka": "kafka",
+    "zmq": "bridge",
+    "msgpack": "bridge",
+    "starlette": "service",
+    "uvicorn": "service",
+    "prometheus_client": "service",
+}
+"""Top-level module name -> the extra (``pip install 'swa-es[EXTRA]'``) that installs it."""
+
+
+class MissingExtraError(Exception):
+    """A command needs a module of an optional extra that is not installed."""
+
+    def __init__(self, module: str, extra: str) -> None:
+        super().__init__(
+            f"needs {module}, which is not installed: pip install 'swa-es[{extra}]' "
+            "(or 'swa-es[all]')"
+        )
+        self.module = module
+        self.extra = extra
+
+
+def missing_extra(exc: BaseException) -> MissingExtraError | None:
+    """``exc`` as a :class:`MissingExtraError` when it is the import of an extra's module that
+    failed, else None."""
+    if isinstance(exc, MissingExtraError):
+        return exc
+    if not isinstance(exc, ModuleNotFoundError) or not exc.name:
+        return None
+    module = exc.name.split(".", 1)[0]
+    extra = EXTRA_OF_MODULE.get(module)
+    return None if extra is None else MissingExtraError(module, extra)
