@@ -1,16 +1,21 @@
 """``DirectorySnapshotStore``: one file per snapshot in a directory on the follower's disk.
 
 Files are named ``snapshot-<generation>.swasnap`` (format: ``consumers.snapshots.format``) and
-written tmp -> fsync -> rename -> fsync(dir): a failed write leaves no partial file behind. A
+written tmp -> fsync -> link -> fsync(dir): a failed write leaves no partial file behind, and two
+writers sharing the directory never take the same generation (the link fails for the second,
+which takes the next). A
 corrupt or foreign-version file is skipped with a warning and never loaded. Only the newest
 ``keep`` files are kept.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Collection, Mapping
+import secrets
+import time
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +35,8 @@ from log import Position
 from log.directories import create_data_directory
 
 logger = logging.getLogger(__name__)
+
+_STRAY_TMP_AGE_S = 600.0
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -64,33 +71,47 @@ class DirectorySnapshotStore:
                 found.append((int(match.group(1)), entry))
         return sorted(found)
 
-    def _write_blocking(self, data_of: Any) -> Path:
+    def _write_blocking(self, data_of: Callable[[int], bytes]) -> Path:
         create_data_directory(self.directory)
-        existing = self._generations()
-        generation = existing[-1][0] + 1 if existing else 1
-        final = self.directory / file_name(generation)
-        tmp = self.directory / f".{final.name}.tmp"
-        data = data_of(generation)
+        while True:
+            existing = self._generations()
+            generation = existing[-1][0] + 1 if existing else 1
+            final = self.directory / file_name(generation)
+            if self._claim(final, data_of(generation)):
+                break
+        _fsync_dir(self.directory)
+        self._prune_blocking()
+        return final
+
+    def _claim(self, final: Path, data: bytes) -> bool:
+        """Write ``data`` durably as ``final`` unless another writer took that name first
+        (False). The file appears whole or not at all."""
+        tmp = self.directory / f".{final.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
         try:
             with tmp.open("wb") as handle:
                 handle.write(data)
                 handle.flush()
                 os.fsync(handle.fileno())
+            # link, not rename: it refuses to replace the snapshot of a concurrent writer
+            os.link(tmp, final)
+        except FileExistsError:
+            return False
         except OSError as exc:
             # A full disk, say: the older snapshots are untouched; leave no partial file.
-            tmp.unlink(missing_ok=True)
             raise SnapshotError(str(self.directory), f"cannot write a snapshot: {exc}") from exc
-        tmp.replace(final)
-        _fsync_dir(self.directory)
-        self._prune_blocking()
-        return final
+        finally:
+            tmp.unlink(missing_ok=True)
+        return True
 
     def _prune_blocking(self) -> None:
         existing = self._generations()
         for _, path in existing[: max(0, len(existing) - self.keep)]:
             path.unlink(missing_ok=True)
+        stale_before = time.time() - _STRAY_TMP_AGE_S  # a live writer's file is younger
         for stray in self.directory.glob(".snapshot-*.tmp"):
-            stray.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                if stray.stat().st_mtime < stale_before:
+                    stray.unlink()
         _fsync_dir(self.directory)
 
     async def write(

@@ -67,7 +67,10 @@ class BlobTopic(ClosesOnExit):
     def __init__(self, options: KafkaOptions, partitions: int, max_value_bytes: int) -> None:
         self._options = options
         self._partitions = [TopicPartition(options.topic, p) for p in range(partitions)]
-        self._producer = AIOKafkaProducer(**producer_kwargs(options))
+        kwargs = producer_kwargs(options)
+        # the topic's max.message.bytes bounds a whole record batch, not one record
+        kwargs["max_batch_size"] = min(options.max_batch_bytes, max_value_bytes)
+        self._producer = AIOKafkaProducer(**kwargs)
         self._max_value_bytes = max_value_bytes
         self._closed = False
 
