@@ -12,10 +12,11 @@ record layout is ``consumers.snapshots.chunks``; the topic itself is a ``log.kaf
   newest first (generation, then creation time). A snapshot is used only when every chunk it
   names is there and checks out, the whole matches the manifest's checksum, and the bytes parse
   as a snapshot whose position matches the manifest's; otherwise the one before is tried.
-- **Pruning**: after a write, snapshots of the group beyond the newest ``keep`` (of every writer
-  this store has seen) are tombstoned, manifest first, then their chunks; so are chunks of
-  generations older than every kept snapshot that no manifest names (a killed writer's).
-  Compaction then frees them.
+- **Pruning**: before a write the store reads what the group's writers added since its last
+  scan; after it, snapshots of the group beyond the newest ``keep`` (whoever wrote them) are
+  tombstoned, manifest first, then their chunks; so are the records of generations older than
+  every kept snapshot that no good manifest names (a killed writer's chunks). Compaction then
+  frees them.
 - **Sharing**: keys start with the group name; each store instance writes under its own random
   writer id, so two followers of one group writing at once never write the same key.
 """
@@ -58,8 +59,9 @@ _KEY_ROOM_BYTES = 512
 
 
 @dataclass(slots=True)
-class _Scan:
-    """What one scan of the group's keys found: the last value of every key."""
+class _Seen:
+    """What scans found of the group's keys (the last record of each key wins): manifest values,
+    which chunks are there (values only when a scan keeps them), each snapshot's generation."""
 
     manifests: dict[str, bytes | None] = field(default_factory=dict)
     chunks: dict[str, dict[int, bytes | None]] = field(default_factory=dict)
@@ -84,6 +86,17 @@ class _Scan:
             found.append(manifest)
         return sorted(found, key=_order)
 
+    def live_keys(self, group: str, snap: str) -> list[str]:
+        """The keys of ``snap`` that still hold a value: its manifest first, then its chunks."""
+        keys = [manifest_key(group, snap)] if self.manifests.get(snap) is not None else []
+        chunks = self.chunks.get(snap, {})
+        return keys + [chunk_key(group, snap, i) for i, value in sorted(chunks.items()) if value is not None]
+
+    def forget(self, snap: str) -> None:
+        """``snap`` was tombstoned."""
+        self.manifests.pop(snap, None)
+        self.chunks.pop(snap, None)
+
 
 def _order(manifest: Manifest) -> tuple[int, float, str]:
     return (manifest.generation, manifest.created_at, manifest.snap)
@@ -102,11 +115,9 @@ class KafkaSnapshotStore:
         self.keep = keep
         self.writer = secrets.token_hex(4)
         self.chunk_bytes = topic.max_value_bytes - HEADER_BYTES - _KEY_ROOM_BYTES
-        # manifests known to this instance (from its scans and its own writes), by snap
-        self._known: dict[str, Manifest] | None = None
-        # records of the group no good manifest names (index -1: an unreadable manifest)
-        self._orphans: dict[str, set[int]] = {}
-        self._orphan_generations: dict[str, int] = {}
+        # what this instance knows of the group's keys, and where its last scan ended
+        self._seen = _Seen()
+        self._scanned_to: dict[int, int] = {}
 
     @property
     def url(self) -> str:
@@ -125,32 +136,34 @@ class KafkaSnapshotStore:
             dict(manifest.digests),
         )
 
-    async def _scan(self) -> _Scan:
-        scan = _Scan()
-        async for record in self.topic.scan(f"{self.group}/"):
+    async def _scan(self, *, whole: bool) -> _Seen:
+        """Read the group's records: all of them, chunk values kept (``whole``), or only those
+        written since the last scan, noting which chunks are there. Either way ``_seen`` is
+        brought up to date (a whole scan replaces it)."""
+        seen = _Seen() if whole else self._seen
+        reached: dict[int, int] = {}
+        start = None if whole else self._scanned_to
+        async for record in self.topic.scan(f"{self.group}/", start=start, reached=reached):
             parsed = parse_key(self.group, record.key)
             if parsed is None:
                 continue
-            scan.generations[parsed.snap] = parsed.generation
+            seen.generations[parsed.snap] = parsed.generation
             if parsed.chunk is None:
-                scan.manifests[parsed.snap] = record.value
+                seen.manifests[parsed.snap] = record.value
             else:
-                scan.chunks.setdefault(parsed.snap, {})[parsed.chunk] = record.value
-        self._remember(scan)
-        return scan
-
-    def _remember(self, scan: _Scan) -> None:
-        known = {m.snap: m for m in scan.good_manifests(self.topic.url)}
-        self._known = known
-        self._orphans = {
-            snap: {index for index, value in chunks.items() if value is not None}
-            for snap, chunks in scan.chunks.items()
-            if scan.manifests.get(snap) is None and any(v is not None for v in chunks.values())
-        }
-        for snap, value in scan.manifests.items():
-            if value is not None and snap not in known:  # an unreadable manifest: prune it too
-                self._orphans.setdefault(snap, set()).add(-1)
-        self._orphan_generations = dict(scan.generations)
+                kept = record.value if whole else (b"" if record.value is not None else None)
+                seen.chunks.setdefault(parsed.snap, {})[parsed.chunk] = kept
+        self._scanned_to = reached
+        if whole:
+            self._seen = _Seen(
+                dict(seen.manifests),
+                {
+                    snap: {i: (b"" if v is not None else None) for i, v in chunks.items()}
+                    for snap, chunks in seen.chunks.items()
+                },
+                dict(seen.generations),
+            )
+        return seen
 
     # --- writing --------------------------------------------------------------------------
 
@@ -162,10 +175,8 @@ class KafkaSnapshotStore:
         digests: Mapping[str, str | None] | None = None,
     ) -> SnapshotInfo:
         """Write the chunks, then (all acknowledged) the manifest; then prune."""
-        if self._known is None:
-            await self._scan()
-        assert self._known is not None
-        generation = 1 + max((m.generation for m in self._known.values()), default=0)
+        await self._scan(whole=False)  # learn what other writers of the group did meanwhile
+        generation = 1 + max(self._seen.generations.values(), default=0)
         snap = snap_id(generation, self.writer)
         data = await anyio.to_thread.run_sync(
             encode_snapshot, generation, position, cursors, views, digests
@@ -187,40 +198,36 @@ class KafkaSnapshotStore:
             crc32c.crc32c(data),
             stored,
         )
-        value = manifest.to_value()
         key = manifest_key(self.group, snap)
         # the manifest's own record counts too (as sized before this field was filled in)
-        manifest = dataclasses.replace(manifest, stored_bytes=stored + len(key) + len(value))
-        await self.topic.put([(key, manifest.to_value())])
-        self._known[snap] = manifest
+        stored += len(key) + len(manifest.to_value())
+        manifest = dataclasses.replace(manifest, stored_bytes=stored)
+        value = manifest.to_value()
+        await self.topic.put([(key, value)])
+        self._seen.generations[snap] = generation
+        self._seen.chunks[snap] = dict.fromkeys(range(len(pieces)), b"")
+        self._seen.manifests[snap] = value
         await self._prune()
         return self._info(manifest)
 
     async def _prune(self) -> None:
-        assert self._known is not None
-        ordered = sorted(self._known.values(), key=_order)
+        """Tombstone the group's snapshots beyond the newest ``keep``, and the records of older
+        generations no good manifest names (a killed writer's chunks, an unreadable manifest)."""
+        seen = self._seen
+        ordered = seen.good_manifests(self.topic.url)
         dropped = ordered[: max(0, len(ordered) - self.keep)]
         kept = ordered[len(dropped) :]
-        tombstones: list[tuple[str, bytes | None]] = []
-        for manifest in dropped:
-            tombstones.append((manifest_key(self.group, manifest.snap), None))
-            tombstones += [
-                (chunk_key(self.group, manifest.snap, i), None)
-                for i in range(len(manifest.chunk_sizes))
-            ]
-            del self._known[manifest.snap]
         oldest_kept = kept[0].generation if kept else 0
-        for snap, indices in list(self._orphans.items()):
-            if self._orphan_generations.get(snap, oldest_kept) >= oldest_kept:
-                continue  # maybe a live writer's snapshot in the making
-            for index in sorted(indices):
-                key = (
-                    manifest_key(self.group, snap)
-                    if index < 0
-                    else chunk_key(self.group, snap, index)
-                )
-                tombstones.append((key, None))
-            del self._orphans[snap]
+        named = {m.snap for m in kept}
+        doomed = [m.snap for m in dropped] + [
+            snap
+            for snap, generation in seen.generations.items()
+            if snap not in named and generation < oldest_kept  # newer: maybe in the making
+        ]
+        tombstones: list[tuple[str, bytes | None]] = []
+        for snap in dict.fromkeys(doomed):
+            tombstones += [(key, None) for key in seen.live_keys(self.group, snap)]
+            seen.forget(snap)
         if tombstones:
             await self.topic.put(tombstones)
             logger.info("tombstoned %d records of older snapshots on %s", len(tombstones), self.url)
@@ -229,15 +236,14 @@ class KafkaSnapshotStore:
 
     async def infos(self) -> list[SnapshotInfo]:
         """Snapshots whose manifest checks out, oldest first (chunks not checked)."""
-        scan = await self._scan()
-        return [self._info(m) for m in scan.good_manifests(self.topic.url)]
+        seen = await self._scan(whole=False)
+        return [self._info(m) for m in seen.good_manifests(self.topic.url)]
 
     async def oldest_kept_position(self) -> Position | None:
-        """The position of the oldest snapshot this instance knows is kept."""
-        if self._known is None:
-            await self._scan()
-        assert self._known is not None
-        ordered = sorted(self._known.values(), key=_order)
+        """The position of the oldest snapshot kept (as of this instance's last scan)."""
+        if not self._scanned_to:
+            await self._scan(whole=False)
+        ordered = self._seen.good_manifests(self.topic.url)
         return ordered[0].position if ordered else None
 
     def _assemble(self, manifest: Manifest, chunks: Mapping[int, bytes | None]) -> Snapshot:
@@ -276,7 +282,7 @@ class KafkaSnapshotStore:
     ) -> Snapshot | None:
         """The newest complete snapshot whose chunks all verify and which holds every view in
         ``required_views`` (generations below ``older_than`` when given); None when none."""
-        scan = await self._scan()
+        scan = await self._scan(whole=True)
         for manifest in reversed(scan.good_manifests(self.topic.url)):
             if older_than is not None and manifest.generation >= older_than:
                 continue

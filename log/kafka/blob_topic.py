@@ -19,7 +19,7 @@ Writes go through an idempotent producer (``acks=all``), so a retried send is st
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Self
 
@@ -155,9 +155,17 @@ class BlobTopic(ClosesOnExit):
                 raise translate(error, self._where("put"), writing=True) from error
             raise
 
-    async def scan(self, prefix: str = "") -> AsyncIterator[BlobRecord]:
-        """Every record whose key starts with ``prefix``, from each partition's beginning up to
-        its end offset taken now, oldest first per partition."""
+    async def scan(
+        self,
+        prefix: str = "",
+        *,
+        start: Mapping[int, int] | None = None,
+        reached: dict[int, int] | None = None,
+    ) -> AsyncIterator[BlobRecord]:
+        """Every record whose key starts with ``prefix``, from ``start`` (per partition; default
+        each partition's beginning, also where ``start`` lies before it) up to the end offsets
+        taken now, oldest first per partition. Once the scan is done, ``reached`` (when given)
+        holds those end offsets: where the next scan of what is new starts."""
         self._check_open()
         kwargs = consumer_kwargs(self._options)
         kwargs["isolation_level"] = "read_uncommitted"  # no transactions here; no LSO wait
@@ -166,7 +174,9 @@ class BlobTopic(ClosesOnExit):
             await consumer.start()
             consumer.assign(self._partitions)
             ends = await consumer.end_offsets(self._partitions)
-            await consumer.seek_to_beginning(*self._partitions)
+            firsts = await consumer.beginning_offsets(self._partitions)
+            for tp in self._partitions:
+                consumer.seek(tp, max(firsts[tp], (start or {}).get(tp.partition, 0)))
             active = [tp for tp in self._partitions if await consumer.position(tp) < ends[tp]]
             while active:
                 polled = await consumer.getmany(
@@ -186,6 +196,8 @@ class BlobTopic(ClosesOnExit):
             raise
         finally:
             await consumer.stop()
+        if reached is not None:
+            reached.update({tp.partition: offset for tp, offset in ends.items()})
 
     async def close(self) -> None:
         """Flush and stop the producer."""
