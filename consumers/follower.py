@@ -54,11 +54,20 @@ from consumers.snapshots import Snapshot, SnapshotInfo, SnapshotStorage
 from consumers.views.prefix_index import PrefixIndex
 from consumers.views.replica import ReplicaSet
 from consumers.views.view import DigestView, View, WireView
-from log import BatchReader, EventLog, LogUnavailableError, Position, Record, StartAt
+from log import (
+    BatchReader,
+    EventLog,
+    LogError,
+    LogUnavailableError,
+    Position,
+    Record,
+    StartAt,
+)
 
 logger = logging.getLogger(__name__)
 
 PIN_NAME = "snapshots"
+_RETENTION_RACES = 5
 
 
 @runtime_checkable
@@ -339,23 +348,43 @@ class Follower:
             raise ConsumerError("this follower is already reading its log")
         self._reading = True
         try:
-            # no position yet: "beginning" is wherever retention left the log's start
-            start: StartAt = self.position if self._offsets else "beginning"
-            start = await self._past_lost_history(start)
-            if self._lane_set is not None and isinstance(self.log, BatchReader):
-                await self._read_in_lane(self._lane_set, self.log, start, follow, progress)
-                return
-            done = 0
-            handle = self._handle
-            async for record in self.log.read(start, follow=follow):
-                handle(record)
-                done += 1
-                if progress is not None and done % ADVANCE_EVERY_RECORDS == 0:
-                    progress.advanced(done)
-                if self.store is not None and self._snapshot_due():
-                    await self.snapshot()
+            for attempt in range(1, _RETENTION_RACES + 1):
+                # no position yet: "beginning" is wherever retention left the log's start
+                start: StartAt = self.position if self._offsets else "beginning"
+                start = await self._past_lost_history(start)
+                try:
+                    await self._read_from(start, follow, progress)
+                    return
+                except LogError as exc:
+                    # retention deleted what this read was about to fetch: look again
+                    if attempt == _RETENTION_RACES or not await self._overtaken():
+                        raise
+                    logger.warning("retention overtook the read (%s); reading on", exc)
         finally:
             self._reading = False
+
+    async def _read_from(
+        self, start: StartAt, follow: bool, progress: ReplayProgress | None
+    ) -> None:
+        if self._lane_set is not None and isinstance(self.log, BatchReader):
+            await self._read_in_lane(self._lane_set, self.log, start, follow, progress)
+            return
+        done = 0
+        handle = self._handle
+        async for record in self.log.read(start, follow=follow):
+            handle(record)
+            done += 1
+            if progress is not None and done % ADVANCE_EVERY_RECORDS == 0:
+                progress.advanced(done)
+            if self.store is not None and self._snapshot_due():
+                await self.snapshot()
+
+    async def _overtaken(self) -> bool:
+        """Whether the log now starts past where this follower stands (retention)."""
+        if not isinstance(self.log, KnowsItsBeginning):
+            return False
+        firsts = await self.log.beginning()
+        return any(self._offsets.get(p, 0) < first for p, first in firsts.offsets.items())
 
     async def _past_lost_history(self, start: StartAt) -> StartAt:
         """Where to read from when the log deleted records before ``start`` needs them: the
@@ -371,7 +400,9 @@ class Follower:
         }
         if not lost:
             return start
-        self.lost_history.update(lost)
+        for p, (first, end) in lost.items():
+            earlier = self.lost_history.get(p)
+            self.lost_history[p] = (first if earlier is None else min(first, earlier[0]), end)
         gone = _ranges_text(lost)
         logger.warning(
             "the log no longer holds %s (removed by retention); reading from where it starts "

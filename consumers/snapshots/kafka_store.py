@@ -90,7 +90,9 @@ class _Seen:
         """The keys of ``snap`` that still hold a value: its manifest first, then its chunks."""
         keys = [manifest_key(group, snap)] if self.manifests.get(snap) is not None else []
         chunks = self.chunks.get(snap, {})
-        return keys + [chunk_key(group, snap, i) for i, value in sorted(chunks.items()) if value is not None]
+        return keys + [
+            chunk_key(group, snap, i) for i, value in sorted(chunks.items()) if value is not None
+        ]
 
     def forget(self, snap: str) -> None:
         """``snap`` was tombstoned."""
