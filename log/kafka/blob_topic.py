@@ -37,6 +37,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_SEGMENT_MS = 3_600_000
 _POLL_RECORDS = 500
+_SCAN_FETCH_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +170,10 @@ class BlobTopic(ClosesOnExit):
         self._check_open()
         kwargs = consumer_kwargs(self._options)
         kwargs["isolation_level"] = "read_uncommitted"  # no transactions here; no LSO wait
+        # whole blobs in few round trips: a fetch of one record batch at a time is slow
+        kwargs["max_partition_fetch_bytes"] = _SCAN_FETCH_BYTES
+        kwargs["fetch_max_bytes"] = _SCAN_FETCH_BYTES
+        kwargs["check_crcs"] = False
         consumer = AIOKafkaConsumer(**kwargs)
         try:
             await consumer.start()
