@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from consumers import Follower, KafkaSnapshotStore, ReplicaSet, open_snapshot_store
-from consumers.snapshots.chunks import chunk_key, encode_chunk, parse_key, snap_id
+from consumers.snapshots.chunks import chunk_key, encode_chunk, parse_key
 from log import Position
 from tests.consumers.primary_model import PrimaryModel, record
 from tests.fixtures.kafka import KafkaLogFactory, fresh_topic
@@ -168,12 +168,3 @@ async def test_an_existing_topic_that_is_not_compacted_is_refused(
     log = await kafka_log_factory()
     with pytest.raises(Exception, match=r"cleanup\.policy"):
         await open_snapshot_store(f"kafka://{kafka_bootstrap}/{log.topic}")
-
-
-def test_keys_name_generation_and_writer() -> None:
-    """A snapshot's keys carry its group, generation and writer."""
-    snap = snap_id(7, "ab12cd34")
-    parsed = parse_key("g", chunk_key("g", snap, 3))
-    assert parsed is not None
-    assert (parsed.snap, parsed.generation, parsed.chunk) == (snap, 7, 3)
-    assert parse_key("other", chunk_key("g", snap, 3)) is None
