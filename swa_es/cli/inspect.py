@@ -4,7 +4,7 @@ Each record is decoded strictly; its key must name the batch's source. A record 
 reported on stderr with its position and the scan goes on; a corrupt stretch of the log itself
 (``CorruptRecordError``) ends the scan there, after everything before it was printed.
 
-With ``--snapshots STORE`` it verifies the snapshots of a store (a directory or a ``kafka://``
+With ``--verify-snapshots STORE`` it verifies the snapshots of a store (a directory or a ``kafka://``
 snapshot topic) instead: one JSON line per snapshot, oldest first, saying whether it loads
 whole and whether the log still holds every record after its position (a snapshot older than
 what retention left cannot be caught up from).

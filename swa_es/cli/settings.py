@@ -317,13 +317,14 @@ SETTINGS: Final[tuple[Setting[Any], ...]] = (
         metavar="STORE",
     ),
     Setting(
-        "snapshots",
+        "verify-snapshots",
         v.snapshot_store,
         None,
         "list and verify the snapshots of this store (a directory or a kafka:// URL) instead "
         "of the log's records",
         ("inspect",),
         metavar="STORE",
+        attr="snapshots",
         shown_default="none",
     ),
     Setting(

@@ -31,7 +31,7 @@ def test_a_second_router_restores_from_the_snapshot_topic(
     tmp_path: Path,
 ) -> None:
     """serve -> snapshot (Kafka store) -> restore and follow elsewhere: same digest as the
-    primary, the tail only replayed; inspect --snapshots says the snapshot loads whole."""
+    primary, the tail only replayed; inspect --verify-snapshots says the snapshot loads whole."""
     log = f"kafka://{kafka_bootstrap}/{fresh_topic(request)}"
     store = f"kafka://{kafka_bootstrap}/{fresh_topic(request)}-snap?group=routers"
     assert main(["serve", "--log", log, "--requests", str(REQUESTS), *CACHE_FLAGS]) == 0
@@ -52,7 +52,7 @@ def test_a_second_router_restores_from_the_snapshot_topic(
     assert restored["lost_history"] == {}
     assert restored["sources"] == written["sources"]
 
-    assert main(["inspect", log, "--snapshots", store]) == 0
+    assert main(["inspect", log, "--verify-snapshots", store]) == 0
     (listed,) = _lines(capsys.readouterr().out)
     assert listed["valid"] is True
     assert listed["log_holds_tail"] is True
