@@ -357,7 +357,7 @@ class Follower:
                     return
                 except LogError as exc:
                     # retention deleted what this read was about to fetch: look again
-                    if attempt == _RETENTION_RACES or not await self._overtaken():
+                    if attempt == _RETENTION_RACES or not await self._overtaken(start):
                         raise
                     logger.warning("retention overtook the read (%s); reading on", exc)
         finally:
@@ -379,12 +379,15 @@ class Follower:
             if self.store is not None and self._snapshot_due():
                 await self.snapshot()
 
-    async def _overtaken(self) -> bool:
-        """Whether the log now starts past where this follower stands (retention)."""
+    async def _overtaken(self, start: StartAt) -> bool:
+        """Whether the log now starts past where this follower stands, having read from
+        ``start`` (retention deleted records since)."""
         if not isinstance(self.log, KnowsItsBeginning):
             return False
+        stands = start.offsets if isinstance(start, Position) else {}
+        stands.update(self._offsets)
         firsts = await self.log.beginning()
-        return any(self._offsets.get(p, 0) < first for p, first in firsts.offsets.items())
+        return any(stands.get(p, 0) < first for p, first in firsts.offsets.items())
 
     async def _past_lost_history(self, start: StartAt) -> StartAt:
         """Where to read from when the log deleted records before ``start`` needs them: the
