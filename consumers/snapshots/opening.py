@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from consumers.snapshots.base import SnapshotStorage
+from consumers.snapshots.chunks import GROUP
 from consumers.snapshots.directory import DirectorySnapshotStore
 from consumers.snapshots.kafka_store import KafkaSnapshotStore
 from log import ConfigError
@@ -55,6 +56,8 @@ async def open_snapshot_store(
     query: dict[str, Any] = dict(parse_qsl(parts.query, keep_blank_values=True))
     query.update(options)
     group = str(query.pop("group", DEFAULT_GROUP))
+    if not GROUP.match(group):
+        raise ConfigError("group", f"expected letters, digits, '.', '_' or '-', got {group!r}")
     segment_ms = query.pop("segment_ms", DEFAULT_SEGMENT_MS)
     try:
         segment_ms = int(segment_ms)
@@ -62,9 +65,7 @@ async def open_snapshot_store(
         raise ConfigError("segment_ms", f"expected an integer, got {segment_ms!r}") from None
     query.setdefault("max_record_bytes", DEFAULT_MAX_RECORD_BYTES)
     kafka_options = parse_options(parts.netloc, parts.path, query)
+    if type(keep) is not int or keep < 1:
+        raise ConfigError("keep", f"must be a positive int, got {keep!r}")
     topic = await BlobTopic.open(kafka_options, segment_ms=segment_ms)
-    try:
-        return KafkaSnapshotStore(topic, group, keep=keep)
-    except ValueError as exc:
-        await topic.close()
-        raise ConfigError("group", str(exc)) from None
+    return KafkaSnapshotStore(topic, group, keep=keep)
