@@ -1,4 +1,4 @@
-"""Consumers of the event log: the ``Follower``, its views and the ``SnapshotStore``.
+"""Consumers of the event log: the ``Follower``, its views and its snapshot stores.
 
 This package imports only ``cache.events`` and ``log`` (never torch or the tree).
 """
@@ -12,7 +12,15 @@ from consumers.errors import (
 )
 from consumers.follower import Follower
 from consumers.metrics import FollowerMetrics
-from consumers.snapshot_store import Snapshot, SnapshotInfo, SnapshotStore
+from consumers.snapshot_store import SnapshotStore
+from consumers.snapshots import (
+    DirectorySnapshotStore,
+    KafkaSnapshotStore,
+    Snapshot,
+    SnapshotInfo,
+    SnapshotStorage,
+    open_snapshot_store,
+)
 from consumers.views.prefix_index import PrefixIndex, PrefixMatch
 from consumers.views.replica import ReplicaBlock, ReplicaSet, ReplicaTree, SourceMeta
 from consumers.views.stats import Churn, SourceStats, Stats
@@ -31,6 +39,10 @@ __all__ = [
     "SourceStats",
     "Churn",
     "SnapshotStore",
+    "SnapshotStorage",
+    "DirectorySnapshotStore",
+    "KafkaSnapshotStore",
+    "open_snapshot_store",
     "Snapshot",
     "SnapshotInfo",
     "View",

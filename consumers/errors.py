@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
+from cache.events.replica_store import ReplicaConsistencyError
+
 
 class ConsumerError(Exception):
     """Base class of every consumers error."""
 
 
-class ViewConsistencyError(ConsumerError):
+class ViewConsistencyError(ConsumerError, ReplicaConsistencyError):
     """A batch does not fit a view's state (unknown block or parent, block stored twice...).
 
-    The follower catches it and marks ``source`` diverged; it never reaches the caller of
-    ``catch_up`` or ``run``.
+    The view-level face of the replica store's ``ReplicaConsistencyError`` (same ``source`` and
+    ``reason``, and an instance of it). The follower catches it and marks ``source`` diverged; it
+    never reaches the caller of ``catch_up`` or ``run``.
     """
-
-    def __init__(self, source: str, reason: str) -> None:
-        self.source = source
-        self.reason = reason
-        super().__init__(f"source {source!r}: {reason}")
 
 
 class ViewStateError(ConsumerError):
@@ -30,7 +28,8 @@ class ViewStateError(ConsumerError):
 
 
 class SnapshotError(ConsumerError):
-    """A snapshot file is corrupt, of a foreign version, or does not fit the follower."""
+    """A snapshot is corrupt, incomplete, of a foreign version, or does not fit the follower;
+    ``path`` says where it is (a file, or a Kafka topic and key)."""
 
     def __init__(self, path: str, reason: str) -> None:
         self.path = path

@@ -17,8 +17,15 @@ and stops at the first record that is not; that record goes through the path abo
 the one that judges (gaps, epochs, digests, undecodable records), and the lane resumes after it.
 The lane's cursors (``ReplayCursors``) mirror the trusted sources' cursors.
 
-Snapshots hold the views, the cursors and the log position together, so a restarted follower
-loads the newest valid one and replays only the tail.
+Snapshots hold the views, the cursors, the log position and every source's digest together, so
+a restarted follower loads the newest valid one and replays only the tail.
+
+When the log no longer holds the records the follower needs (retention deleted the start of a
+partition that a fresh follower would replay, or the records after its snapshot's position),
+it says so, reads from where the log now starts, and never guesses: every source whose history
+fell in the deleted range is marked diverged with a reason naming the lost positions ("state
+unknown"), until the source starts a new epoch. A log that can tell where it starts
+(``KafkaLog.beginning``) makes this check; for others the cursors' checks stand alone.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from typing import Protocol, runtime_checkable
 
 import anyio
 from anyio.abc import TaskStatus
@@ -42,15 +50,39 @@ from consumers.cursor import Cursors, Verdict
 from consumers.errors import ConsumerError, ViewConsistencyError, ViewStateError
 from consumers.metrics import FollowerMetrics
 from consumers.progress import ADVANCE_EVERY_RECORDS, LoggedProgress, ReplayProgress
-from consumers.snapshot_store import Snapshot, SnapshotInfo, SnapshotStore
+from consumers.snapshots import Snapshot, SnapshotInfo, SnapshotStorage
 from consumers.views.prefix_index import PrefixIndex
 from consumers.views.replica import ReplicaSet
 from consumers.views.view import DigestView, View, WireView
-from log import BatchReader, EventLog, LogUnavailableError, Position, Record, StartAt
+from log import (
+    BatchReader,
+    EventLog,
+    LogError,
+    LogUnavailableError,
+    Position,
+    Record,
+    StartAt,
+)
 
 logger = logging.getLogger(__name__)
 
 PIN_NAME = "snapshots"
+_RETENTION_RACES = 5
+
+
+@runtime_checkable
+class KnowsItsBeginning(Protocol):
+    """A log that can say where each partition starts now (after retention)."""
+
+    async def beginning(self) -> Position:
+        """The first offset each partition still holds."""
+        ...
+
+
+def _ranges_text(lost: dict[int, tuple[int, int]]) -> str:
+    return ", ".join(
+        f"partition {p} offsets {first}..{end - 1}" for p, (first, end) in sorted(lost.items())
+    )
 
 
 def _check_views(views: Sequence[View]) -> None:
@@ -90,7 +122,7 @@ class Follower:
         log: EventLog,
         views: Sequence[View],
         *,
-        snapshots: SnapshotStore | None = None,
+        snapshots: SnapshotStorage | None = None,
         snapshot_every_batches: int = 1000,
         snapshot_every_s: float = 30.0,
         keep_snapshots: int | None = None,
@@ -129,6 +161,9 @@ class Follower:
         # the fast lane (see the module docstring): not with on_applied, which needs each batch
         self._lane_set = _lane_replicas(self.views) if on_applied is None else None
         self._lane = ReplayCursors()
+        self.lost_history: dict[int, tuple[int, int]] = {}
+        """Per partition, the ``[first, end)`` offsets this follower needed but the log had
+        deleted (retention) when it started reading; empty when nothing was lost."""
 
     # --- state ----------------------------------------------------------------------------
 
@@ -178,10 +213,24 @@ class Follower:
                 metrics.skipped_while_diverged += 1
             case Verdict.GAP:
                 metrics.gaps += 1
-                self._diverge(batch.source, reason)
+                self._diverge(batch.source, self._explained(batch.source, reason))
             case Verdict.BAD_EPOCH_START:
                 metrics.bad_epoch_starts += 1
-                self._diverge(batch.source, reason)
+                self._diverge(batch.source, self._explained(batch.source, reason))
+
+    def _explained(self, source: str, reason: str) -> str:
+        """``reason``, saying the source's state is unknown when the log lost records it needed
+        (the cursor keeps the fuller reason)."""
+        if not self.lost_history:
+            return reason
+        cursor = self.cursors.get(source)
+        fuller = (
+            f"state unknown: {reason}; the log no longer holds "
+            f"{_ranges_text(self.lost_history)} (removed by retention)"
+        )
+        if cursor is not None and cursor.diverged == reason:
+            cursor.diverged = fuller
+        return fuller
 
     def _apply(self, batch: WireBatch) -> None:
         failure: ViewConsistencyError | None = None
@@ -196,21 +245,31 @@ class Follower:
                     view.apply(events)
             except ViewConsistencyError as exc:
                 failure = failure or exc
-        metrics = self.metrics
-        metrics.batches_applied += 1
-        metrics.events_applied += batch.event_count
-        lag_s = time.time() - batch.ts
-        metrics.lag_s = lag_s if lag_s > 0.0 else 0.0
-        self._batches_since_snapshot += 1
+        self._count_applied(1, batch.event_count, batch.ts)
         if failure is not None:
-            metrics.inconsistent_batches += 1
-            self._diverge(batch.source, failure.reason)
+            self._inconsistent(batch.source, failure.reason)
         elif (digest := batch.digest) is not None:
             self._check_digest(batch, digest)
         if batch.seq == 0:
-            metrics.diverged_sources = len(self.cursors.diverged())
+            self.metrics.diverged_sources = len(self.cursors.diverged())
         if self._on_applied is not None:
             self._on_applied(batch)
+
+    def _count_applied(self, batches: int, events: int, last_ts: float | None) -> None:
+        """The bookkeeping of ``batches`` applied batches (one by ``_apply`` or a run of the
+        fast lane), the last written at ``last_ts``."""
+        metrics = self.metrics
+        metrics.batches_applied += batches
+        metrics.events_applied += events
+        if last_ts is not None:
+            lag_s = time.time() - last_ts
+            metrics.lag_s = lag_s if lag_s > 0.0 else 0.0
+        self._batches_since_snapshot += batches
+
+    def _inconsistent(self, source: str, reason: str) -> None:
+        """A batch of ``source`` did not fit its views: the source diverges."""
+        self.metrics.inconsistent_batches += 1
+        self._diverge(source, reason)
 
     def _check_digest(self, batch: WireBatch, expected: str) -> None:
         held = [view.source_digest(batch.source) for view in self._digest_views]
@@ -267,18 +326,11 @@ class Follower:
         last = records[at + consumed - 1]  # a poll's records are one partition's, in order
         self._offsets[last.partition] = last.offset + 1
         self.cursors.advance(advanced)
-        metrics = self.metrics
-        metrics.records_read += consumed
-        metrics.batches_applied += consumed
-        metrics.events_applied += pages
-        if last_ts is not None:
-            lag_s = time.time() - last_ts
-            metrics.lag_s = lag_s if lag_s > 0.0 else 0.0
-        self._batches_since_snapshot += consumed
+        self.metrics.records_read += consumed
+        self._count_applied(consumed, pages, last_ts)
         if failure is not None:
             source, reason = failure
-            metrics.inconsistent_batches += 1
-            self._diverge(source, reason)
+            self._inconsistent(source, reason)
             self._sync_lane(source)
         return consumed
 
@@ -296,22 +348,80 @@ class Follower:
             raise ConsumerError("this follower is already reading its log")
         self._reading = True
         try:
-            # no position yet: "beginning" is wherever retention left the log's start
-            start: StartAt = self.position if self._offsets else "beginning"
-            if self._lane_set is not None and isinstance(self.log, BatchReader):
-                await self._read_in_lane(self._lane_set, self.log, start, follow, progress)
-                return
-            done = 0
-            handle = self._handle
-            async for record in self.log.read(start, follow=follow):
-                handle(record)
-                done += 1
-                if progress is not None and done % ADVANCE_EVERY_RECORDS == 0:
-                    progress.advanced(done)
-                if self.store is not None and self._snapshot_due():
-                    await self.snapshot()
+            for attempt in range(1, _RETENTION_RACES + 1):
+                # no position yet: "beginning" is wherever retention left the log's start
+                start: StartAt = self.position if self._offsets else "beginning"
+                start = await self._past_lost_history(start)
+                try:
+                    await self._read_from(start, follow, progress)
+                    return
+                except LogError as exc:
+                    # retention deleted what this read was about to fetch: look again
+                    if attempt == _RETENTION_RACES or not await self._overtaken(start):
+                        raise
+                    logger.warning("retention overtook the read (%s); reading on", exc)
         finally:
             self._reading = False
+
+    async def _read_from(
+        self, start: StartAt, follow: bool, progress: ReplayProgress | None
+    ) -> None:
+        if self._lane_set is not None and isinstance(self.log, BatchReader):
+            await self._read_in_lane(self._lane_set, self.log, start, follow, progress)
+            return
+        done = 0
+        handle = self._handle
+        async for record in self.log.read(start, follow=follow):
+            handle(record)
+            done += 1
+            if progress is not None and done % ADVANCE_EVERY_RECORDS == 0:
+                progress.advanced(done)
+            if self.store is not None and self._snapshot_due():
+                await self.snapshot()
+
+    async def _overtaken(self, start: StartAt) -> bool:
+        """Whether the log now starts past where this follower stands, having read from
+        ``start`` (retention deleted records since)."""
+        if not isinstance(self.log, KnowsItsBeginning):
+            return False
+        stands = start.offsets if isinstance(start, Position) else {}
+        stands.update(self._offsets)
+        firsts = await self.log.beginning()
+        return any(stands.get(p, 0) < first for p, first in firsts.offsets.items())
+
+    async def _past_lost_history(self, start: StartAt) -> StartAt:
+        """Where to read from when the log deleted records before ``start`` needs them: the
+        log's beginning there; sources whose history fell in the gap are marked unknown."""
+        if not isinstance(self.log, KnowsItsBeginning):
+            return start
+        firsts = await self.log.beginning()
+        needed = start.offsets if isinstance(start, Position) else {}
+        lost = {
+            p: (needed.get(p, 0), first)
+            for p, first in firsts.offsets.items()
+            if needed.get(p, 0) < first
+        }
+        if not lost:
+            return start
+        for p, (first, end) in lost.items():
+            earlier = self.lost_history.get(p)
+            self.lost_history[p] = (first if earlier is None else min(first, earlier[0]), end)
+        gone = _ranges_text(lost)
+        logger.warning(
+            "the log no longer holds %s (removed by retention); reading from where it starts "
+            "now. Sources whose history fell there are marked unknown until their next epoch",
+            gone,
+        )
+        for source in self.cursors.sources():
+            cursor = self.cursors.get(source)
+            if cursor is not None and cursor.diverged is None:
+                self._diverge(
+                    source,
+                    f"state unknown: the log no longer holds {gone} (removed by retention), "
+                    f"which may hold batches after seq {cursor.seq} of epoch {cursor.epoch}",
+                )
+        self._reset_lane()
+        return Position.of({**needed, **{p: first for p, (_, first) in lost.items()}})
 
     async def _read_in_lane(
         self,
@@ -389,20 +499,30 @@ class Follower:
 
     # --- snapshots ------------------------------------------------------------------------
 
+    def source_digests(self) -> dict[str, str | None]:
+        """Every source's state digest as the views hold it (None: diverged or unknown)."""
+        diverged = self.cursors.diverged()
+        digests: dict[str, str | None] = {}
+        for source in self.cursors.sources():
+            held = [view.source_digest(source) for view in self._digest_views]
+            known = [digest for digest in held if digest is not None]
+            digests[source] = None if source in diverged or not known else known[0]
+        return digests
+
     async def snapshot(self) -> SnapshotInfo:
         """Write a snapshot of every view, the cursors and the position now; pin the log."""
         if self.store is None:
-            raise ConsumerError("this follower has no SnapshotStore")
+            raise ConsumerError("this follower has no snapshot store")
         async with self._snapshot_lock:
             views = {view.name: view.snapshot() for view in self.views}
             position, cursors = self.position, self.cursors.to_obj()
             self._batches_since_snapshot = 0
             self._last_snapshot_mono = time.monotonic()
-            info = await self.store.write(position, cursors, views)
+            info = await self.store.write(position, cursors, views, self.source_digests())
             self.metrics.snapshots_written += 1
             self.metrics.last_snapshot_at = info.created_at
             await self.log.pin(PIN_NAME, await self.store.oldest_kept_position())
-        logger.info("wrote snapshot %s at position %s", info.path.name, info.position)
+        logger.info("wrote snapshot %s at position %s", info.name, info.position)
         return info
 
     def _reset(self) -> None:
@@ -435,11 +555,11 @@ class Follower:
             try:
                 self._load(found)
             except (ViewStateError, ValueError) as exc:
-                logger.warning("skipping snapshot %s: %s", found.info.path, exc)
+                logger.warning("skipping snapshot %s: %s", found.info.where, exc)
                 self._reset()
                 older_than = found.info.generation
                 continue
-            logger.info("restored snapshot %s (%s)", found.info.path.name, found.info.position)
+            logger.info("restored snapshot %s (%s)", found.info.name, found.info.position)
             return found.info
         self._reset()
         return None

@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 from aiokafka import errors as kafka_errors
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from log.errors import ConfigError, LogUnavailableError
 from log.kafka.errors import is_kafka_error, translate
@@ -56,9 +57,11 @@ async def _describe(admin: AIOKafkaAdminClient, topic: str) -> dict[str, Any] | 
     return dict(description)
 
 
-async def _create(admin: AIOKafkaAdminClient, options: KafkaOptions, partitions: int) -> None:
+async def _create(
+    admin: AIOKafkaAdminClient, options: KafkaOptions, partitions: int, configs: dict[str, str]
+) -> None:
     new_topic = NewTopic(
-        options.topic, partitions, options.replication_factor, topic_configs=topic_configs(options)
+        options.topic, partitions, options.replication_factor, topic_configs=configs
     )
     response = await admin.create_topics([new_topic])
     for entry in response.to_object()["topic_errors"]:
@@ -86,12 +89,17 @@ async def _wait_for_leaders(admin: AIOKafkaAdminClient, topic: str) -> int:
         await anyio.sleep(_LEADER_POLL_S)
 
 
-async def _ensure(admin: AIOKafkaAdminClient, options: KafkaOptions, partitions: int | None) -> int:
+async def _ensure(
+    admin: AIOKafkaAdminClient,
+    options: KafkaOptions,
+    partitions: int | None,
+    configs: dict[str, str],
+) -> int:
     description = await _describe(admin, options.topic)
     if description is None:
         if not options.create_topic:
             raise ConfigError("topic", f"{options.topic!r} does not exist and create_topic=false")
-        await _create(admin, options, partitions or 1)
+        await _create(admin, options, partitions or 1, configs)
     count = await _wait_for_leaders(admin, options.topic)
     if partitions is not None and count != partitions:
         raise ConfigError(
@@ -101,15 +109,20 @@ async def _ensure(admin: AIOKafkaAdminClient, options: KafkaOptions, partitions:
     return count
 
 
-async def ensure_topic(options: KafkaOptions, partitions: int | None) -> int:
+async def ensure_topic(
+    options: KafkaOptions, partitions: int | None, configs: dict[str, str] | None = None
+) -> int:
     """Create the log's topic unless it exists, wait for its leaders, return its partition count.
 
-    ``partitions`` None accepts whatever an existing topic has (and creates one partition)."""
+    ``partitions`` None accepts whatever an existing topic has (and creates one partition).
+    ``configs`` are the topic-level settings of a new topic (default: ``topic_configs``)."""
     admin = AIOKafkaAdminClient(**options.client_kwargs())
     try:
         with anyio.fail_after(options.request_timeout_s * 2):
             await admin.start()
-            return await _ensure(admin, options, partitions)
+            return await _ensure(
+                admin, options, partitions, topic_configs(options) if configs is None else configs
+            )
     except TimeoutError:
         raise LogUnavailableError(
             f"topic {options.topic} at {options.bootstrap}: no leader for every partition "
@@ -121,3 +134,35 @@ async def ensure_topic(options: KafkaOptions, partitions: int | None) -> int:
         raise
     finally:
         await admin.close()
+
+
+async def describe_topic_configs(options: KafkaOptions) -> dict[str, str]:
+    """The topic-level settings of ``options.topic`` as the broker reports them (defaults
+    included)."""
+    admin = AIOKafkaAdminClient(**options.client_kwargs())
+    try:
+        with anyio.fail_after(options.request_timeout_s * 2):
+            await admin.start()
+            (response,) = await admin.describe_configs(
+                [ConfigResource(ConfigResourceType.TOPIC, options.topic)]
+            )
+    except TimeoutError:
+        raise LogUnavailableError(
+            f"topic {options.topic} at {options.bootstrap}: no answer to describe_configs "
+            f"within {options.request_timeout_s * 2:g}s"
+        ) from None
+    except Exception as error:
+        if is_kafka_error(error):
+            raise translate(error, f"topic {options.topic} at {options.bootstrap}") from error
+        raise
+    finally:
+        await admin.close()
+    (resource,) = response.to_object()["resources"]
+    if resource["error_code"] != 0:
+        reason = resource.get("error_message") or kafka_errors.for_code(resource["error_code"])
+        raise ConfigError("topic", f"describing the settings of {options.topic!r}: {reason}")
+    return {
+        entry["config_names"]: entry["config_value"]
+        for entry in resource["config_entries"]
+        if entry["config_value"] is not None
+    }

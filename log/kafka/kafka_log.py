@@ -119,6 +119,17 @@ class KafkaLog(ClosesOnExit):
         self._check_open()
         return Position.of(await self._end_offsets_of(range(len(self._partitions))))
 
+    async def beginning(self) -> Position:
+        """The first offset each partition still holds (past what retention deleted)."""
+        self._check_open()
+        try:
+            firsts = await self._offsets.beginning_offsets(self._partitions)
+        except Exception as error:
+            if is_kafka_error(error):
+                raise translate(error, self._where("beginning offsets")) from error
+            raise
+        return Position.of({tp.partition: offset for tp, offset in firsts.items()})
+
     def read(self, start: StartAt = "beginning", *, follow: bool = False) -> AsyncIterator[Record]:
         """Committed records from ``start`` (inclusive), partition by partition in offset order.
         Without ``follow`` stop at the end offsets taken now; with it, wait for new records until

@@ -2,7 +2,9 @@
 
 It restores the newest valid snapshot (or replays from the beginning), then applies live
 records until ``--duration`` or SIGTERM/SIGINT; on the way out it writes a last snapshot and
-its final status (per-source replica digests, counters).
+its final status (per-source replica digests, counters). The snapshot store is a directory or a
+``kafka://`` snapshot topic, which lets a follower on a machine with an empty disk bootstrap
+after retention deleted the start of the event log.
 """
 
 from __future__ import annotations
@@ -18,11 +20,11 @@ from typing import Any
 import anyio
 from prometheus_client.core import Metric
 
-from consumers import Follower, SnapshotStore
-from log.directories import create_data_directory
+from consumers import Follower
 from swa_es.cli import settings
 from swa_es.cli.exit_codes import EXIT_OK
 from swa_es.cli.progress import terminal_progress
+from swa_es.cli.snapshot import open_snapshots
 from swa_es.service.http_app import AppParts, start_http_server
 from swa_es.service.log_access import open_reader
 from swa_es.service.routing import FollowerRouting
@@ -38,7 +40,7 @@ class FollowConfig:
     ``settings.SETTINGS``)."""
 
     log_url: str
-    snapshot_dir: Path | None
+    snapshots: str | None
     snapshot_every_batches: int
     snapshot_every_s: float
     keep_snapshots: int
@@ -105,6 +107,10 @@ class FollowerService:
             "metrics_port": self.metrics_port,
             "http_port": self.http_port,
             "position": self.follower.position.offsets,
+            "lost_history": {
+                p: {"first": first, "end": end}
+                for p, (first, end) in self.follower.lost_history.items()
+            },
             "metrics": self.follower.metrics.as_dict(),
             "replicas": replicas,
         }
@@ -146,11 +152,13 @@ class FollowerService:
 async def follow(config: FollowConfig) -> int:
     """Restore, follow until the duration or a signal, snapshot, report; the exit status."""
     views = StandardViews.create()
-    store = None
-    if config.snapshot_dir is not None:
-        await anyio.to_thread.run_sync(create_data_directory, config.snapshot_dir)
-        store = SnapshotStore(config.snapshot_dir, keep=config.keep_snapshots)
     async with AsyncExitStack() as stack:
+        store = None
+        if config.snapshots is not None:
+            store = await open_snapshots(
+                config.snapshots, config.open_timeout_s, keep=config.keep_snapshots
+            )
+            stack.push_async_callback(store.close)
         log = await open_reader(config.log_url, config.open_timeout_s, create=True)
         await stack.enter_async_context(log)
         follower = Follower(

@@ -3,6 +3,11 @@
 Each record is decoded strictly; its key must name the batch's source. A record that fails is
 reported on stderr with its position and the scan goes on; a corrupt stretch of the log itself
 (``CorruptRecordError``) ends the scan there, after everything before it was printed.
+
+With ``--verify-snapshots STORE`` it verifies the snapshots of a store (a directory or a ``kafka://``
+snapshot topic) instead: one JSON line per snapshot, oldest first, saying whether it loads
+whole and whether the log still holds every record after its position (a snapshot older than
+what retention left cannot be caught up from).
 """
 
 from __future__ import annotations
@@ -16,9 +21,12 @@ import anyio
 import orjson
 
 from cache.events import DecodeError, EventBatch, batch_to_dict, decode_batch
-from log import CorruptRecordError, Position, Record
+from consumers import SnapshotInfo
+from consumers.follower import KnowsItsBeginning
+from log import CorruptRecordError, EventLog, Position, Record
 from swa_es.cli import settings
 from swa_es.cli.exit_codes import EXIT_FAILED, EXIT_OK
+from swa_es.cli.snapshot import open_snapshots
 from swa_es.service.log_access import open_reader, redact
 
 
@@ -31,6 +39,7 @@ class InspectConfig:
     source: str | None
     limit: int | None
     brief: bool
+    snapshots: str | None
     open_timeout_s: float
 
 
@@ -51,7 +60,10 @@ def run(config: InspectConfig) -> int:
     """Run ``inspect`` on stdout/stderr; exit 1 when a record is bad."""
 
     async def main() -> int:
-        report = await inspect(config, sys.stdout, sys.stderr)
+        if config.snapshots is not None:
+            report = await inspect_snapshots(config, sys.stdout, sys.stderr)
+        else:
+            report = await inspect(config, sys.stdout, sys.stderr)
         return EXIT_OK if report.ok else EXIT_FAILED
 
     return anyio.run(main, backend="asyncio")
@@ -125,5 +137,60 @@ async def inspect(config: InspectConfig, out: TextIO, err: TextIO) -> InspectRep
     err.write(
         f"inspect {redact(config.log_url)}: {report.records} records read, "
         f"{report.printed} batches printed, {report.bad} bad records: {verdict}\n"
+    )
+    return report
+
+
+async def _log_beginning(log: EventLog) -> Position | None:
+    """Where the log starts now, when it can tell (Kafka); None otherwise."""
+    return await log.beginning() if isinstance(log, KnowsItsBeginning) else None
+
+
+def snapshot_line(info: SnapshotInfo, error: str | None, beginning: Position | None) -> bytes:
+    """The JSON line of one snapshot: what it covers, and whether it is usable."""
+    gone = (
+        None
+        if beginning is None
+        else {p: first for p, first in beginning.offsets.items() if info.position.get(p) < first}
+    )
+    body: dict[str, Any] = {
+        "snapshot": info.where,
+        "generation": info.generation,
+        "created_at": info.created_at,
+        "position": info.position.offsets,
+        "size_bytes": info.size_bytes,
+        "digests": info.digests,
+        "valid": error is None,
+        "error": error,
+        "log_holds_tail": None if gone is None else not gone,
+        "log_starts_at": gone or None,
+    }
+    return orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS) + b"\n"
+
+
+async def inspect_snapshots(config: InspectConfig, out: TextIO, err: TextIO) -> InspectReport:
+    """Verify every snapshot of ``config.snapshots`` whole; one JSON line each on ``out``."""
+    assert config.snapshots is not None
+    report = InspectReport()
+    log = await open_reader(config.log_url, config.open_timeout_s)
+    async with log:
+        beginning = await _log_beginning(log)
+        store = await open_snapshots(config.snapshots, config.open_timeout_s)
+        try:
+            for info in await store.infos():
+                report.records += 1
+                loaded = await store.newest_valid(older_than=info.generation + 1)
+                error = None
+                if loaded is None or loaded.info.generation != info.generation:
+                    error = "does not load whole (see the warning above)"
+                    report.bad += 1
+                out.write(snapshot_line(info, error, beginning).decode())
+                report.printed += 1
+        finally:
+            await store.close()
+    verdict = "ok" if report.ok else "FAILED"
+    err.write(
+        f"inspect {redact(config.snapshots)}: {report.records} snapshots, "
+        f"{report.bad} that do not load: {verdict}\n"
     )
     return report

@@ -290,22 +290,42 @@ SETTINGS: Final[tuple[Setting[Any], ...]] = (
     # --- snapshots ---
     Setting(
         "snapshots",
+        v.snapshot_store,
+        None,
+        "snapshot store, a directory or kafka://HOST:PORT/TOPIC?group=NAME (a compacted topic "
+        "shared by followers on any machine): follow restores from it first and writes there",
+        ("follow",),
+        metavar="STORE",
+        shown_default="none",
+    ),
+    Setting(
+        "snapshots",
         v.path,
         None,
-        "snapshot directory: follow writes there, route restores from it first",
-        ("follow", "route"),
+        "snapshot directory: route restores from it first",
+        ("route",),
         metavar="DIR",
         attr="snapshot_dir",
         shown_default="none",
     ),
     Setting(
         "snapshots",
-        v.path,
+        v.snapshot_store,
         REQUIRED,
-        "snapshot directory",
+        "snapshot store: a directory or a kafka:// URL",
         ("snapshot", "restore"),
-        metavar="DIR",
-        attr="snapshot_dir",
+        metavar="STORE",
+    ),
+    Setting(
+        "verify-snapshots",
+        v.snapshot_store,
+        None,
+        "list and verify the snapshots of this store (a directory or a kafka:// URL) instead "
+        "of the log's records",
+        ("inspect",),
+        metavar="STORE",
+        attr="snapshots",
+        shown_default="none",
     ),
     Setting(
         "snapshot-every-batches",

@@ -1,26 +1,30 @@
-"""``swa-es snapshot``: catch up on a log and write a snapshot of its views.
+"""``swa-es snapshot`` and ``swa-es restore``: rebuild the views from a snapshot store and the log.
 
-It restores what it can (the newest valid snapshot, else the whole log), catches up and writes a
-fresh snapshot, then prints one JSON object: the snapshot written and every source's digest.
+Both restore what they can (the newest valid snapshot, else the whole log) and catch up;
+``snapshot`` then writes a fresh snapshot. Each prints one JSON object: the snapshot written or
+restored, the log positions that were gone (retention), and every source's digest. The store is
+a directory or a ``kafka://`` snapshot topic (``--snapshots``).
 """
 
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, TextIO
+from functools import partial
+from typing import Any, Literal, TextIO
 
 import anyio
 import orjson
 
-from consumers import Follower, SnapshotInfo, SnapshotStore
-from log.directories import create_data_directory
+from consumers import Follower, SnapshotInfo, SnapshotStorage, open_snapshot_store
+from log import LogUnavailableError
 from swa_es.cli import settings
 from swa_es.cli.exit_codes import EXIT_OK
 from swa_es.cli.progress import terminal_progress
-from swa_es.service.log_access import open_reader
+from swa_es.service.log_access import open_reader, redact
 from swa_es.service.views import StandardViews
+
+Action = Literal["snapshot", "restore"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -29,25 +33,44 @@ class SnapshotConfig:
     ``settings.SETTINGS``)."""
 
     log_url: str
-    snapshot_dir: Path
+    snapshots: str
     open_timeout_s: float
 
 
-def add_parser(subparsers: Any) -> None:
-    """Add ``snapshot`` to the ``swa-es`` parser."""
+_HELP: dict[Action, str] = {
+    "snapshot": "catch up on a log and write a snapshot of its views",
+    "restore": "restore views from the newest snapshot plus the log tail",
+}
+
+
+def add_parser(subparsers: Any, action: Action = "snapshot") -> None:
+    """Add ``snapshot`` (or ``restore``) to the ``swa-es`` parser."""
     settings.add_command(
         subparsers,
-        "snapshot",
-        help="catch up on a log and write a snapshot of its views",
-        description="Catch up on a log and write a snapshot of its views.",
+        action,
+        help=_HELP[action],
+        description=_HELP[action][0].upper() + _HELP[action][1:] + ".",
         config_type=SnapshotConfig,
-        run=run,
+        run=partial(run, action=action),
     )
 
 
-def run(config: SnapshotConfig) -> int:
-    """Run ``snapshot``, printing to stdout; the exit status."""
-    return anyio.run(snapshot, config, sys.stdout, backend="asyncio")
+def run(config: SnapshotConfig, action: Action = "snapshot") -> int:
+    """Run ``snapshot`` (or ``restore``), printing to stdout; the exit status."""
+    return anyio.run(rebuild, config, sys.stdout, action, backend="asyncio")
+
+
+async def open_snapshots(url: str, timeout_s: float, *, keep: int = 3) -> SnapshotStorage:
+    """The snapshot store ``url`` names, opened within ``timeout_s`` (a Kafka topic is created
+    unless it exists)."""
+    try:
+        with anyio.fail_after(timeout_s):
+            return await open_snapshot_store(url, keep=keep)
+    except TimeoutError:
+        raise LogUnavailableError(
+            f"could not open the snapshot store {redact(url)} within {timeout_s:g} s "
+            "(is the broker up?)"
+        ) from None
 
 
 def summary(
@@ -56,10 +79,13 @@ def summary(
     """The JSON line reporting a snapshot written or restored, and every source's digest."""
     body: dict[str, Any] = {
         "action": action,
-        "snapshot": None if info is None else str(info.path),
+        "snapshot": None if info is None else info.where,
         "snapshot_position": None if info is None else info.position.offsets,
         "position": follower.position.offsets,
         "records_replayed": follower.metrics.records_read,
+        "lost_history": {
+            p: {"first": first, "end": end} for p, (first, end) in follower.lost_history.items()
+        },
         "sources": {
             source: {
                 "digest": views.replicas[source].state_digest(),
@@ -72,19 +98,18 @@ def summary(
     return orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS) + b"\n"
 
 
-async def snapshot(config: SnapshotConfig, out: TextIO) -> int:
-    """Catch up (from the newest snapshot, if any) and write a new snapshot."""
-    await anyio.to_thread.run_sync(create_data_directory, config.snapshot_dir)
+async def rebuild(config: SnapshotConfig, out: TextIO, action: Action = "snapshot") -> int:
+    """Restore (newest snapshot + tail, else the whole log); for ``snapshot`` write a new one."""
     views = StandardViews.create()
     log = await open_reader(config.log_url, config.open_timeout_s)
     async with log:
-        follower = Follower(
-            log,
-            views.all,
-            snapshots=SnapshotStore(config.snapshot_dir),
-            progress=terminal_progress(),
-        )
-        await follower.restore()
-        info = await follower.snapshot()
-    out.write(summary("snapshot", info, follower, views).decode())
+        store = await open_snapshots(config.snapshots, config.open_timeout_s)
+        try:
+            follower = Follower(log, views.all, snapshots=store, progress=terminal_progress())
+            info = await follower.restore()
+            if action == "snapshot":
+                info = await follower.snapshot()
+        finally:
+            await store.close()
+    out.write(summary(action, info, follower, views).decode())
     return EXIT_OK

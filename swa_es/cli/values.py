@@ -94,6 +94,20 @@ def log_url(text: str, where: str) -> str:
     return text
 
 
+def snapshot_store(text: str, where: str) -> str:
+    """A snapshot store: a ``kafka://`` URL (a compacted topic), a ``file://`` URL or a
+    directory path (returned absolute)."""
+    text = text_value(text, where)
+    scheme = urlsplit(text).scheme
+    if not scheme:
+        return str(Path(text).expanduser().resolve())
+    if scheme not in ("file", "kafka"):
+        raise SettingError(
+            where, f"unknown snapshot store scheme {scheme!r} in {text!r} (a directory, kafka)"
+        )
+    return text
+
+
 def token_list(text: str, where: str) -> tuple[int, ...]:
     """Token ids separated by commas or spaces, or ``A..B`` for the range A..B-1."""
     tokens: list[int] = []

@@ -17,7 +17,7 @@ import anyio
 import pytest
 import yaml
 
-import consumers.snapshot_store as snapshot_store
+import consumers.snapshots.format as snapshot_store
 from cache.events import encode_batch
 from consumers import Follower, ReplicaSet, SnapshotError, SnapshotStore
 from log import Position, open_log

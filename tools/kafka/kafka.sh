@@ -158,6 +158,9 @@ num.replica.fetchers=1
 log.cleaner.threads=1
 log.cleaner.dedupe.buffer.size=16777216
 log.cleaner.backoff.ms=1000
+# Apply topic retention (retention.ms) within a second, not the default 5 minutes: the tests of
+# followers bootstrapping after retention deleted a topic's start need it to happen in seconds.
+log.retention.check.interval.ms=1000
 EOF
 }
 
