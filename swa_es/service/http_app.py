@@ -225,6 +225,13 @@ def build_app(parts: AppParts) -> ASGIApp:
     return _App(Starlette(routes=routes), match)
 
 
+_STATUS_LINES: Final = {
+    400: b"HTTP/1.1 400 Bad Request\r\n",
+    431: b"HTTP/1.1 431 Request Header Fields Too Large\r\n",
+    505: b"HTTP/1.1 505 HTTP Version Not Supported\r\n",
+}
+
+
 class _BoundedHeadProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with two bounds on request heads: a head still unfinished
     after ``MAX_HEAD_BYTES + HEAD_SLACK_BYTES`` gets 431 and the connection is closed (the
@@ -236,6 +243,7 @@ class _BoundedHeadProtocol(HttpToolsProtocol):
     _in_head = True
     _head_bytes = 0
     _heads_ended = 0
+    _refused = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -255,17 +263,28 @@ class _BoundedHeadProtocol(HttpToolsProtocol):
         else:
             self._head_bytes = 0
         if self._head_bytes > MAX_HEAD_BYTES + HEAD_SLACK_BYTES:
-            self._refuse_head()
+            self._refuse(431, f"request head exceeds {MAX_HEAD_BYTES} bytes")
 
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._heads_ended += 1
         self._disarm_head_deadline()
+        version = self.parser.get_http_version()
+        if version not in ("1.0", "1.1"):  # llhttp takes a line without a version as HTTP/0.9
+            status = 400 if version == "0.9" else 505
+            self._refuse(status, f"HTTP/{version} is not served (use HTTP/1.1)")
+            return
         super().on_headers_complete()
         if self.cycle is not None and self.cycle.transport is self.transport:
             self.cycle.transport = _HeadWithBody(self.transport)  # type: ignore[assignment]
 
+    def on_body(self, body: bytes) -> None:
+        if not self._refused:
+            super().on_body(body)
+
     def on_message_complete(self) -> None:
+        if self._refused:
+            return
         super().on_message_complete()
         self._in_head = True  # what comes next is the next request's head
         self._head_bytes = 0
@@ -283,12 +302,14 @@ class _BoundedHeadProtocol(HttpToolsProtocol):
         self._disarm_head_deadline()
         super().connection_lost(exc)
 
-    def _refuse_head(self) -> None:
-        message = f"request head exceeds {MAX_HEAD_BYTES} bytes\n".encode()
+    def _refuse(self, status: int, reason: str) -> None:
+        """Answer ``status`` with ``reason`` and close, reading nothing more."""
+        self._refused = True
+        message = (reason + "\n").encode()
         self.transport.write(
-            b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
-            b"content-type: text/plain; charset=utf-8\r\n"
-            b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(message), message)
+            b"%scontent-type: text/plain; charset=utf-8\r\n"
+            b"content-length: %d\r\nconnection: close\r\n\r\n%s"
+            % (_STATUS_LINES[status], len(message), message)
         )
         self.transport.close()
 
