@@ -12,7 +12,8 @@ as routers are, started together and released at once. Rows:
 - ``binary_httpx``: the same binary body sent by ``httpx.Client`` (to weigh the client library);
 - ``hashes``: ``RoutingClient.match_hashes`` (the prompt's block hashes, i64 body);
 - ``batch16``: ``RoutingClient.match_batch`` with 16 prompts in one msgpack body;
-- each HTTP form with 1 keep-alive connection, and json/binary/batch16 with ``--connections``.
+- each HTTP form with 1 keep-alive connection, and json/binary/batch16 with ``--connections``,
+  on the server ``swa-es follow`` runs (uvloop); ``binary`` also on the standard asyncio loop.
 
 Per row: p50/p99 latency, requests/s, ``ms_per_request`` (wall time per request at that
 concurrency: 1000 / requests/s), the server process's CPU seconds (from ``/proc/PID/stat``) and
@@ -20,19 +21,21 @@ requests per server CPU-second, the ratio of the row's p50 to the in-process p50
 machine's CPU steal share during the row::
 
     .venv/bin/python bench/http_bench.py [--sources 64] [--prompt-tokens 4096]
-        [--requests 2000] [--connections 8] [--loop asyncio|uvloop] [--json-out PATH]
+        [--requests 2000] [--connections 8] [--rounds 5] [--only FORM...] [--json-out PATH]
 """
 
 from __future__ import annotations
 
 import argparse
 import http.client
+import importlib.util
 import json
 import os
 import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -53,12 +56,13 @@ from swa_es.service.service_metrics import registry_of
 from swa_es.service.views import StandardViews
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine_load import CpuTicks, machine_row, steal_share_since
+from machine_load import CpuTicks, machine_row
 
 PAGE = 16
 BATCH = 16
 WARMUP_REQUESTS = 100
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+HAVE_UVLOOP = importlib.util.find_spec("uvloop") is not None
 
 
 def prompt(tokens: int) -> list[int]:
@@ -160,20 +164,62 @@ def make_sender(form: str, url: str, tokens: list[int]) -> Any:
 
 
 def worker(spec: dict[str, Any]) -> None:
-    """One client connection: warm up, say ready, wait for go, send, report the samples."""
-    send = make_sender(spec["form"], spec["url"], prompt(spec["prompt_tokens"]))
-    for _ in range(WARMUP_REQUESTS):
-        send()
+    """One client connection, for several rounds: on a line N, open a connection and warm it up,
+    say warm, wait for go, send N requests, report the samples; stop at end of input."""
+    tokens = prompt(spec["prompt_tokens"])
     print("ready", flush=True)
-    sys.stdin.readline()
-    samples: list[float] = []
-    started = time.monotonic()
-    for _ in range(spec["requests"]):
-        start = time.perf_counter()
-        send()
-        samples.append(time.perf_counter() - start)
-    ended = time.monotonic()
-    print(json.dumps({"samples": samples, "started": started, "ended": ended}), flush=True)
+    for line in sys.stdin:
+        count = int(line)
+        send = make_sender(spec["form"], spec["url"], tokens)
+        for _ in range(WARMUP_REQUESTS):
+            send()
+        print("warm", flush=True)
+        sys.stdin.readline()
+        samples: list[float] = []
+        started = time.monotonic()
+        for _ in range(count):
+            start = time.perf_counter()
+            send()
+            samples.append(time.perf_counter() - start)
+        ended = time.monotonic()
+        print(json.dumps({"samples": samples, "started": started, "ended": ended}), flush=True)
+
+
+@dataclass
+class Tally:
+    """What one row measured, summed over the rounds."""
+
+    samples: list[float] = field(default_factory=list)
+    elapsed_s: float = 0.0
+    cpu_s: float = 0.0
+    steal_ticks: int = 0
+    total_ticks: int = 0
+
+    def count_ticks(self, since: CpuTicks | None) -> None:
+        """Add the machine's CPU ticks (and stolen ones) since ``since``."""
+        until = CpuTicks.now()
+        if since is not None and until is not None:
+            self.steal_ticks += until.steal - since.steal
+            self.total_ticks += until.total - since.total
+
+    def row(self, name: str, form: str, connections: int, prompts: int) -> dict[str, Any]:
+        """The row: latency, throughput, server CPU and steal share."""
+        stats = latency(self.samples, self.elapsed_s)
+        cpu_s = self.cpu_s
+        return {
+            "name": name,
+            "form": form,
+            "connections": connections,
+            "requests": len(self.samples),
+            "prompts_per_request": prompts,
+            **stats,
+            "ms_per_request": 1000 / stats["rps"],
+            "server_cpu_s": round(cpu_s, 3),
+            "requests_per_server_cpu_s": len(self.samples) / cpu_s if cpu_s > 0 else None,
+            "steal_share": (
+                round(self.steal_ticks / self.total_ticks, 3) if self.total_ticks else None
+            ),
+        }
 
 
 def server_cpu_s(pid: int) -> float:
@@ -182,129 +228,171 @@ def server_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
-def http_row(
-    name: str, form: str, connections: int, url: str, pid: int, args: argparse.Namespace
-) -> dict[str, Any]:
-    """Run ``connections`` client processes of ``form`` at once; the row of their results."""
-    per_connection = max(1, args.requests // connections)
-    spec = {"form": form, "url": url, "prompt_tokens": args.prompt_tokens}
-    spec["requests"] = per_connection
-    command = [sys.executable, __file__, "--worker", json.dumps(spec)]
-    workers = [
-        subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        for _ in range(connections)
-    ]
-    for process in workers:
+class HttpRow:
+    """``connections`` client processes of ``form``, kept across rounds."""
+
+    def __init__(
+        self, name: str, form: str, connections: int, url: str, pid: int, prompt_tokens: int
+    ) -> None:
+        self.name, self.form, self.connections, self.pid = name, form, connections, pid
+        spec = {"form": form, "url": url, "prompt_tokens": prompt_tokens}
+        command = [sys.executable, __file__, "--worker", json.dumps(spec)]
+        self.workers = [
+            subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            for _ in range(connections)
+        ]
+        for process in self.workers:
+            self._expect(process, "ready")
+        self.tally = Tally()
+
+    def _expect(self, process: subprocess.Popen[str], word: str) -> None:
         assert process.stdout is not None
         line = process.stdout.readline()
-        assert line.strip() == "ready", f"{name}: a client failed to start ({line!r})"
-    ticks = CpuTicks.now()
-    cpu_before = server_cpu_s(pid)
-    for process in workers:
-        assert process.stdin is not None
-        process.stdin.write("go\n")
-        process.stdin.flush()
-    results = []
-    for process in workers:
-        out, _ = process.communicate(timeout=900)
-        assert process.returncode == 0, f"{name}: a client failed"
-        results.append(json.loads(out.strip().splitlines()[-1]))
-    cpu_s = server_cpu_s(pid) - cpu_before
-    samples = [s for result in results for s in result["samples"]]
-    elapsed = max(r["ended"] for r in results) - min(r["started"] for r in results)
-    stats = latency(samples, elapsed)
-    prompts = BATCH if form == "batch16" else 1
-    return {
-        "name": name,
-        "form": form,
-        "connections": connections,
-        "requests": len(samples),
-        "prompts_per_request": prompts,
-        **stats,
-        "ms_per_request": 1000 / stats["rps"],
-        "server_cpu_s": round(cpu_s, 3),
-        "requests_per_server_cpu_s": len(samples) / cpu_s if cpu_s > 0 else None,
-        "steal_share": steal_share_since(ticks),
-    }
+        assert line.strip() == word, f"{self.name}: a client failed ({line!r})"
+
+    def _say(self, line: str) -> None:
+        for process in self.workers:
+            assert process.stdin is not None
+            process.stdin.write(line + "\n")
+            process.stdin.flush()
+
+    def round(self, requests: int) -> None:
+        """Every connection sends its share of ``requests`` at once."""
+        self._say(str(max(1, requests // self.connections)))
+        for process in self.workers:
+            self._expect(process, "warm")
+        ticks = CpuTicks.now()
+        cpu_before = server_cpu_s(self.pid)
+        self._say("go")
+        results = []
+        for process in self.workers:
+            assert process.stdout is not None
+            results.append(json.loads(process.stdout.readline()))
+        self.tally.cpu_s += server_cpu_s(self.pid) - cpu_before
+        self.tally.count_ticks(ticks)
+        for result in results:
+            self.tally.samples.extend(result["samples"])
+        self.tally.elapsed_s += max(r["ended"] for r in results) - min(
+            r["started"] for r in results
+        )
+
+    def close(self) -> None:
+        """End the client processes."""
+        for process in self.workers:
+            if process.stdin is not None:
+                process.stdin.close()
+        for process in self.workers:
+            process.wait(timeout=60)
+
+    def result(self) -> dict[str, Any]:
+        """The row."""
+        prompts = BATCH if self.form == "batch16" else 1
+        return self.tally.row(self.name, self.form, self.connections, prompts)
 
 
-def in_process_row(args: argparse.Namespace) -> dict[str, Any]:
+class InProcessRow:
     """``PrefixIndex.match`` called directly on the same prompt."""
-    tokens = prompt(args.prompt_tokens)
-    views = loaded_views(args.sources, tokens)
-    for _ in range(WARMUP_REQUESTS):
-        views.prefix.match(tokens)
-    ticks = CpuTicks.now()
-    samples: list[float] = []
-    cpu_before = time.process_time()
-    started = time.perf_counter()
-    for _ in range(args.requests):
-        start = time.perf_counter()
-        found = views.prefix.match(tokens)
-        samples.append(time.perf_counter() - start)
-    elapsed = time.perf_counter() - started
-    cpu_s = time.process_time() - cpu_before
-    assert len(found) == args.sources
-    stats = latency(samples, elapsed)
-    return {
-        "name": "in_process",
-        "form": "PrefixIndex.match",
-        "connections": 0,
-        "requests": args.requests,
-        "prompts_per_request": 1,
-        **stats,
-        "ms_per_request": 1000 / stats["rps"],
-        "server_cpu_s": round(cpu_s, 3),
-        "requests_per_server_cpu_s": args.requests / cpu_s if cpu_s > 0 else None,
-        "steal_share": steal_share_since(ticks),
-    }
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.tokens = prompt(args.prompt_tokens)
+        self.views = loaded_views(args.sources, self.tokens)
+        self.sources = args.sources
+        for _ in range(WARMUP_REQUESTS):
+            self.views.prefix.match(self.tokens)
+        self.tally = Tally()
+
+    def round(self, requests: int) -> None:
+        """``requests`` matches, one after another."""
+        match, tokens, samples = self.views.prefix.match, self.tokens, self.tally.samples
+        ticks = CpuTicks.now()
+        cpu_before = time.process_time()
+        started = time.perf_counter()
+        for _ in range(requests):
+            start = time.perf_counter()
+            found = match(tokens)
+            samples.append(time.perf_counter() - start)
+        self.tally.elapsed_s += time.perf_counter() - started
+        self.tally.cpu_s += time.process_time() - cpu_before
+        self.tally.count_ticks(ticks)
+        assert len(found) == self.sources
+
+    def result(self) -> dict[str, Any]:
+        """The row."""
+        return self.tally.row("in_process", "PrefixIndex.match", 0, 1)
 
 
 ROWS = [
-    ("json_1conn", "json", 1),
-    ("binary_1conn", "binary", 1),
-    ("binary_httpx_1conn", "binary_httpx", 1),
-    ("hashes_1conn", "hashes", 1),
-    ("batch16_1conn", "batch16", 1),
-    ("json_{n}conn", "json", None),
-    ("binary_{n}conn", "binary", None),
-    ("batch16_{n}conn", "batch16", None),
+    ("json_1conn", "json", 1, "uvloop"),
+    ("binary_1conn", "binary", 1, "uvloop"),
+    ("binary_httpx_1conn", "binary_httpx", 1, "uvloop"),
+    ("hashes_1conn", "hashes", 1, "uvloop"),
+    ("batch16_1conn", "batch16", 1, "uvloop"),
+    ("json_{n}conn", "json", None, "uvloop"),
+    ("binary_{n}conn", "binary", None, "uvloop"),
+    ("batch16_{n}conn", "batch16", None, "uvloop"),
+    ("binary_1conn_asyncio_loop", "binary", 1, "asyncio"),
+    ("binary_{n}conn_asyncio_loop", "binary", None, "asyncio"),
 ]
+"""(name, form, connections (None: ``--connections``), the server's event loop)."""
+
+
+def start_server(args: argparse.Namespace, loop: str) -> tuple[subprocess.Popen[str], str, int]:
+    """A server process on ``loop``: (process, base URL, pid)."""
+    command = [sys.executable, __file__, "--serve", "--loop", loop]
+    command += ["--sources", str(args.sources), "--prompt-tokens", str(args.prompt_tokens)]
+    server = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert server.stdout is not None
+    ready = json.loads(server.stdout.readline())
+    return server, f"http://127.0.0.1:{ready['port']}", int(ready["pid"])
 
 
 def main(args: argparse.Namespace) -> dict[str, Any]:
-    """Every row, the machine row and the run's settings."""
+    """Every row, the machine row and the run's settings. The rows take turns, round after
+    round, so that a neighbour's burst on a shared machine falls on all of them alike."""
     started = CpuTicks.now()
-    baseline = in_process_row(args)
-    command = [sys.executable, __file__, "--serve", "--loop", args.loop]
-    command += ["--sources", str(args.sources), "--prompt-tokens", str(args.prompt_tokens)]
-    server = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    baseline = InProcessRow(args)
+    servers: dict[str, tuple[subprocess.Popen[str], str, int]] = {}
+    rows: list[HttpRow] = []
     try:
-        assert server.stdout is not None
-        ready = json.loads(server.stdout.readline())
-        url, pid = f"http://127.0.0.1:{ready['port']}", int(ready["pid"])
-        rows = [baseline]
-        for name, form, connections in ROWS:
+        for name, form, connections, loop in ROWS:
             if args.only and form not in args.only:
                 continue
+            if loop == "uvloop" and not HAVE_UVLOOP:
+                continue
+            if loop not in servers:
+                servers[loop] = start_server(args, loop)
+            _, url, pid = servers[loop]
             count = args.connections if connections is None else connections
-            rows.append(http_row(name.format(n=count), form, count, url, pid, args))
+            row = HttpRow(name.format(n=count), form, count, url, pid, args.prompt_tokens)
+            row.loop = loop  # type: ignore[attr-defined]
+            rows.append(row)
+        per_round = max(1, args.requests // args.rounds)
+        for _ in range(args.rounds):
+            baseline.round(per_round)
+            for row in rows:
+                row.round(per_round)
     finally:
-        if server.stdin is not None:
-            server.stdin.close()
-        server.wait(timeout=30)
+        for row in rows:
+            row.close()
+        for server, _, _ in servers.values():
+            if server.stdin is not None:
+                server.stdin.close()
+            server.wait(timeout=30)
+    results = [baseline.result()]
     for row in rows:
-        row["ratio"] = row["p50_ms"] / baseline["p50_ms"]
-        row["per_prompt_p50_ms"] = row["p50_ms"] / row["prompts_per_request"]
+        results.append(row.result() | {"loop": row.loop})  # type: ignore[attr-defined]
+    for result in results:
+        result["ratio"] = result["p50_ms"] / results[0]["p50_ms"]
+        result["per_prompt_p50_ms"] = result["p50_ms"] / result["prompts_per_request"]
     return {
         "benchmark": "http_bench",
         "sources": args.sources,
         "prompt_tokens": args.prompt_tokens,
         "page_size": PAGE,
         "requests": args.requests,
+        "rounds": args.rounds,
         "connections": args.connections,
-        "loop": args.loop,
-        "rows": rows,
+        "rows": results,
         "machine": machine_row(started),
     }
 
@@ -312,8 +400,7 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
 def print_table(result: dict[str, Any]) -> None:
     """The rows as a table on stderr."""
     print(
-        f"{result['sources']} sources, {result['prompt_tokens']}-token prompt, page {PAGE}, "
-        f"loop {result['loop']}",
+        f"{result['sources']} sources, {result['prompt_tokens']}-token prompt, page {PAGE}",
         file=sys.stderr,
     )
     header = (
@@ -338,7 +425,8 @@ if __name__ == "__main__":
     parser.add_argument("--prompt-tokens", type=int, default=4096)
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--connections", type=int, default=8)
-    parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio")
+    parser.add_argument("--loop", choices=["asyncio", "uvloop"], help=argparse.SUPPRESS)
+    parser.add_argument("--rounds", type=int, default=5, help="turns the rows take")
     parser.add_argument("--only", nargs="*", help="only the HTTP rows of these forms")
     parser.add_argument("--json-out", type=Path, help="also write the JSON result here")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)

@@ -113,8 +113,10 @@ def parse_body(content_type: str | None, body: bytes, query_string: bytes = b"")
         return _object_queries(raw, "JSON")
     try:
         raw = msgpack.unpackb(body, raw=False, strict_map_key=True, max_bin_len=len(body))
-    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
-        raise BadRequestError(f"body is not msgpack: {exc}") from None
+    except msgpack.StackError:
+        raise BadRequestError("body is not msgpack: nested too deeply") from None
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError) as exc:
+        raise BadRequestError(f"body is not msgpack: {exc or type(exc).__name__}") from None
     except UnicodeDecodeError as exc:
         raise BadRequestError(f"body is not msgpack: a string is not UTF-8 ({exc})") from None
     return _object_queries(raw, "msgpack")
