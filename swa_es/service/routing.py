@@ -16,8 +16,10 @@ fresh answer from a stale one.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from enum import Enum
 from typing import Any, Final
 
+from cache.events import chain_block_hashes, namespace_prior
 from consumers import Follower
 from swa_es.service.match_query import HashQuery, Query
 from swa_es.service.views import StandardViews
@@ -27,6 +29,15 @@ UNKNOWN: Final = "unknown"
 PAGE_SIZE_MISMATCH: Final = "page_size_mismatch"
 
 SourceAnswers = dict[str, dict[str, Any]]
+_NO_NAMESPACE: Final = namespace_prior(None)
+
+
+class _Kind(Enum):
+    """How a source takes part in a match by block hashes."""
+
+    WALK = "walk"
+    UNKNOWN = "unknown"
+    OTHER_PAGE_SIZE = "other_page_size"
 
 
 class FollowerRouting:
@@ -37,7 +48,10 @@ class FollowerRouting:
         self.views = views
         # answers are few distinct values (the native match shares equal ones): one dict each
         self._answer_dicts: dict[tuple[int | None, int | None], dict[str, Any]] = {}
+        self._mismatch = {"cached_tokens": None, "usable_tokens": None, "state": PAGE_SIZE_MISMATCH}
         self._as_of_key: tuple[int, ...] | None = None
+        self._kinds_key: tuple[int, ...] | None = None
+        self._kinds: dict[str, _Kind] = {}
         self._as_of: dict[str, Any] = {}
 
     def match(self, token_ids: Sequence[int], extra_key: str | None) -> SourceAnswers:
@@ -54,29 +68,39 @@ class FollowerRouting:
     def match_hashes(self, block_hashes: Sequence[int], page_size: int) -> SourceAnswers:
         """``match`` for a prompt given as the chained block hashes of its pages.
 
-        The same walk as the native token match, over each source's blocks: a page held as a
-        tombstone counts for the held length and limits the usable one by the SWA rule.
+        The native index walks tokens, so the prompt's tokens are read back from the replicas
+        holding its pages and hashed again: when they give exactly these hashes (a prompt
+        without a namespace), the native token walk answers, which walks the same hashes. When
+        they do not (a namespaced prompt), ``walk_hashes`` answers, source by source.
         """
+        kinds = self._source_kinds(page_size)
+        tokens = self._tokens_of(block_hashes, page_size, kinds)
+        if tokens is None:
+            return self.walk_hashes(block_hashes, page_size)
+        answers = self.match(tokens, None) if tokens else {}
+        for source, kind in kinds.items():
+            if kind is _Kind.OTHER_PAGE_SIZE:
+                answers[source] = self._mismatch
+            elif kind is _Kind.UNKNOWN:
+                answers[source] = self._known(None, None)
+        return answers
+
+    def walk_hashes(self, block_hashes: Sequence[int], page_size: int) -> SourceAnswers:
+        """``match_hashes`` by a walk over each source's blocks: a page held as a tombstone
+        counts for the held length and limits the usable one by the SWA rule, as in the native
+        walk. One lookup per source and page."""
         replicas = self.views.replicas
         store = replicas.store
         answers: SourceAnswers = {}
-        for source in store.sources():
-            if store.diverged(source) is not None:
+        for source, kind in self._source_kinds(page_size).items():
+            if kind is _Kind.UNKNOWN:
                 answers[source] = self._known(None, None)
                 continue
-            if store.block_count(source) == 0:
+            if kind is _Kind.OTHER_PAGE_SIZE:
+                answers[source] = self._mismatch
                 continue
             meta = replicas.meta_of(source)
-            if meta is None:
-                answers[source] = self._known(None, None)
-                continue
-            if meta.page_size != page_size:
-                answers[source] = {
-                    "cached_tokens": None,
-                    "usable_tokens": None,
-                    "state": PAGE_SIZE_MISMATCH,
-                }
-                continue
+            assert meta is not None
             swa = SwaTrack(meta.sliding_window_size, page_size)
             pages = 0
             for block_hash in block_hashes:
@@ -91,6 +115,66 @@ class FollowerRouting:
                 answers[source] = self._known(pages * page_size, usable)
         return answers
 
+    def _state_key(self) -> tuple[int, ...]:
+        """Changes whenever the follower applies a record, marks a divergence or restores."""
+        metrics = self.follower.metrics
+        return (metrics.records_read, metrics.divergences, id(self.follower.cursors))
+
+    def _source_kinds(self, page_size: int) -> dict[str, _Kind]:
+        """Per source holding blocks: whether a walk of pages of ``page_size`` applies (kept
+        until the follower's state changes)."""
+        key = (*self._state_key(), page_size)
+        if key != self._kinds_key:
+            self._kinds = self._read_source_kinds(page_size)
+            self._kinds_key = key
+        return self._kinds
+
+    def _read_source_kinds(self, page_size: int) -> dict[str, _Kind]:
+        replicas = self.views.replicas
+        store = replicas.store
+        kinds: dict[str, _Kind] = {}
+        for source in store.sources():
+            if store.diverged(source) is not None:
+                kinds[source] = _Kind.UNKNOWN
+            elif store.block_count(source):
+                meta = replicas.meta_of(source)
+                if meta is None:
+                    kinds[source] = _Kind.UNKNOWN
+                elif meta.page_size != page_size:
+                    kinds[source] = _Kind.OTHER_PAGE_SIZE
+                else:
+                    kinds[source] = _Kind.WALK
+        return kinds
+
+    def _tokens_of(
+        self, block_hashes: Sequence[int], page_size: int, kinds: dict[str, _Kind]
+    ) -> list[int] | None:
+        """The tokens of the leading pages some source holds, read back from the replicas;
+        None when they do not hash to ``block_hashes`` without a namespace."""
+        store = self.views.replicas.store
+        holders = [source for source, kind in kinds.items() if kind is _Kind.WALK]
+        tokens: list[int] = []
+        if not holders:
+            return tokens
+        current = holders[0]
+        for block_hash in block_hashes:
+            found = store.block(current, block_hash)
+            if found is None:
+                for source in holders:
+                    found = store.block(source, block_hash)
+                    if found is not None:
+                        current = source
+                        break
+                else:
+                    break
+            page = found[1]
+            if len(page) != page_size:
+                return None
+            tokens.extend(page)
+        pages = len(tokens) // page_size
+        rehashed = chain_block_hashes(_NO_NAMESPACE, tokens, page_size)
+        return tokens if rehashed == list(block_hashes[:pages]) else None
+
     def answer(self, query: Query) -> SourceAnswers:
         """The per-source answers to one query of either form."""
         if isinstance(query, HashQuery):
@@ -101,12 +185,7 @@ class FollowerRouting:
         """What the answers reflect: log position, lag, and each source's last batch."""
         follower = self.follower
         metrics = follower.metrics
-        key = (
-            metrics.records_read,
-            metrics.lag_records,
-            metrics.divergences,
-            id(follower.cursors),
-        )
+        key = (*self._state_key(), metrics.lag_records)
         if key != self._as_of_key:
             cursors = follower.cursors
             sources: dict[str, dict[str, Any]] = {}

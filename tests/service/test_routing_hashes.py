@@ -36,8 +36,9 @@ def fleets(draw: st.DrawFn) -> tuple[list[EventBatch], list[list[int]]]:
         batches.append(model.start_epoch())
         for _ in range(draw(st.integers(1, 4))):
             tokens = draw(prompts())
-            batches.append(model.batch(model.store(tokens)))
-            hashes = [h for h in model.hashes(tokens) if h in model.blocks]
+            extra_key = draw(st.sampled_from([None, "tenant"]))
+            batches.append(model.batch(model.store(tokens, extra_key)))
+            hashes = [h for h in model.hashes(tokens, extra_key) if h in model.blocks]
             if hashes and draw(st.booleans()):
                 picked = draw(st.lists(st.sampled_from(hashes), max_size=3, unique=True))
                 batches.append(model.batch(model.tombstone(picked)))
@@ -49,8 +50,9 @@ def fleets(draw: st.DrawFn) -> tuple[list[EventBatch], list[list[int]]]:
 @settings(max_examples=150, deadline=None)
 @given(fleet=fleets())
 def test_hashes_match_as_tokens(fleet: tuple[list[EventBatch], list[list[int]]]) -> None:
-    """``match_hashes`` (a walk in Python with its own copy of the SWA rule) gives the native
-    token walk's answers."""
+    """``match_hashes`` (tokens read back from the replicas, then the native walk) and
+    ``walk_hashes`` (a walk in Python with its own copy of the SWA rule) give the native token
+    walk's answers, with and without a namespace."""
     batches, queries = fleet
     views = StandardViews.create()
     for batch in batches:
@@ -58,6 +60,8 @@ def test_hashes_match_as_tokens(fleet: tuple[list[EventBatch], list[list[int]]])
     routing = FollowerRouting(Follower(MemoryLog(), views.all), views)
     hasher = PrimaryModel("hasher", page_size=PAGE)
     for tokens in queries:
-        by_tokens = routing.match(tokens, None)
-        by_hashes = routing.match_hashes(hasher.hashes(tokens), PAGE)
-        assert by_hashes == by_tokens, tokens
+        for extra_key in (None, "tenant"):
+            by_tokens = routing.match(tokens, extra_key)
+            hashes = hasher.hashes(tokens, extra_key)
+            assert routing.match_hashes(hashes, PAGE) == by_tokens, (tokens, extra_key)
+            assert routing.walk_hashes(hashes, PAGE) == by_tokens, (tokens, extra_key)
