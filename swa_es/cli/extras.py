@@ -16,6 +16,8 @@ EXTRA_OF_MODULE: Final[dict[str, str]] = {
     "msgpack": "bridge",
     "starlette": "service",
     "uvicorn": "service",
+    "httptools": "service",
+    "httpx": "client",
     "prometheus_client": "service",
 }
 """Top-level module name -> the extra (``pip install 'swa-es[EXTRA]'``) that installs it."""

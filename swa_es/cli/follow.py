@@ -25,6 +25,7 @@ from swa_es.cli import settings
 from swa_es.cli.exit_codes import EXIT_OK
 from swa_es.cli.progress import terminal_progress
 from swa_es.cli.snapshot import open_snapshots
+from swa_es.service.event_loop import fast_loop_options
 from swa_es.service.http_app import AppParts, start_http_server
 from swa_es.service.log_access import open_reader
 from swa_es.service.routing import FollowerRouting
@@ -74,8 +75,10 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(config: FollowConfig) -> int:
-    """Run ``follow`` on the asyncio backend; the exit status."""
-    return anyio.run(follow, config, backend="asyncio")
+    """Run ``follow`` on the asyncio backend (uvloop when serving the routing API); the exit
+    status."""
+    options = fast_loop_options() if config.http_port is not None else {}
+    return anyio.run(follow, config, backend="asyncio", backend_options=options)
 
 
 class FollowerService:

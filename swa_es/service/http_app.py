@@ -1,13 +1,16 @@
-"""The HTTP face of ``serve``, ``follow`` and ``bridge``: Starlette on uvicorn, in our task group.
+"""The HTTP face of ``serve``, ``follow`` and ``bridge``: an ASGI app on uvicorn (httptools
+parser), in our task group.
 
 ``build_app`` makes the ASGI app: ``/metrics`` (prometheus_client exposition of a registry),
 ``/healthz`` (503 with the reason while unhealthy, e.g. restoring), and, on a follower, the
-routing API: ``POST /v1/match`` and ``GET /v1/sources``. ``HttpServer`` is an async context
-manager owning the uvicorn server task; it binds before it returns (``port=0`` picks a free
-port, read back from ``port``).
+routing API: ``POST /v1/match`` and ``GET /v1/sources``. ``POST /v1/match`` is a router's hot
+path, so it is served by a plain ASGI handler (``_MatchEndpoint``: no framework routing, request
+or response objects); the other routes go through Starlette. The bodies it accepts are those of
+``match_query``. ``HttpServer`` is an async context manager owning the uvicorn server task; it
+binds before it returns (``port=0`` picks a free port, read back from ``port``).
 
-Hostile clients are bounded: a request head over ``MAX_HEAD_BYTES`` gets 431 (and h11 never
-buffers much more of an unfinished one), a body over ``max_request_bytes`` gets 413, and a
+Hostile clients are bounded: a request head over ``MAX_HEAD_BYTES`` gets 431 (and the protocol
+never buffers much more of an unfinished one), a body over ``max_request_bytes`` gets 413, and a
 connection that has not delivered a complete request head ``HEAD_TIMEOUT_S`` after it opened (or
 after its previous response) is closed, however slowly it trickles bytes.
 """
@@ -17,104 +20,58 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from collections.abc import Callable, Mapping
-from contextlib import AsyncExitStack
+from collections.abc import Callable, Sequence
+from contextlib import AsyncExitStack, nullcontext
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final, Protocol, Self
 
 import anyio
-import h11
 import orjson
 import uvicorn
 from anyio.abc import TaskGroup, TaskStatus
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.applications import Starlette
-from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from swa_es.service.match_query import (
+    BadRequestError,
+    Query,
+    UnsupportedMediaError,
+    parse_body,
+)
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_REQUEST_BYTES: Final = 4 * 1024 * 1024
 MAX_HEAD_BYTES: Final = 8 * 1024
 """The largest request line plus headers served (nginx's default header buffer)."""
+HEAD_SLACK_BYTES: Final = 1024
+"""How far past ``MAX_HEAD_BYTES`` an unfinished head may grow before the connection is cut."""
 HEAD_TIMEOUT_S: Final = 10.0
-MAX_TOKEN_ID: Final = 0xFFFFFFFF
 
 CheckHealth = Callable[[], tuple[bool, str]]
+SourceAnswers = dict[str, dict[str, Any]]
 
 
 class RoutingBackend(Protocol):
     """What the routing API reads (a follower service provides it)."""
 
-    def match(self, token_ids: list[int], extra_key: str | None) -> dict[str, dict[str, Any]]:
+    def answer(self, query: Query) -> SourceAnswers:
         """Per source: ``cached_tokens``, ``usable_tokens`` and ``state``."""
         ...
 
-    def sources(self) -> dict[str, dict[str, Any]]:
-        """Per source: epoch, blocks, tombstones, lag and digest state."""
+    def as_of(self) -> dict[str, Any]:
+        """What the answers reflect: log position, lag, each source's last batch."""
         ...
 
-
-class BadRequestError(Exception):
-    """A request body the API cannot serve; the message goes back with status 400."""
-
-
-def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
-
-
-async def _read_body(request: Request, limit_bytes: int) -> bytes:
-    """The body, refusing more than ``limit_bytes`` (declared or streamed) with 413."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit_bytes:
-        raise _TooLargeError(int(declared))
-    body = bytearray()
-    async for chunk in request.stream():
-        body.extend(chunk)
-        if len(body) > limit_bytes:
-            raise _TooLargeError(len(body))
-    return bytes(body)
-
-
-class _TooLargeError(Exception):
-    def __init__(self, size: int) -> None:
-        self.size = size
-
-
-def parse_match_request(body: bytes) -> tuple[list[int], str | None]:
-    """Parse ``{"token_ids": [int...], "extra_key": str|null}`` (``BadRequestError`` if bad)."""
-    try:
-        raw = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise BadRequestError(f"body is not JSON: {exc}") from None
-    if type(raw) is not dict:
-        raise BadRequestError("body must be a JSON object")
-    unknown = sorted(set(raw) - {"token_ids", "extra_key"})
-    if unknown:
-        raise BadRequestError(f"unknown field {unknown[0]!r} (expected token_ids, extra_key)")
-    token_ids = raw.get("token_ids")
-    if type(token_ids) is not list:
-        raise BadRequestError("token_ids must be a list of ints")
-    # Three passes in C for the common case; the slow loop only to name a bad token.
-    if token_ids and (
-        not set(map(type, token_ids)) <= {int}
-        or min(token_ids) < 0
-        or max(token_ids) > MAX_TOKEN_ID
-    ):
-        for index, token in enumerate(token_ids):
-            if type(token) is not int or not 0 <= token <= MAX_TOKEN_ID:
-                raise BadRequestError(
-                    f"token_ids[{index}] must be an int in [0, 2**32), got {token!r}"
-                )
-    extra_key = raw.get("extra_key")
-    if extra_key is not None and type(extra_key) is not str:
-        raise BadRequestError("extra_key must be a string or null")
-    return token_ids, extra_key
+    def sources(self) -> SourceAnswers:
+        """Per source: epoch, blocks, tombstones, lag and digest state."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,59 +84,101 @@ class AppParts:
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
 
 
-def build_app(parts: AppParts) -> Starlette:
-    """The ASGI app of one service."""
+_JSON_HEADERS: Final = [(b"content-type", b"application/json")]
+_CLOSE: Final = [(b"connection", b"close")]
 
-    async def metrics(request: Request) -> Response:
-        return Response(generate_latest(parts.registry), media_type=CONTENT_TYPE_LATEST)
 
-    async def healthz(request: Request) -> Response:
-        healthy, detail = parts.health()
-        return PlainTextResponse(detail + "\n", status_code=200 if healthy else 503)
+async def _reply(
+    send: Send, status: int, body: bytes, headers: Sequence[tuple[bytes, bytes]] = ()
+) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [*_JSON_HEADERS, (b"content-length", b"%d" % len(body)), *headers],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
 
-    def unavailable() -> JSONResponse | None:
-        healthy, detail = parts.health()
-        return None if healthy else _error(503, detail)
 
-    async def match(request: Request) -> Response:
-        assert parts.routing is not None
+async def _error(
+    send: Send, status: int, message: str, headers: Sequence[tuple[bytes, bytes]] = ()
+) -> None:
+    await _reply(send, status, orjson.dumps({"error": message}), headers)
+
+
+class _MatchEndpoint:
+    """``POST /v1/match`` as a plain ASGI handler (the hot path of a router)."""
+
+    def __init__(self, parts: AppParts, routing: RoutingBackend) -> None:
+        self._routing = routing
+        self._health = parts.health
+        self._limit_bytes = parts.max_request_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["method"] != "POST":
+            await _error(send, 405, "use POST", [(b"allow", b"POST")])
+            return
+        content_type: str | None = None
+        declared: bytes | None = None
+        for name, value in scope["headers"]:
+            if name == b"content-type":
+                content_type = value.decode("latin-1")
+            elif name == b"content-length":
+                declared = value
+        limit = self._limit_bytes
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            await self._too_large(send, int(declared))
+            return
+        message = await receive()
+        body = message.get("body", b"")
+        if message.get("more_body", False):
+            buffer = bytearray(body)
+            while message.get("more_body", False):
+                message = await receive()
+                buffer += message.get("body", b"")
+                if len(buffer) > limit:
+                    await self._too_large(send, len(buffer))
+                    return
+            body = bytes(buffer)
+        if message["type"] == "http.disconnect":
+            return
+        if len(body) > limit:
+            await self._too_large(send, len(body))
+            return
         try:
-            body = await _read_body(request, parts.max_request_bytes)
-        except _TooLargeError as exc:
-            return _error(413, f"body of {exc.size} bytes exceeds {parts.max_request_bytes}")
-        try:
-            token_ids, extra_key = parse_match_request(body)
+            parsed = parse_body(content_type, body, scope["query_string"])
         except BadRequestError as exc:
-            return _error(400, str(exc))
-        busy = unavailable()
-        if busy is not None:
-            return busy
-        return _json({"sources": parts.routing.match(token_ids, extra_key)})
+            await _error(send, 400, str(exc))
+            return
+        except UnsupportedMediaError as exc:
+            await _error(send, 415, str(exc))
+            return
+        healthy, detail = self._health()
+        if not healthy:
+            await _error(send, 503, detail)
+            return
+        routing = self._routing
+        document: dict[str, Any]
+        if parsed.batch:
+            answers = [{"sources": routing.answer(query)} for query in parsed.queries]
+            document = {"answers": answers, "as_of": routing.as_of()}
+        else:
+            document = {"sources": routing.answer(parsed.queries[0]), "as_of": routing.as_of()}
+        await _reply(send, 200, orjson.dumps(document))
 
-    async def sources(request: Request) -> Response:
-        assert parts.routing is not None
-        busy = unavailable()
-        if busy is not None:
-            return busy
-        return _json({"sources": parts.routing.sources()})
-
-    routes = [
-        Route("/metrics", metrics, methods=["GET"]),
-        Route("/healthz", healthz, methods=["GET"]),
-    ]
-    if parts.routing is not None:
-        routes += [
-            Route("/v1/match", match, methods=["POST"]),
-            Route("/v1/sources", sources, methods=["GET"]),
-        ]
-    return Starlette(routes=routes, middleware=[Middleware(_HeadSizeLimit)])
+    async def _too_large(self, send: Send, size: int) -> None:
+        # the rest of the body is not read: close the connection rather than drain it
+        await _error(send, 413, f"body of {size} bytes exceeds {self._limit_bytes}", _CLOSE)
 
 
-class _HeadSizeLimit:
-    """Answers 431 to a request whose line and headers exceed ``MAX_HEAD_BYTES``."""
+class _App:
+    """The service's ASGI app: 431 for oversized heads, ``/v1/match`` straight to its handler,
+    everything else through Starlette."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self._app = app
+    def __init__(self, framework: ASGIApp, match: _MatchEndpoint | None) -> None:
+        self._framework = framework
+        self._match = match
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -191,33 +190,128 @@ class _HeadSizeLimit:
                 )
                 await response(scope, receive, send)
                 return
-        await self._app(scope, receive, send)
+            if self._match is not None and scope["path"] == "/v1/match":
+                await self._match(scope, receive, send)
+                return
+        await self._framework(scope, receive, send)
 
 
-class _HeadDeadlineProtocol(H11Protocol):
-    """uvicorn's h11 protocol, plus a deadline for each request head: uvicorn's own idle timer
-    restarts on every byte, so a client trickling a head would otherwise hold the connection
-    forever."""
+def build_app(parts: AppParts) -> ASGIApp:
+    """The ASGI app of one service."""
+
+    async def metrics(request: Request) -> Response:
+        return Response(generate_latest(parts.registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def healthz(request: Request) -> Response:
+        healthy, detail = parts.health()
+        return PlainTextResponse(detail + "\n", status_code=200 if healthy else 503)
+
+    async def sources(request: Request) -> Response:
+        assert parts.routing is not None
+        healthy, detail = parts.health()
+        if not healthy:
+            return Response(orjson.dumps({"error": detail}), 503, media_type="application/json")
+        document = {"sources": parts.routing.sources(), "as_of": parts.routing.as_of()}
+        return Response(orjson.dumps(document), media_type="application/json")
+
+    routes = [
+        Route("/metrics", metrics, methods=["GET"]),
+        Route("/healthz", healthz, methods=["GET"]),
+    ]
+    match = None
+    if parts.routing is not None:
+        routes.append(Route("/v1/sources", sources, methods=["GET"]))
+        match = _MatchEndpoint(parts, parts.routing)
+    return _App(Starlette(routes=routes), match)
+
+
+_STATUS_LINES: Final = {
+    400: b"HTTP/1.1 400 Bad Request\r\n",
+    431: b"HTTP/1.1 431 Request Header Fields Too Large\r\n",
+    505: b"HTTP/1.1 505 HTTP Version Not Supported\r\n",
+}
+
+
+class _BoundedHeadProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with two bounds on request heads: a head still unfinished
+    after ``MAX_HEAD_BYTES + HEAD_SLACK_BYTES`` gets 431 and the connection is closed (the
+    parser itself has no limit), and a head must be complete ``HEAD_TIMEOUT_S`` after the
+    connection opened or the previous response ended (uvicorn's own idle timer restarts on
+    every byte, so a client trickling a head would otherwise hold the connection forever)."""
 
     _head_deadline: asyncio.TimerHandle | None = None
+    _in_head = True
+    _head_bytes = 0
+    _heads_ended = 0
+    _refused = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._arm_head_deadline()
 
     def data_received(self, data: bytes) -> None:
+        # A chunk counts toward the head only when it began inside a head and no head ended in
+        # it; one where the next head begins (after a head or a body ended) restarts the count,
+        # so the bound is this limit plus one read.
+        was_in_head = self._in_head
+        self._heads_ended = 0
         super().data_received(data)
-        if self.conn.their_state is not h11.IDLE:
-            self._disarm_head_deadline()  # the head is complete
+        if not self._in_head or self.transport.is_closing():
+            return
+        if was_in_head and self._heads_ended == 0:
+            self._head_bytes += len(data)
+        else:
+            self._head_bytes = 0
+        if self._head_bytes > MAX_HEAD_BYTES + HEAD_SLACK_BYTES:
+            self._refuse(431, f"request head exceeds {MAX_HEAD_BYTES} bytes")
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._heads_ended += 1
+        self._disarm_head_deadline()
+        version = self.parser.get_http_version()
+        if version not in ("1.0", "1.1"):  # llhttp takes a line without a version as HTTP/0.9
+            status = 400 if version == "0.9" else 505
+            self._refuse(status, f"HTTP/{version} is not served (use HTTP/1.1)")
+            return
+        super().on_headers_complete()
+        if self.cycle is not None and self.cycle.transport is self.transport:
+            self.cycle.transport = _HeadWithBody(self.transport)  # type: ignore[assignment]
+
+    def on_body(self, body: bytes) -> None:
+        if not self._refused:
+            super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        if self._refused:
+            return
+        super().on_message_complete()
+        self._in_head = True  # what comes next is the next request's head
+        self._head_bytes = 0
+        if self.cycle is not None and self.cycle.response_complete:
+            self._arm_head_deadline()  # answered before its body ended: the next head's turn
 
     def on_response_complete(self) -> None:
+        if self.cycle is not None and isinstance(self.cycle.transport, _HeadWithBody):
+            self.cycle.transport.flush()
         super().on_response_complete()
-        if not self.transport.is_closing():
+        if not self.transport.is_closing() and self._in_head:
             self._arm_head_deadline()  # the next request on this connection
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_head_deadline()
         super().connection_lost(exc)
+
+    def _refuse(self, status: int, reason: str) -> None:
+        """Answer ``status`` with ``reason`` and close, reading nothing more."""
+        self._refused = True
+        message = (reason + "\n").encode()
+        self.transport.write(
+            b"%scontent-type: text/plain; charset=utf-8\r\n"
+            b"content-length: %d\r\nconnection: close\r\n\r\n%s"
+            % (_STATUS_LINES[status], len(message), message)
+        )
+        self.transport.close()
 
     def _arm_head_deadline(self) -> None:
         self._disarm_head_deadline()
@@ -230,12 +324,44 @@ class _HeadDeadlineProtocol(H11Protocol):
 
     def _head_timed_out(self) -> None:
         self._head_deadline = None
-        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+        if self._in_head and not self.transport.is_closing():
             self.transport.close()
 
 
-def _json(content: Mapping[str, Any]) -> Response:
-    return Response(orjson.dumps(content), media_type="application/json")
+class _HeadWithBody:
+    """The transport as a response sees it: the response head is held back and leaves with the
+    first body bytes (or when the response ends), so a small response is one send and one
+    segment, and the client wakes once instead of twice. ``100 Continue`` goes at once."""
+
+    __slots__ = ("_held", "_transport")
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+        self._held: bytes | None = None
+
+    def write(self, data: bytes) -> None:
+        if self._held is not None:
+            self._transport.write(self._held + data)
+            self._held = None
+        elif data.startswith(b"HTTP/1.1 100 "):
+            self._transport.write(data)
+        elif data.startswith(b"HTTP/"):
+            self._held = data
+        else:
+            self._transport.write(data)
+
+    def flush(self) -> None:
+        """Send what is held."""
+        if self._held is not None:
+            self._transport.write(self._held)
+            self._held = None
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
 
 
 class _QuietServer(uvicorn.Server):
@@ -245,9 +371,7 @@ class _QuietServer(uvicorn.Server):
         return
 
     def capture_signals(self) -> Any:  # uvicorn >= 0.29: a context manager
-        import contextlib
-
-        return contextlib.nullcontext()
+        return nullcontext()
 
 
 def bind_listener(host: str, port: int, backlog: int = 128) -> socket.socket:
@@ -255,7 +379,7 @@ def bind_listener(host: str, port: int, backlog: int = 128) -> socket.socket:
 
     The protocol is named (``IPPROTO_TCP``, not the default 0): asyncio turns on TCP_NODELAY
     only for connections accepted from a socket whose ``proto`` says TCP. Without it Nagle
-    holds back the response body (h11 writes headers and body separately) until the client's
+    holds back the response body (headers and body are written separately) until the client's
     delayed ACK of the headers, about 40 ms later, on every request.
     """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -274,7 +398,7 @@ def bind_listener(host: str, port: int, backlog: int = 128) -> socket.socket:
 class HttpServer:
     """Serves ``app`` on ``host:port`` until the context exits (an async context manager)."""
 
-    def __init__(self, app: Starlette, *, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, app: ASGIApp, *, host: str = "127.0.0.1", port: int = 0) -> None:
         self._app = app
         self._host = host
         self._requested_port = port
@@ -302,8 +426,7 @@ class HttpServer:
             lifespan="off",
             log_level="warning",
             access_log=False,
-            http=_HeadDeadlineProtocol,
-            h11_max_incomplete_event_size=MAX_HEAD_BYTES + 1024,
+            http=_BoundedHeadProtocol,
             ws="none",
             timeout_graceful_shutdown=2,
         )

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
+import msgpack
 import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -204,6 +205,84 @@ def test_bad_json_to_match_is_a_4xx(server: tuple[int, int], body: bytes) -> Non
     )
     answer = exchange(port, request)
     assert answer is not None and 400 <= answer.status < 500, answer
+    _alive(port)
+
+
+CONTENT_TYPES = st.sampled_from(
+    [
+        "application/octet-stream",
+        "application/msgpack",
+        "application/x-msgpack",
+        "application/json",
+        "application/json; charset=utf-8",
+        "Application/Octet-Stream",
+        "text/plain",
+        "",
+    ]
+)
+QUERIES = st.one_of(
+    st.sampled_from(
+        [
+            "",
+            "extra_key=k",
+            "page_size=16",
+            "page_size=0",
+            "page_size=-1",
+            "extra_key=%ff",
+            "page_size=2&extra_key=k",
+            "a=b",
+            "extra_key",
+            "&&",
+            "page_size=99999999999999999999",
+        ]
+    ),
+    st.text(alphabet=st.characters(min_codepoint=33, max_codepoint=126), max_size=30),
+)
+MSGPACK_BODIES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**64), 2**64 - 1)
+    | st.binary(max_size=40)
+    | st.text(max_size=10),
+    lambda children: (
+        st.lists(children, max_size=5)
+        | st.dictionaries(
+            st.sampled_from(
+                ["token_ids", "extra_key", "block_hashes", "page_size", "prompts", "x"]
+            ),
+            children,
+            max_size=4,
+        )
+    ),
+    max_leaves=20,
+).map(lambda value: msgpack.packb(value))
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    content_type=CONTENT_TYPES,
+    query=QUERIES,
+    body=st.one_of(st.binary(max_size=300), MSGPACK_BODIES, MATCH_BODIES),
+)
+def test_match_bodies_of_every_form_get_a_clean_answer(
+    server: tuple[int, int], content_type: str, query: str, body: bytes
+) -> None:
+    """``POST /v1/match`` with random binary, msgpack and JSON bodies, content types and query
+    strings: a 200 (with sources) or a 4xx with a JSON error, never a 5xx; the server lives."""
+    port, _ = server
+    target = "/v1/match" + ("?" + query if query else "")
+    head = f"POST {target} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n"
+    if content_type:
+        head += f"Content-Type: {content_type}\r\n"
+    answer = exchange(port, (head + "Connection: close\r\n\r\n").encode() + body)
+    assert answer is not None, "closed without an answer"
+    assert answer.status == 200 or 400 <= answer.status < 500, answer.raw[:300]
+    reply = orjson.loads(answer.raw.split(b"\r\n\r\n", 1)[1])
+    assert ("sources" in reply or "answers" in reply) if answer.status == 200 else "error" in reply
     _alive(port)
 
 

@@ -62,7 +62,10 @@ async def test_match_sources_and_bad_requests(tmp_path) -> None:  # type: ignore
             reply = await client.post(f"{base}/v1/match", json=body)
             assert reply.status_code == 200
             expected = views.prefix.match(prompt[:20])
-            assert reply.json() == {
+            as_of = reply.json().pop("as_of")
+            assert as_of["sources"]["w0"]["seq"] == follower.cursors.get("w0").seq  # type: ignore[union-attr]
+            assert as_of["position"] == {str(p): o for p, o in follower.position.offsets.items()}
+            assert {k: v for k, v in reply.json().items() if k != "as_of"} == {
                 "sources": {
                     "w0": {
                         "cached_tokens": expected["w0"].full_tokens,
@@ -73,7 +76,7 @@ async def test_match_sources_and_bad_requests(tmp_path) -> None:  # type: ignore
             }
             assert reply.json()["sources"]["w0"]["cached_tokens"] == 20
             miss = await client.post(f"{base}/v1/match", json={"token_ids": [999] * 8})
-            assert miss.json() == {"sources": {}}
+            assert miss.json()["sources"] == {}
             sources = (await client.get(f"{base}/v1/sources")).json()["sources"]
             assert sources["w0"]["blocks"] == (len(prompt) + len(other)) // PAGE
             assert sources["w0"]["state"] == "exact"

@@ -1,0 +1,50 @@
+"""A Python client of a follower's routing API (``swa-es follow --http-port``), for routers.
+
+``RoutingClient`` (blocking, one keep-alive connection, standard library HTTP) and
+``AsyncRoutingClient`` (httpx, pooled) send prompts in the cheapest form the API reads (binary
+token ids or block hashes; msgpack batches) and return typed answers: per source a
+``SourceMatch``, and an ``AsOf`` saying which log position the answer reflects::
+
+    from swa_es.client import RoutingClient
+
+    with RoutingClient("http://127.0.0.1:8080", timeout_s=0.5) as client:
+        reply = client.match(token_ids)
+        best = reply.answer.best()  # (source, SourceMatch) or None
+        stale = reply.as_of.lag_records > 1000
+
+This package imports nothing of the server side; the async client needs httpx
+(``pip install 'swa-es[client]'``).
+"""
+
+from swa_es.client.answers import (
+    AsOf,
+    BatchReply,
+    MatchAnswer,
+    MatchReply,
+    SourceMatch,
+    SourcePosition,
+)
+from swa_es.client.clients import (
+    AsyncRoutingClient,
+    RoutingClient,
+    RoutingConnectionError,
+    RoutingError,
+    RoutingUnavailableError,
+)
+from swa_es.client.wire import HashedPrompt, Prompt
+
+__all__ = [
+    "RoutingClient",
+    "AsyncRoutingClient",
+    "Prompt",
+    "HashedPrompt",
+    "MatchReply",
+    "BatchReply",
+    "MatchAnswer",
+    "SourceMatch",
+    "AsOf",
+    "SourcePosition",
+    "RoutingError",
+    "RoutingUnavailableError",
+    "RoutingConnectionError",
+]

@@ -1,0 +1,252 @@
+"""``RoutingClient`` (blocking) and ``AsyncRoutingClient`` for a follower's routing API.
+
+The blocking client speaks HTTP/1.1 with the standard library's ``http.client`` over one
+keep-alive connection: on the loopback it costs a fraction of what a general HTTP library costs
+per request (``bench/http_bench.py`` measures both), and a router calls it once per request. It
+is not thread-safe: give each thread its own. The async client uses ``httpx`` with a pool of
+keep-alive connections and may be shared by many tasks.
+
+Both send one prompt as a binary body (little-endian u32 token ids, or i64 block hashes) and a
+batch as msgpack; both retry a request once when a kept-alive connection turns out to be closed
+(matching is read-only, so a retry is safe).
+"""
+
+from __future__ import annotations
+
+import http.client
+import socket
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any, Final, Self
+from urllib.parse import urlsplit
+
+from swa_es.client.answers import (
+    BatchReply,
+    MatchAnswer,
+    MatchReply,
+    parse_sources,
+)
+from swa_es.client.wire import (
+    AsOfReader,
+    HashedPrompt,
+    Prompt,
+    Request,
+    batch_request,
+    hashes_request,
+    loads,
+    match_request,
+)
+
+DEFAULT_TIMEOUT_S: Final = 5.0
+
+
+class RoutingError(Exception):
+    """The routing API refused a request: ``status`` and the server's ``message``."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+        self.message = message
+
+
+class RoutingUnavailableError(RoutingError):
+    """The follower cannot answer yet (503: restoring)."""
+
+
+class RoutingConnectionError(Exception):
+    """The routing API could not be reached, or the connection failed mid-request."""
+
+
+def _refusal(status: int, body: bytes) -> RoutingError:
+    try:
+        message = str(loads(body)["error"])
+    except Exception:
+        message = body[:200].decode("utf-8", "replace")
+    kind = RoutingUnavailableError if status == 503 else RoutingError
+    return kind(status, message)
+
+
+def _host_port(base_url: str) -> tuple[str, int]:
+    parts = urlsplit(base_url)
+    if parts.scheme != "http" or not parts.hostname:
+        raise ValueError(f"base_url must be http://host[:port], got {base_url!r}")
+    if parts.path not in ("", "/"):
+        raise ValueError(f"base_url must have no path, got {base_url!r}")
+    return parts.hostname, parts.port or 80
+
+
+class _Replies:
+    """Turns reply bodies into typed answers (shared by both clients)."""
+
+    def __init__(self) -> None:
+        self._as_of = AsOfReader()
+
+    def match(self, body: bytes) -> MatchReply:
+        raw = loads(body)
+        return MatchReply(MatchAnswer(parse_sources(raw["sources"])), self._as_of(raw["as_of"]))
+
+    def batch(self, body: bytes) -> BatchReply:
+        raw = loads(body)
+        answers = [MatchAnswer(parse_sources(answer["sources"])) for answer in raw["answers"]]
+        return BatchReply(answers, self._as_of(raw["as_of"]))
+
+
+class RoutingClient:
+    """A blocking client of ``/v1/match`` and ``/v1/sources`` over one keep-alive connection.
+
+    ``timeout_s`` bounds connecting and each wait for the server. Use as a context manager or
+    call ``close``.
+    """
+
+    def __init__(self, base_url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        self._host, self._port = _host_port(base_url)
+        self._timeout_s = timeout_s
+        self._connection: http.client.HTTPConnection | None = None
+        self._replies = _Replies()
+
+    def match(self, token_ids: Sequence[int] | bytes, extra_key: str | None = None) -> MatchReply:
+        """Per source, what it holds of the prompt ``token_ids`` (a sequence of ints, or
+        little-endian u32 bytes) in namespace ``extra_key``."""
+        return self._replies.match(self._post(match_request(token_ids, extra_key)))
+
+    def match_hashes(self, block_hashes: Sequence[int], page_size: int) -> MatchReply:
+        """``match`` for a prompt given as the chained block hashes of its pages."""
+        return self._replies.match(self._post(hashes_request(block_hashes, page_size)))
+
+    def match_batch(self, prompts: Sequence[Prompt | HashedPrompt]) -> BatchReply:
+        """The answers to several prompts in one request, in order."""
+        return self._replies.batch(self._post(batch_request(prompts)))
+
+    def sources(self) -> dict[str, Any]:
+        """``GET /v1/sources``: per source its epoch, seq, blocks, digest and state."""
+        return dict(loads(self._exchange("GET", "/v1/sources", None, {}))["sources"])
+
+    def close(self) -> None:
+        """Close the connection (a later request opens a new one)."""
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _post(self, request: Request) -> bytes:
+        headers = {"Content-Type": request.content_type}
+        return self._exchange("POST", request.target, request.body, headers)
+
+    def _exchange(
+        self, method: str, target: str, body: bytes | None, headers: dict[str, str]
+    ) -> bytes:
+        for attempt in (1, 2):
+            reused = self._connection is not None
+            connection = self._connect()
+            try:
+                connection.request(method, target, body, headers)
+                response = connection.getresponse()
+                data = response.read()
+            except (http.client.HTTPException, OSError) as exc:
+                self.close()
+                # a kept-alive connection the server had closed: open a new one, once
+                if attempt == 1 and reused and not isinstance(exc, socket.timeout):
+                    continue
+                raise RoutingConnectionError(
+                    f"{method} http://{self._host}:{self._port}{target.split('?')[0]}: {exc!r}"
+                ) from exc
+            if response.will_close:
+                self.close()
+            if response.status != 200:
+                raise _refusal(response.status, data)
+            return data
+        raise AssertionError("unreachable")
+
+    def _connect(self) -> http.client.HTTPConnection:
+        if self._connection is None:
+            self._connection = http.client.HTTPConnection(
+                self._host, self._port, timeout=self._timeout_s
+            )
+        return self._connection
+
+
+class AsyncRoutingClient:
+    """An async client of ``/v1/match`` and ``/v1/sources`` (httpx, pooled keep-alive
+    connections; safe to share between tasks).
+
+    ``timeout_s`` bounds connecting and each wait for the server; ``max_connections`` the
+    pool. Use as an async context manager or call ``aclose``.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        max_connections: int = 16,
+    ) -> None:
+        import httpx  # the async client's dependency (the swa-es[client] extra)
+
+        host, port = _host_port(base_url)
+        self._client = httpx.AsyncClient(
+            base_url=f"http://{host}:{port}",
+            timeout=timeout_s,
+            limits=httpx.Limits(
+                max_connections=max_connections, max_keepalive_connections=max_connections
+            ),
+        )
+        self._errors: tuple[type[Exception], ...] = (httpx.TransportError,)
+        self._replies = _Replies()
+
+    async def match(
+        self, token_ids: Sequence[int] | bytes, extra_key: str | None = None
+    ) -> MatchReply:
+        """Per source, what it holds of the prompt ``token_ids`` in namespace ``extra_key``."""
+        return self._replies.match(await self._post(match_request(token_ids, extra_key)))
+
+    async def match_hashes(self, block_hashes: Sequence[int], page_size: int) -> MatchReply:
+        """``match`` for a prompt given as the chained block hashes of its pages."""
+        return self._replies.match(await self._post(hashes_request(block_hashes, page_size)))
+
+    async def match_batch(self, prompts: Sequence[Prompt | HashedPrompt]) -> BatchReply:
+        """The answers to several prompts in one request, in order."""
+        return self._replies.batch(await self._post(batch_request(prompts)))
+
+    async def sources(self) -> dict[str, Any]:
+        """``GET /v1/sources``: per source its epoch, seq, blocks, digest and state."""
+        return dict(loads(await self._exchange("GET", "/v1/sources", None, {}))["sources"])
+
+    async def aclose(self) -> None:
+        """Close every connection."""
+        await self._client.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def _post(self, request: Request) -> bytes:
+        headers = {"Content-Type": request.content_type}
+        return await self._exchange("POST", request.target, request.body, headers)
+
+    async def _exchange(
+        self, method: str, target: str, body: bytes | None, headers: dict[str, str]
+    ) -> bytes:
+        try:
+            response = await self._client.request(method, target, content=body, headers=headers)
+        except self._errors as exc:
+            raise RoutingConnectionError(f"{method} {target.split('?')[0]}: {exc!r}") from exc
+        if response.status_code != 200:
+            raise _refusal(response.status_code, response.content)
+        return response.content
