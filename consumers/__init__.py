@@ -3,6 +3,8 @@
 This package imports only ``cache.events`` and ``log`` (never torch or the tree).
 """
 
+from typing import TYPE_CHECKING, Any
+
 from consumers.cursor import Cursors, SourceCursor, Verdict
 from consumers.errors import (
     ConsumerError,
@@ -15,7 +17,6 @@ from consumers.metrics import FollowerMetrics
 from consumers.snapshot_store import SnapshotStore
 from consumers.snapshots import (
     DirectorySnapshotStore,
-    KafkaSnapshotStore,
     Snapshot,
     SnapshotInfo,
     SnapshotStorage,
@@ -25,6 +26,19 @@ from consumers.views.prefix_index import PrefixIndex, PrefixMatch
 from consumers.views.replica import ReplicaBlock, ReplicaSet, ReplicaTree, SourceMeta
 from consumers.views.stats import Churn, SourceStats, Stats
 from consumers.views.view import DigestView, View
+
+if TYPE_CHECKING:
+    from consumers.snapshots.kafka_store import KafkaSnapshotStore
+
+
+def __getattr__(name: str) -> Any:
+    # KafkaSnapshotStore needs aiokafka (the optional `kafka` extra): imported on first use only.
+    if name == "KafkaSnapshotStore":
+        import consumers.snapshots
+
+        return consumers.snapshots.KafkaSnapshotStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "Follower",

@@ -18,10 +18,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from consumers.snapshots.base import SnapshotStorage
 from consumers.snapshots.chunks import GROUP
 from consumers.snapshots.directory import DirectorySnapshotStore
-from consumers.snapshots.kafka_store import KafkaSnapshotStore
 from log import ConfigError
-from log.kafka import parse_options
-from log.kafka.blob_topic import DEFAULT_SEGMENT_MS, BlobTopic
 
 DEFAULT_GROUP = "default"
 DEFAULT_MAX_RECORD_BYTES = 1024 * 1024 - 1024
@@ -52,6 +49,11 @@ async def open_snapshot_store(
         if options:
             raise ConfigError(sorted(options)[0], "options are for kafka:// snapshot stores")
         return DirectorySnapshotStore(directory_of(url), keep=keep)
+    # Imported here: aiokafka is the optional `kafka` extra, and a directory store needs none of it.
+    from consumers.snapshots.kafka_store import KafkaSnapshotStore
+    from log.kafka.blob_topic import DEFAULT_SEGMENT_MS, BlobTopic
+    from log.kafka.options import parse_options
+
     parts = urlsplit(str(url))
     query: dict[str, Any] = dict(parse_qsl(parts.query, keep_blank_values=True))
     query.update(options)
