@@ -118,3 +118,40 @@ def test_the_module_loads_and_works_on_every_python_found(python: str) -> None:
     )
     assert run.returncode == 0, run.stderr
     assert run.stdout.startswith("ok ")
+
+
+_UNBOUND = """
+import sys
+from dataclasses import dataclass
+sys.path.insert(0, sys.argv[1])
+from abi3_smoke import load
+native = load(sys.argv[2])
+try:
+    native.decode_event(b'{"type":"AllBlocksCleared"}', "e")
+except RuntimeError as error:
+    print("unbound:", error)
+
+@dataclass(frozen=True)
+class BlockStored:  # the right name, fields in another order
+    token_ids: tuple
+    block_hashes: tuple
+try:
+    native.bind_classes({"BlockStored": BlockStored})
+except TypeError as error:
+    print("refused:", error)
+"""
+
+
+def test_the_core_refuses_to_work_unbound_or_with_other_fields() -> None:
+    """Before ``cache.events`` binds its classes the core says so; a class whose fields are not
+    the ones it writes is refused by name (never filled by position)."""
+    run = subprocess.run(
+        [sys.executable, "-c", _UNBOUND, str(Path(__file__).parent), native.__file__],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith("unbound:") and "not bound" in lines[0]
+    assert lines[1].startswith("refused: BlockStored: fields ['token_ids', 'block_hashes']")
