@@ -404,7 +404,7 @@ def _every_kind_of_event() -> EventBatch:
 
 
 def test_events_made_natively_are_whole_instances_of_their_classes() -> None:
-    """Events the core builds in place are exact instances with every field, equal, hashable,
+    """Events the core builds are exact instances with every field, equal, hashable,
     still frozen, and their int tuples are out of the cycle collector's sight."""
     batch = _every_kind_of_event()
     events = native.decode_batch(native.encode_batch(batch)).events

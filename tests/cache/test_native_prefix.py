@@ -1,10 +1,11 @@
 """Prefix matching in the native store: how a prompt's token ids are read, and the reuse of
 recent prompts' page digests, never change an answer or an error.
 
-Token ids are read in place from a list of ints, in bulk from a buffer of integers, and through
-the iterator from anything else; every kind of input gives the answer of the same ids as a list,
-and every bad input the error the general conversion gives. Page digests of recent prompts are
-reused across queries; answers stay equal to the pure-Python reference whatever came before.
+Token ids are read through the C API from a list of ints, in bulk from a buffer of integers, and
+through the iterator from anything else; every kind of input gives the answer of the same ids as
+a list, and every bad input the error the general conversion gives. Page digests of recent
+prompts are reused across queries; answers stay equal to the pure-Python reference whatever came
+before.
 """
 
 from __future__ import annotations
