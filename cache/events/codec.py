@@ -19,7 +19,12 @@ import orjson
 
 from cache.events import _native
 from cache.events._native import WireBatch
-from cache.events.errors import DecodeError
+from cache.events.errors import (
+    DecodeError,
+    EventRecorderError,
+    ReplicaConsistencyError,
+    ReplicaSnapshotError,
+)
 from cache.events.meta import BatchMeta
 from cache.events.types import (
     AllBlocksCleared,
@@ -38,6 +43,26 @@ SUPPORTED_VERSIONS: Final = (1, 2)
 
 if _native.DEFAULT_MAX_RECORD_BYTES != DEFAULT_MAX_RECORD_BYTES:  # pragma: no cover - build guard
     raise ImportError("cache.events._native is out of date with cache.events.codec")
+
+# The native core builds these types and raises these errors; it never imports this package.
+_native.bind_classes(
+    {
+        cls.__name__: cls
+        for cls in (
+            BlockStored,
+            BlockRemoved,
+            BlockSWAEvicted,
+            BlockSWARestored,
+            AllBlocksCleared,
+            EventBatch,
+            BatchMeta,
+            DecodeError,
+            EventRecorderError,
+            ReplicaConsistencyError,
+            ReplicaSnapshotError,
+        )
+    }
+)
 
 __all__ = [
     "DEFAULT_MAX_RECORD_BYTES",

@@ -1,4 +1,5 @@
-"""The error of the batch codec, shared by the native core's face and its pure-Python reference."""
+"""The errors the native core raises (bound to it by ``cache.events.codec``): the batch codec's,
+shared with its pure-Python reference, the recorder's and the replica store's."""
 
 from __future__ import annotations
 
@@ -13,3 +14,25 @@ class DecodeError(ValueError):
 
     def __reduce__(self) -> tuple[type[DecodeError], tuple[str, str]]:
         return (type(self), (self.field, self.reason))
+
+
+class EventRecorderError(RuntimeError):
+    """The recorded ops do not fit the recorder's node table (the tree and its recorder
+    disagree: a bug). Retrying cannot help; the recorder refuses every later read."""
+
+
+class ReplicaConsistencyError(ValueError):
+    """An event does not fit a source's replica; the failing event changed nothing."""
+
+    def __init__(self, source: str, reason: str) -> None:
+        self.source = source
+        self.reason = reason
+        super().__init__(f"source {source!r}: {reason}")
+
+
+class ReplicaSnapshotError(ValueError):
+    """Bytes that are not a replica snapshot this build can load (corrupt, foreign, truncated)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"bad replica snapshot: {reason}")

@@ -20,10 +20,6 @@ state digest (``DIGEST_ALGORITHM``) and makes the events, on whichever thread as
 from __future__ import annotations
 
 from cache.events._native import EventRecorder, RecordEncoder
+from cache.events.errors import EventRecorderError
 
 __all__ = ["EventRecorder", "EventRecorderError", "RecordEncoder"]
-
-
-class EventRecorderError(RuntimeError):
-    """The recorded ops do not fit the recorder's node table (the tree and its recorder
-    disagree: a bug). Retrying cannot help; the recorder refuses every later read."""

@@ -21,26 +21,10 @@ from collections.abc import Sequence
 
 from cache.events import _native
 from cache.events.codec import WireBatch
+from cache.events.errors import ReplicaConsistencyError, ReplicaSnapshotError
 
 ReplicaStore = _native.ReplicaStore
 ReplayCursors = _native.ReplayCursors
-
-
-class ReplicaConsistencyError(ValueError):
-    """An event does not fit a source's replica; the failing event changed nothing."""
-
-    def __init__(self, source: str, reason: str) -> None:
-        self.source = source
-        self.reason = reason
-        super().__init__(f"source {source!r}: {reason}")
-
-
-class ReplicaSnapshotError(ValueError):
-    """Bytes that are not a replica snapshot this build can load (corrupt, foreign, truncated)."""
-
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-        super().__init__(f"bad replica snapshot: {reason}")
 
 
 def wire_churn(wire: WireBatch) -> tuple[int, int, int, int, int]:
@@ -76,11 +60,10 @@ def swa_usable_prefix(
     return _native.swa_usable_prefix(list(segments), sliding_window_size)
 
 
-def prompt_token_ids(token_ids: Sequence[int], *, in_place: bool = True) -> list[int]:
+def prompt_token_ids(token_ids: Sequence[int]) -> list[int]:
     """The ids ``ReplicaStore.match_prefix`` reads ``token_ids`` as, with its errors (for tests
-    of the reader): ``in_place=False`` reads a list through the C API only, as on an interpreter
-    whose object layouts the core does not know."""
-    return _native.prompt_token_ids(token_ids, in_place)
+    of the reader: a list through the C API, a buffer in bulk, anything else by iteration)."""
+    return _native.prompt_token_ids(token_ids)
 
 
 __all__ = [

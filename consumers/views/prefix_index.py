@@ -18,9 +18,9 @@ Cost: hashing is the floor (each page chains onto the previous one's digest, so 
 are hashed one after the other). The store keeps the page digests of the last few prompts it
 matched (8, per namespace and page size) and reuses those of the whole pages a new prompt shares
 with the closest one: a system prompt, earlier turns of a conversation, a retried request cost no
-hashing. A list of ints is read in place, a buffer of integers (``array.array``, a NumPy
-vector) in bulk; answers and errors are those of reading the ids one by one. Sources with equal
-answers share one (immutable) ``PrefixMatch``.
+hashing. A list of ints is read through CPython's public C API, a buffer of integers
+(``array.array``, a NumPy vector: the fastest) in bulk; answers and errors are those of reading
+the ids one by one. Sources with equal answers share one (immutable) ``PrefixMatch``.
 """
 
 from __future__ import annotations

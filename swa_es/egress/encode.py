@@ -20,6 +20,7 @@ from typing import Any
 import msgpack
 
 from cache.events import (
+    MEDIUM_GPU,
     AllBlocksCleared,
     BlockRemoved,
     BlockStored,
@@ -27,6 +28,7 @@ from cache.events import (
     BlockSWARestored,
     Event,
     EventBatch,
+    event_to_dict,
 )
 
 
@@ -75,39 +77,16 @@ def _sglang_events(event: Event, tombstones: TombstonePolicy) -> list[list[Any]]
 
 
 def _vllm_events(event: Event, tombstones: TombstonePolicy) -> list[dict[str, Any]]:
+    # vLLM's tagged maps are our own event objects (cache.events.event_to_dict), plus its
+    # lora_name on a store; a tombstone becomes a removal or nothing.
     match event:
         case BlockStored():
-            return [
-                {
-                    "type": "BlockStored",
-                    "block_hashes": list(event.block_hashes),
-                    "parent_block_hash": event.parent_block_hash,
-                    "token_ids": list(event.token_ids),
-                    "block_size": event.block_size,
-                    "lora_id": event.lora_id,
-                    "medium": event.medium,
-                    "lora_name": None,
-                }
-            ]
-        case BlockRemoved():
-            return [
-                {
-                    "type": "BlockRemoved",
-                    "block_hashes": list(event.block_hashes),
-                    "medium": event.medium,
-                }
-            ]
-        case AllBlocksCleared():
-            return [{"type": "AllBlocksCleared"}]
+            return [{**event_to_dict(event), "lora_name": None}]
+        case BlockRemoved() | AllBlocksCleared():
+            return [event_to_dict(event)]
         case BlockSWAEvicted():
             if tombstones is TombstonePolicy.REMOVE:
-                return [
-                    {
-                        "type": "BlockRemoved",
-                        "block_hashes": list(event.block_hashes),
-                        "medium": "GPU",
-                    }
-                ]
+                return [event_to_dict(BlockRemoved(event.block_hashes, MEDIUM_GPU))]
             return []
         case BlockSWARestored():
             return []

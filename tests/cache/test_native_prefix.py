@@ -1,15 +1,17 @@
 """Prefix matching in the native store: how a prompt's token ids are read, and the reuse of
 recent prompts' page digests, never change an answer or an error.
 
-Token ids are read in place from a list of ints, in bulk from a buffer of integers, and through
-the iterator from anything else; every kind of input gives the answer of the same ids as a list,
-and every bad input the error the general conversion gives. Page digests of recent prompts are
-reused across queries; answers stay equal to the pure-Python reference whatever came before.
+Token ids are read through the C API from a list of ints, in bulk from a buffer of integers, and
+through the iterator from anything else; every kind of input gives the answer of the same ids as
+a list, and every bad input the error the general conversion gives. Page digests of recent
+prompts are reused across queries; answers stay equal to the pure-Python reference whatever came
+before.
 """
 
 from __future__ import annotations
 
 import array
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -58,7 +60,7 @@ class Sub(int):
     """A subclass of int (read by the general conversion)."""
 
 
-def test_large_ids_read_in_place_equal_the_general_conversion() -> None:
+def test_large_ids_read_through_the_c_api_equal_the_general_conversion() -> None:
     """Ids of one and two digits, up to 2**32 - 1, hash as the reference hashes them."""
     store = _fleet([PROMPT])
     assert store.match_prefix(PROMPT) == [("w0", 12, 12)]
@@ -80,14 +82,14 @@ def test_large_ids_read_in_place_equal_the_general_conversion() -> None:
         max_size=40,
     )
 )
-def test_a_list_read_in_place_equals_one_read_through_the_c_api(items: list[object]) -> None:
-    """Ids in place or through the C API: the same ids, or the same error naming the same id;
-    a tuple (read through its iterator) gives them too."""
+def test_a_list_read_through_the_c_api_equals_one_read_by_iteration(items: list[object]) -> None:
+    """A list (read through the C API) and a tuple (read through its iterator): the same ids,
+    or the same error naming the same id."""
     ids: Sequence[int] = items  # type: ignore[assignment]
     readers: list[Callable[[], list[int]]] = [
-        lambda: prompt_token_ids(ids, in_place=True),
-        lambda: prompt_token_ids(ids, in_place=False),
+        lambda: prompt_token_ids(ids),
         lambda: prompt_token_ids(tuple(ids)),
+        lambda: prompt_token_ids(deque(ids)),
     ]
     outcomes: list[tuple[str, object]] = []
     for read in readers:
@@ -100,11 +102,10 @@ def test_a_list_read_in_place_equals_one_read_through_the_c_api(items: list[obje
         assert outcomes[0][1] == [int(item) for item in items]  # type: ignore[call-overload]
 
 
-def test_both_list_readers_stop_where_an_index_method_shortens_the_list() -> None:
-    """An ``__index__`` that deletes the rest of the list ends the read there, either way."""
-    for in_place in (True, False):
-        prompt = shrinking_prompt()
-        assert prompt_token_ids(prompt, in_place=in_place) == [0, 1, 2, 3]  # type: ignore[arg-type]
+def test_the_list_reader_stops_where_an_index_method_shortens_the_list() -> None:
+    """An ``__index__`` that deletes the rest of the list ends the read there."""
+    prompt = shrinking_prompt()
+    assert prompt_token_ids(prompt) == [0, 1, 2, 3]  # type: ignore[arg-type]
 
 
 SMALL = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9]

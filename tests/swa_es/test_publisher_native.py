@@ -94,36 +94,10 @@ def assert_same_records(payloads: list[bytes], reference: list[EventBatch]) -> N
         assert payload == reference_encode(renamed)
 
 
-def fill_every_record_beside(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make the publisher's encoder thread copy every record into its bytes (two rounds per
-    job), not only the big ones."""
-
-    started = RecorderFeed.start
-
-    def start(feed: RecorderFeed) -> None:
-        builder = feed._builder
-        feed._encoder = feed._recorder.encoder(
-            builder.source,
-            builder.max_events_per_batch,
-            builder.max_split_bytes,
-            builder.digest_every_batches,
-            fill_beside_bytes=0,
-        )
-        started(feed)  # the rest of the start, with this encoder
-
-    monkeypatch.setattr(RecorderFeed, "start", start)
-
-
-@pytest.mark.parametrize("fill_beside", [False, True], ids=["default", "all_filled_beside"])
 @pytest.mark.parametrize("page_size", PAGE_SIZES)
-async def test_records_equal_the_reference_path_byte_for_byte(
-    page_size: int, fill_beside: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_records_equal_the_reference_path_byte_for_byte(page_size: int) -> None:
     """Random steps (evictions, tombstones, resets, empty steps, split steps) write the same
-    records the reference path does, digests included; also when the encoder thread copies
-    every record into its bytes object itself."""
-    if fill_beside:
-        fill_every_record_beside(monkeypatch)
+    records the reference path does, digests and timestamps included."""
     rng = random.Random(page_size)
     cache = small_tree(page_size)
     twin = attach_reference(cache)
@@ -152,10 +126,9 @@ async def test_records_equal_the_reference_path_byte_for_byte(
     assert state.digests_checked > 10
 
 
-async def test_big_steps_filled_beside_the_loop_equal_the_reference_path() -> None:
-    """Steps of the bench's chat workload at page 1 (tens of KB of records each, so the encoder
-    thread copies them into their bytes in a second round) under the default limits write the
-    reference path's records, interleaved with small steps that are copied at once."""
+async def test_big_steps_equal_the_reference_path() -> None:
+    """Steps of the bench's chat workload at page 1 (tens of KB of records each) under the
+    default limits write the reference path's records, interleaved with small steps."""
     alloc = SWAKVAllocator(32768, 8192, page_size=1, device="cpu")
     cache = SWARadixCache(alloc, sliding_window_size=256, page_size=1)
     twin = attach_reference(cache)

@@ -1,5 +1,5 @@
-//! The decoder's fast paths: a record, or an event object, laid out exactly as the encoder
-//! writes it, read straight through without slots.
+//! The decoder's fast path for events: an event object laid out exactly as the encoder writes
+//! it, read straight through without slots (`super::record` has the whole record's).
 //!
 //! The encoder writes the batch's keys and each event type's keys in one fixed order, without
 //! whitespace, with plain integers and (in practice) ASCII strings. `canonical_batch` and
@@ -12,77 +12,11 @@
 //! strings are taken only when they are printable ASCII without escapes (their bytes are their
 //! text).
 
-use super::decode::{events_capacity, scan_events, EventType, Scratch};
-use super::scan::{Number, Scanner, MAX_DEPTH};
-use super::SUPPORTED_VERSIONS;
+use super::decode_parts::{EventType, Scratch};
+use super::scan::{Scanner, MAX_DEPTH};
 use smallvec::SmallVec;
 
-use crate::events::{Batch, Event, Hashes, Header, Medium, Stored, Tokens};
-
-/// The whole record if it has the encoder's layout, no `meta` (every batch but an epoch's
-/// first) and every event decodes; None otherwise, for the general path to decode it from the
-/// start. Events in another layout still go through the slots, as in the general path.
-pub(super) fn canonical_batch(data: &[u8]) -> Option<Batch> {
-    if !data.starts_with(b"{\"v\":") {
-        return None;
-    }
-    let mut scanner = Scanner::new(data);
-    scanner.open_object().ok()?;
-    scanner.eat(b"\"v\":");
-    let version = u8::try_from(scanner.plain_int()?)
-        .ok()
-        .filter(|version| SUPPORTED_VERSIONS.contains(version))?;
-    if !scanner.eat(b",\"source\":") {
-        return None;
-    }
-    let source = scanner.plain_ascii_string()?.to_string();
-    if !scanner.eat(b",\"epoch\":") {
-        return None;
-    }
-    let epoch = scanner.plain_ascii_string()?.to_string();
-    if !scanner.eat(b",\"seq\":") {
-        return None;
-    }
-    let seq = u64::try_from(scanner.plain_int()?).ok()?;
-    if !scanner.eat(b",\"ts\":") {
-        return None;
-    }
-    let ts = match scanner.number().ok()? {
-        Number::Int(number) => number as f64,
-        Number::Float(number) => number,
-    };
-    if !scanner.eat(b",\"events\":[") {
-        return None;
-    }
-    scanner.rewind(scanner.offset() - 1); // scan_events opens the array itself
-    let mut events = Vec::with_capacity(events_capacity(data));
-    if scan_events(&mut scanner, &mut events, &mut Scratch::default())
-        .ok()?
-        .is_some()
-    {
-        return None;
-    }
-    if !scanner.eat(b",\"digest\":") {
-        return None;
-    }
-    let digest = match scanner.eat(b"null") {
-        true => None,
-        false => Some(scanner.plain_ascii_string()?.to_string()),
-    };
-    if !scanner.eat(b",\"meta\":null}") || scanner.finish().is_err() {
-        return None;
-    }
-    let header = Header {
-        version,
-        source,
-        epoch,
-        seq,
-        ts,
-        digest,
-        meta_json: None,
-    };
-    Some(Batch { header, events })
-}
+use crate::events::{Event, Hashes, Medium, Stored, Tokens};
 
 /// The event at the cursor (on its `{`) if it has the encoder's layout; None, cursor unmoved,
 /// otherwise.

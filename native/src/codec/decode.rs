@@ -1,4 +1,5 @@
-//! Strict decoding of one record into a `Batch`.
+//! Strict decoding of one record into a `Batch`: the general path (`super::record` tries the
+//! encoder's layout first).
 //!
 //! Each object (the batch, an event, the meta) is scanned into slots, one per known key (the
 //! last of duplicate keys wins, as in orjson); its checks run at the closing brace in the
@@ -9,37 +10,13 @@
 
 use std::borrow::Cow;
 
-use super::canonical::{canonical_batch, canonical_event, canonical_events};
+use super::canonical::{canonical_event, canonical_events};
+use super::decode_parts::{events_capacity, EventType, Scratch};
 use super::meta::{scan_meta, Meta};
 use super::scan::{Kind, Number, Scanner, SyntaxError, Value};
 use super::text::quoted_excerpt;
 use super::{DecodeError, SUPPORTED_VERSIONS};
 use crate::events::{Batch, Event, Hashes, Header, Medium, Stored, Tokens};
-
-/// Decode one record; `max_record_bytes` bounds its size.
-pub fn decode(data: &[u8], max_record_bytes: usize) -> Result<Batch, DecodeError> {
-    decode_with_meta(data, max_record_bytes).map(|(batch, _)| batch)
-}
-
-/// Decode one record and its typed meta (present on an epoch's first batch).
-pub fn decode_with_meta(
-    data: &[u8],
-    max_record_bytes: usize,
-) -> Result<(Batch, Option<Meta>), DecodeError> {
-    if data.len() > max_record_bytes {
-        return Err(DecodeError::new(
-            "",
-            format!(
-                "record of {} bytes exceeds the {max_record_bytes} limit",
-                data.len()
-            ),
-        ));
-    }
-    match canonical_batch(data) {
-        Some(batch) => Ok((batch, None)),
-        None => decode_slots(data),
-    }
-}
 
 /// `decode_with_meta` through the slots alone (the general path), without the size check.
 pub(super) fn decode_slots(data: &[u8]) -> Result<(Batch, Option<Meta>), DecodeError> {
@@ -73,13 +50,6 @@ pub fn decode_event(data: &[u8], path: &str) -> Result<Event, DecodeError> {
     })()
     .map_err(not_json)?;
     outcome.map_err(|error| under(path, error))
-}
-
-/// Room for the events of a common record of `data`'s size: a store in the encoder's layout
-/// takes 128 bytes or more of JSON (a record of smaller events regrows once or twice). A
-/// `WireBatch` keeps this buffer, so guessing high (64 bytes an event) held twice the room.
-pub(super) fn events_capacity(data: &[u8]) -> usize {
-    (data.len() / 128).min(256)
 }
 
 fn not_json(error: SyntaxError) -> DecodeError {
@@ -316,13 +286,6 @@ impl TopSlots<'_> {
 
 // --- events --------------------------------------------------------------------------------
 
-/// Reused buffers for the int lists of one event.
-#[derive(Default)]
-pub(super) struct Scratch {
-    pub(super) hashes: Vec<i64>,
-    pub(super) tokens: Vec<u32>,
-}
-
 /// Decode the events array at the cursor (on `[`) into `events`; the first event that does
 /// not decode, named from the batch (the rest is still scanned).
 pub(super) fn scan_events(
@@ -354,27 +317,7 @@ pub(super) fn scan_events(
     Ok(failure)
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum EventType {
-    Stored,
-    Removed,
-    SwaEvicted,
-    SwaRestored,
-    Cleared,
-}
-
 impl EventType {
-    pub(super) fn from_name(name: &str) -> Option<Self> {
-        match name {
-            "BlockStored" => Some(EventType::Stored),
-            "BlockRemoved" => Some(EventType::Removed),
-            "BlockSWAEvicted" => Some(EventType::SwaEvicted),
-            "BlockSWARestored" => Some(EventType::SwaRestored),
-            "AllBlocksCleared" => Some(EventType::Cleared),
-            _ => None,
-        }
-    }
-
     /// The keys this type has, as `EVENT_FIELDS` bits.
     fn fields(self) -> u8 {
         match self {

@@ -17,14 +17,17 @@
 
 mod canonical;
 mod decode;
+mod decode_parts;
 mod encode;
 mod meta;
+mod record;
 mod scan;
 mod text;
 
-pub use decode::{decode, decode_event, decode_with_meta};
+pub use decode::decode_event;
 pub use encode::{encode, encode_into, EncodeError};
 pub use meta::Meta;
+pub use record::{decode, decode_with_meta};
 
 /// The record size limit used when the caller names none: 16 MiB.
 pub const DEFAULT_MAX_RECORD_BYTES: usize = 16 * 1024 * 1024;

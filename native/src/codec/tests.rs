@@ -390,8 +390,8 @@ fn a_single_event_decodes_under_its_path() {
 
 #[test]
 fn the_record_fast_path_agrees_with_the_slots_or_gives_up() {
-    use super::canonical::canonical_batch;
     use super::decode::decode_slots;
+    use super::record::canonical_batch;
     let plain = |version: u8, digest: Option<&str>| {
         let mut batch = sample(version);
         batch.header.meta_json = None;

@@ -73,17 +73,7 @@ pub fn write_i64(out: &mut Vec<u8>, value: i64) {
 /// positional form for decimal exponents -5 to 15 (`100.0`, `0.00001`) and in scientific form
 /// otherwise (`1e+16`, `1.5e-7`).
 pub fn write_f64(out: &mut Vec<u8>, value: f64) {
-    // `{:e}` gives the shortest round-trip digits as `d.ddde<exp>`.
-    let scientific = format!("{value:e}");
-    let (mantissa, exponent) = scientific
-        .split_once('e')
-        .unwrap_or((scientific.as_str(), "0"));
-    let exponent: i32 = exponent.parse().unwrap_or(0);
-    let (negative, mantissa) = match mantissa.strip_prefix('-') {
-        Some(rest) => (true, rest),
-        None => (false, mantissa),
-    };
-    let digits: Vec<u8> = mantissa.bytes().filter(|b| *b != b'.').collect();
+    let (negative, digits, exponent) = shortest_digits(value);
     if negative {
         out.push(b'-');
     }
@@ -116,6 +106,46 @@ pub fn write_f64(out: &mut Vec<u8>, value: f64) {
         }
         out.extend_from_slice(exponent.to_string().as_bytes());
     }
+}
+
+/// The shortest digits that read back to the finite `value` (no leading or trailing zeros but
+/// a lone `0`), and the decimal exponent of the first: `value = ±d.ddd × 10^exponent`.
+///
+/// The digits come from Ryū, which breaks a tie between two equally near shortest candidates
+/// towards the even one, as CPython's `repr` and orjson do (Rust's own `{:e}` rounds such a
+/// tie up: `1796401612.72265625` would be written `...7226563`, orjson writes `...7226562`).
+fn shortest_digits(value: f64) -> (bool, Vec<u8>, i32) {
+    let mut buffer = ryu::Buffer::new();
+    let text = buffer.format_finite(value).as_bytes();
+    let (negative, text) = match text.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, text),
+    };
+    let (mantissa, power) = match text.iter().position(|&byte| byte == b'e' || byte == b'E') {
+        Some(at) => {
+            let power = std::str::from_utf8(&text[at + 1..])
+                .ok()
+                .and_then(|power| power.parse::<i32>().ok())
+                .unwrap_or(0);
+            (&text[..at], power)
+        }
+        None => (text, 0),
+    };
+    let point = mantissa
+        .iter()
+        .position(|&byte| byte == b'.')
+        .unwrap_or(mantissa.len());
+    let all: Vec<u8> = mantissa.iter().copied().filter(|&b| b != b'.').collect();
+    let leading = all.iter().take_while(|&&digit| digit == b'0').count();
+    if leading == all.len() {
+        return (negative, vec![b'0'], 0);
+    }
+    let mut digits = all[leading..].to_vec();
+    while digits.len() > 1 && digits.last() == Some(&b'0') {
+        digits.pop();
+    }
+    let exponent = point as i32 - 1 - leading as i32 + power;
+    (negative, digits, exponent)
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
@@ -247,6 +277,10 @@ mod tests {
             (1712345678.123456, "1712345678.123456"),
             (12.5, "12.5"),
             (-98765.43209999999, "-98765.43209999999"),
+            // Exact ties between two shortest candidates go to the even digit, as in orjson.
+            (1_796_401_612.0 + 185.0 / 256.0, "1796401612.7226562"),
+            (1_796_401_614.0 + 185.0 / 256.0, "1796401614.7226562"),
+            ((1u64 << 53) as f64 + 1.0, "9007199254740992.0"),
         ];
         for (value, text) in cases {
             assert_eq!(float(value), text, "{value:e}");

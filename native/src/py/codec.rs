@@ -2,7 +2,7 @@
 //! `decode_event`.
 //!
 //! A `WireBatch` holds its decoded `Batch` natively; Python objects for its events are only
-//! made when asked for (`events`, `to_batch()`), one frozen dataclass per page. Native code
+//! made when asked for (`events`, `to_batch()`), one event per page. Native code
 //! (the replica store's bindings) reads `WireBatch::batch` directly, with no Python object per
 //! event.
 
@@ -12,10 +12,10 @@ use pyo3::exceptions::PyValueError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBytes, PyInt, PyString, PyTuple, PyType};
+use pyo3::types::{PyBytes, PyInt, PyString, PyTuple};
 use pyo3::{intern, IntoPyObjectExt};
 
-use super::slots::SlotLayout;
+use super::classes::{classes, Classes};
 
 use crate::codec::{self, DecodeError, Meta};
 use crate::events::{Batch, Event, Hashes, Header, Medium, Stored};
@@ -23,89 +23,12 @@ use crate::events::{Batch, Event, Hashes, Header, Medium, Stored};
 /// Records at least this long are decoded with the GIL released.
 const DETACH_BYTES: usize = 64 * 1024;
 
-/// The Python classes the bindings build or raise, looked up once.
-pub(crate) struct Classes {
-    stored: SlotLayout<6>,
-    removed: SlotLayout<2>,
-    swa_evicted: SlotLayout<1>,
-    swa_restored: SlotLayout<1>,
-    all_cleared: Py<PyAny>,
-    event_batch: Py<PyType>,
-    batch_meta: Py<PyType>,
-    decode_error: Py<PyType>,
-    object_new: Py<PyAny>,
-}
-
-static CLASSES: PyOnceLock<Classes> = PyOnceLock::new();
-
-pub(crate) fn classes(py: Python<'_>) -> PyResult<&Classes> {
-    CLASSES.get_or_try_init(py, || {
-        let types = py.import("cache.events.types")?;
-        let class = |name: &str| -> PyResult<Bound<'_, PyType>> {
-            Ok(types.getattr(name)?.cast_into::<PyType>()?)
-        };
-        Ok(Classes {
-            stored: SlotLayout::learn(&class("BlockStored")?, STORED_FIELDS)?,
-            removed: SlotLayout::learn(&class("BlockRemoved")?, ["block_hashes", "medium"])?,
-            swa_evicted: SlotLayout::learn(&class("BlockSWAEvicted")?, ["block_hashes"])?,
-            swa_restored: SlotLayout::learn(&class("BlockSWARestored")?, ["block_hashes"])?,
-            all_cleared: types.getattr("AllBlocksCleared")?.call0()?.unbind(),
-            event_batch: class("EventBatch")?.unbind(),
-            batch_meta: py
-                .import("cache.events.meta")?
-                .getattr("BatchMeta")?
-                .cast_into::<PyType>()?
-                .unbind(),
-            decode_error: py
-                .import("cache.events.errors")?
-                .getattr("DecodeError")?
-                .cast_into::<PyType>()?
-                .unbind(),
-            object_new: py
-                .import("builtins")?
-                .getattr("object")?
-                .getattr("__new__")?
-                .unbind(),
-        })
-    })
-}
-
 /// The Python `cache.events.DecodeError` of a native decode error.
 fn decode_error(py: Python<'_>, error: DecodeError) -> PyErr {
     match classes(py).and_then(|c| c.decode_error.bind(py).call1((error.field, error.reason))) {
         Ok(instance) => PyErr::from_value(instance),
         Err(lookup_failed) => lookup_failed,
     }
-}
-
-/// Set a field of a frozen dataclass instance as `object.__setattr__` does (the class's own
-/// `__setattr__` refuses: it is frozen). Only used on instances made here, before anyone else
-/// sees them.
-pub(crate) fn set_field(
-    instance: &Bound<'_, PyAny>,
-    name: &Bound<'_, PyString>,
-    value: &Bound<'_, PyAny>,
-) -> PyResult<()> {
-    // SAFETY: the three pointers are live references borrowed for the whole call (the `Bound`s
-    // keep them alive) and the GIL is held, which a `Bound` proves. PyObject_GenericSetAttr
-    // borrows its arguments (it steals no reference) and returns -1 with an exception set on
-    // failure, which `PyErr::fetch` takes.
-    let status =
-        unsafe { ffi::PyObject_GenericSetAttr(instance.as_ptr(), name.as_ptr(), value.as_ptr()) };
-    if status == 0 {
-        Ok(())
-    } else {
-        Err(PyErr::fetch(instance.py()))
-    }
-}
-
-/// An instance of `class` made by `object.__new__`, its `__init__` not run: fill its fields
-/// with `set_field` before anyone else sees it.
-pub(crate) fn new_uninitialised<'py>(
-    py: Python<'py>,
-    class: &Bound<'py, PyType>,
-) -> PyResult<Bound<'py, PyAny>> {
-    classes(py)?.object_new.bind(py).call1((class,))
 }
 
 fn optional<'py, T: IntoPyObjectExt<'py>>(
@@ -167,16 +90,6 @@ pub(crate) fn push_events<'py>(
         }
     }
 }
-
-/// A `BlockStored`'s fields, in the order `push_pages` gives their values.
-const STORED_FIELDS: [&str; 6] = [
-    "block_hashes",
-    "parent_block_hash",
-    "token_ids",
-    "block_size",
-    "lora_id",
-    "medium",
-];
 
 /// Append one Python `BlockStored` per page of `stored`.
 fn push_pages<'py>(
@@ -455,7 +368,7 @@ fn event_from_py(
         Ok(Event::SwaEvicted { hashes: hashes()? })
     } else if class.is(classes.swa_restored.class(py)) {
         Ok(Event::SwaRestored { hashes: hashes()? })
-    } else if class.is(classes.all_cleared.bind(py).get_type()) {
+    } else if class.is(classes.all_cleared_class.bind(py)) {
         Ok(Event::Cleared)
     } else {
         Err(PyValueError::new_err(format!(

@@ -5,18 +5,19 @@
 
 use pyo3::prelude::*;
 
+mod classes;
 pub(crate) mod codec;
 mod digest;
 mod hashing;
 mod recorder;
 mod replay;
 mod replica;
-mod slots;
 mod tokens;
 
 #[pymodule]
 #[pyo3(name = "_native")]
 fn native_module(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    classes::register(module)?;
     hashing::register(module)?;
     digest::register(module)?;
     codec::register(module)?;

@@ -9,9 +9,7 @@ use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBytes, PyList, PyTuple, PyType};
-use std::collections::HashMap;
+use pyo3::types::{PyBytes, PyList, PyTuple};
 use std::io::Write;
 use std::ops::Range;
 use std::os::fd::AsRawFd;
@@ -19,26 +17,18 @@ use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::codec::{classes, push_events};
+use super::classes::classes;
+use super::codec::push_events;
 use crate::codec::EncodeError;
 use crate::events::Event;
 use crate::recorder::{
     opening_records, BatchLimits, Done, EncodeWorker, Job, Numbering, Record, Recorder,
-    RecorderError, Sequencer, Target,
+    RecorderError, Sequencer,
 };
-
-static RECORDER_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
 /// The Python `cache.events.recorder.EventRecorderError` of a native recorder error.
 fn recorder_error(py: Python<'_>, error: RecorderError) -> PyErr {
-    let class = RECORDER_ERROR.get_or_try_init(py, || -> PyResult<Py<PyType>> {
-        Ok(py
-            .import("cache.events.recorder")?
-            .getattr("EventRecorderError")?
-            .cast_into::<PyType>()?
-            .unbind())
-    });
-    match class.and_then(|class| class.bind(py).call1((error.reason,))) {
+    match classes(py).and_then(|c| c.recorder_error.bind(py).call1((error.reason,))) {
         Ok(instance) => PyErr::from_value(instance),
         Err(lookup_failed) => lookup_failed,
     }
@@ -172,6 +162,8 @@ impl Failure {
 /// Encoded records as Python sees them: (record bytes, events in it).
 type PyRecords<'py> = Vec<(Bound<'py, PyBytes>, usize)>;
 
+/// Each record copied into a new `bytes` object (the public constructor: the encoder thread
+/// never writes into memory Python owns).
 fn py_records<'py>(py: Python<'py>, records: &[Record]) -> PyRecords<'py> {
     records
         .iter()
@@ -301,16 +293,13 @@ impl EventRecorder {
 
     /// Start an encoder thread for a publisher of `source` whose batches hold at most
     /// `max_events` events and `max_bytes` of event size bounds, with the digest on every
-    /// `digest_every`-th batch (see `RecordEncoder`). A step's records of at least
-    /// `fill_beside_bytes` bytes in all are copied into their `bytes` by the thread.
-    #[pyo3(signature = (source, max_events, max_bytes, digest_every, fill_beside_bytes=FILL_BESIDE_BYTES))]
+    /// `digest_every`-th batch (see `RecordEncoder`).
     fn encoder(
         &self,
         source: String,
         max_events: usize,
         max_bytes: usize,
         digest_every: u64,
-        fill_beside_bytes: usize,
     ) -> PyResult<RecordEncoder> {
         if digest_every == 0 {
             return Err(PyValueError::new_err(
@@ -322,7 +311,6 @@ impl EventRecorder {
             source,
             limits(max_events, max_bytes)?,
             digest_every,
-            fill_beside_bytes,
         )
     }
 
@@ -375,16 +363,6 @@ impl EventRecorder {
     }
 }
 
-/// A job's records whose bytes objects the encoder thread fills: (bytes, events) each.
-type Filling = Vec<(Py<PyBytes>, usize)>;
-
-/// By default, a job whose records take at least this many bytes has them copied into its
-/// `bytes` objects by the encoder thread (`EncodeWorker::fill`): a publisher to an in-memory
-/// log keeps every record, so their memory is fresh and each page of it faults on first write,
-/// and that write is better made beside the serving loop than on it. Smaller jobs are copied
-/// at once (one more round trip to the thread would cost them more than it saves).
-const FILL_BESIDE_BYTES: usize = 4096;
-
 /// A publisher's side of the recorder: `step()` cuts what the tree recorded, numbers its
 /// batches and hands them to the encoder thread (`crate::recorder::worker`); when `fileno()`
 /// turns readable, read it empty and `take_done()` the records.
@@ -393,14 +371,7 @@ pub struct RecordEncoder {
     recorder: Arc<Recorder>,
     limits: BatchLimits,
     sequencer: Mutex<Sequencer>,
-    /// Declared before `filling`: fields drop in order, so the thread is joined before the
-    /// bytes objects it may still be writing into are released.
     worker: Mutex<Option<EncodeWorker>>,
-    /// Jobs whose records the thread is copying into these (not yet filled) bytes objects, by
-    /// id. None of them is seen by Python before the thread reports the job `Filled`.
-    filling: Mutex<HashMap<u64, Filling>>,
-    /// A job's records of at least this many bytes in all are filled beside the loop.
-    fill_beside_bytes: usize,
     /// The end the event loop waits on (non-blocking); the thread writes to the other.
     wake: UnixStream,
     next_id: AtomicU64,
@@ -412,7 +383,6 @@ impl RecordEncoder {
         source: String,
         limits: BatchLimits,
         digest_every: u64,
-        fill_beside_bytes: usize,
     ) -> PyResult<Self> {
         let (wake, signal) = UnixStream::pair()?;
         wake.set_nonblocking(true)?;
@@ -427,8 +397,6 @@ impl RecordEncoder {
             limits,
             sequencer: Mutex::new(Sequencer::new(digest_every)),
             worker: Mutex::new(Some(worker)),
-            filling: Mutex::new(HashMap::new()),
-            fill_beside_bytes,
             wake,
             next_id: AtomicU64::new(0),
         })
@@ -501,38 +469,13 @@ impl RecordEncoder {
     }
 
     /// The jobs finished since the last call: `(id, records)`, records `None` for a discarded
-    /// cut. A failure of the recorder raises `EventRecorderError`. A job of many bytes is
-    /// finished in two rounds: written, its bytes objects are made here and handed to the
-    /// thread to copy into (see `FILL_BESIDE_BYTES`); they come out of a later call, once
-    /// filled (the socket signals again).
+    /// cut. A failure of the recorder raises `EventRecorderError`.
     fn take_done<'py>(&self, py: Python<'py>) -> PyResult<Vec<(u64, Option<PyRecords<'py>>)>> {
         let done = self.with_worker(EncodeWorker::take_done)?;
         let mut finished = Vec::with_capacity(done.len());
         for (id, done) in done {
             match done {
-                Done::Records(records) => {
-                    let size: usize = records.iter().map(|record| record.bytes.len()).sum();
-                    if size < self.fill_beside_bytes {
-                        finished.push((id, Some(py_records(py, &records))));
-                    } else {
-                        self.fill_beside(py, id, records)?;
-                    }
-                }
-                Done::Filled => {
-                    let filled = self
-                        .filling
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .remove(&id)
-                        .ok_or_else(|| {
-                            PyValueError::new_err(format!("encoder filled unknown job {id}"))
-                        })?;
-                    let records = filled
-                        .into_iter()
-                        .map(|(bytes, events)| (bytes.into_bound(py), events))
-                        .collect();
-                    finished.push((id, Some(records)));
-                }
+                Done::Records(records) => finished.push((id, Some(py_records(py, &records)))),
                 Done::Discarded => finished.push((id, None)),
                 Done::Failed(reason) => {
                     return Err(recorder_error(py, RecorderError { reason }));
@@ -552,50 +495,6 @@ impl RecordEncoder {
         if let Some(mut worker) = worker {
             py.detach(move || worker.close());
         }
-        // The thread is joined: nothing writes into these any more.
-        self.filling
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clear();
-    }
-}
-
-impl RecordEncoder {
-    /// Make job `id`'s bytes objects, uninitialised, and hand them to the thread to copy
-    /// `records` into; kept in `filling` until it reports them filled.
-    fn fill_beside(&self, py: Python<'_>, id: u64, records: Vec<Record>) -> PyResult<()> {
-        let mut objects: Filling = Vec::with_capacity(records.len());
-        let mut copies = Vec::with_capacity(records.len());
-        for record in records {
-            let len = record.bytes.len();
-            // SAFETY: the GIL is held (`py`). A null source asks for an uninitialised bytes
-            // object of `len` bytes (a new reference, or null with an exception set, which
-            // `from_owned_ptr_or_err` turns into the error). Its contents are written by the
-            // thread before any Python code can see the object: it stays in `filling` until
-            // the thread reports the job filled.
-            let object = unsafe {
-                Bound::from_owned_ptr_or_err(
-                    py,
-                    ffi::PyBytes_FromStringAndSize(std::ptr::null(), len as ffi::Py_ssize_t),
-                )?
-                .cast_into_unchecked::<PyBytes>()
-            };
-            // SAFETY: `object` is a bytes object of `len` bytes, alive while we hold it, so
-            // PyBytes_AsString returns its buffer, `len` bytes long (plus the terminating NUL).
-            let start = unsafe { ffi::PyBytes_AsString(object.as_ptr()) }.cast::<u8>();
-            // SAFETY: the buffer stays valid while `filling` holds `object`, which it does until
-            // the thread reports the fill (`take_done`) or is joined (`close`, and the field
-            // order of `RecordEncoder` on drop); no Python code reads or writes it meanwhile,
-            // since the object is not handed out before the fill is reported.
-            let target = unsafe { Target::new(start, len) };
-            copies.push((target, record.bytes));
-            objects.push((object.unbind(), record.events));
-        }
-        self.filling
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(id, objects);
-        self.with_worker(|worker| worker.fill(id, copies))
     }
 }
 

@@ -6,69 +6,36 @@
 use pyo3::exceptions::PyValueError;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyString, PyTuple, PyType};
 
-use super::codec::{self, WireBatch};
+use super::classes::{classes, new_uninitialised, set_field, Classes};
+use super::codec::WireBatch;
 use super::hashing::tokens_u32;
 use super::tokens::prompt_tokens;
 use crate::events::{Event, Hashes, Medium, Stored};
 use crate::hashing::namespace_prior;
 use crate::replica::{self, swa_rule, Answer, ConsistencyError, Replica, SourceMeta};
 
-const FACE: &str = "cache.events.replica_store";
-
-static CONSISTENCY_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
-static SNAPSHOT_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
-
 fn consistency_error(py: Python<'_>, error: ConsistencyError) -> PyErr {
-    match CONSISTENCY_ERROR.import(py, FACE, "ReplicaConsistencyError") {
-        Ok(class) => PyErr::from_type(class.clone(), (error.source, error.reason)),
+    match classes(py) {
+        Ok(classes) => PyErr::from_type(
+            classes.consistency_error.bind(py).clone(),
+            (error.source, error.reason),
+        ),
         Err(err) => err,
     }
 }
 
 fn snapshot_error(py: Python<'_>, error: replica::SnapshotError) -> PyErr {
-    match SNAPSHOT_ERROR.import(py, FACE, "ReplicaSnapshotError") {
-        Ok(class) => PyErr::from_type(class.clone(), (error.reason,)),
+    match classes(py) {
+        Ok(classes) => PyErr::from_type(classes.snapshot_error.bind(py).clone(), (error.reason,)),
         Err(err) => err,
     }
 }
 
-/// The event classes of `cache.events.types`, to tell events apart by exact type.
-struct EventClasses {
-    stored: Py<PyType>,
-    removed: Py<PyType>,
-    evicted: Py<PyType>,
-    restored: Py<PyType>,
-    cleared: Py<PyType>,
-}
-
-static EVENT_CLASSES: PyOnceLock<EventClasses> = PyOnceLock::new();
-
-fn event_classes(py: Python<'_>) -> PyResult<&EventClasses> {
-    EVENT_CLASSES.get_or_try_init(py, || {
-        let types = py.import("cache.events.types")?;
-        let class = |name: &str| -> PyResult<Py<PyType>> {
-            Ok(types.getattr(name)?.cast_into::<PyType>()?.unbind())
-        };
-        Ok(EventClasses {
-            stored: class("BlockStored")?,
-            removed: class("BlockRemoved")?,
-            evicted: class("BlockSWAEvicted")?,
-            restored: class("BlockSWARestored")?,
-            cleared: class("AllBlocksCleared")?,
-        })
-    })
-}
-
 /// One Python event as the core's `Event` (one object per event: the slow path for callers
 /// that hold `EventBatch` objects; decoded records go through `apply_wire`).
-fn event_from_py(
-    py: Python<'_>,
-    classes: &EventClasses,
-    event: &Bound<'_, PyAny>,
-) -> PyResult<Event> {
+fn event_from_py(py: Python<'_>, classes: &Classes, event: &Bound<'_, PyAny>) -> PyResult<Event> {
     let kind = event.get_type();
     let hashes = || -> PyResult<Hashes> {
         Ok(event
@@ -76,7 +43,7 @@ fn event_from_py(
             .extract::<Vec<i64>>()?
             .into())
     };
-    if kind.is(classes.stored.bind(py)) {
+    if kind.is(classes.stored.class(py)) {
         let block_size: i64 = event.getattr(intern!(py, "block_size"))?.extract()?;
         let block_size = u32::try_from(block_size)
             .ok()
@@ -99,7 +66,7 @@ fn event_from_py(
                 .map(Medium::from),
         }));
     }
-    if kind.is(classes.removed.bind(py)) {
+    if kind.is(classes.removed.class(py)) {
         return Ok(Event::Removed {
             hashes: hashes()?,
             medium: event
@@ -108,13 +75,13 @@ fn event_from_py(
                 .map(Medium::from),
         });
     }
-    if kind.is(classes.evicted.bind(py)) {
+    if kind.is(classes.swa_evicted.class(py)) {
         return Ok(Event::SwaEvicted { hashes: hashes()? });
     }
-    if kind.is(classes.restored.bind(py)) {
+    if kind.is(classes.swa_restored.class(py)) {
         return Ok(Event::SwaRestored { hashes: hashes()? });
     }
-    if kind.is(classes.cleared.bind(py)) {
+    if kind.is(classes.all_cleared_class.bind(py)) {
         return Ok(Event::Cleared);
     }
     Err(PyValueError::new_err(format!(
@@ -131,13 +98,13 @@ fn prefix_match<'py>(
     held: Option<u64>,
     usable: Option<u64>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let instance = codec::new_uninitialised(py, result_type)?;
-    codec::set_field(
+    let instance = new_uninitialised(result_type)?;
+    set_field(
         &instance,
         intern!(py, "full_tokens"),
         &held.into_pyobject(py)?,
     )?;
-    codec::set_field(
+    set_field(
         &instance,
         intern!(py, "swa_tokens"),
         &usable.into_pyobject(py)?,
@@ -244,7 +211,7 @@ impl PyReplicaStore {
         source: &str,
         events: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        let classes = event_classes(py)?;
+        let classes = classes(py)?;
         let mut decoded = Vec::new();
         for event in events.try_iter()? {
             decoded.push(event_from_py(py, classes, &event?)?);

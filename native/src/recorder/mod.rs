@@ -27,4 +27,4 @@ pub use pipeline::{Cut, CutId, Outcome, Recorder, RecorderError};
 pub use plan::{bound, page_events, plan_batches, runs_of, split_events, BatchLimits, Run};
 pub use records::{opening_records, step_records, Numbering, Record, Sequencer};
 pub use table::{NodeTable, TableError};
-pub use worker::{Done, EncodeWorker, Job, Target};
+pub use worker::{Done, EncodeWorker, Job};

@@ -10,12 +10,6 @@
 //! for more (or until `BATCH_JOBS` wait, or `hurry()`), then writes every waiting job and calls
 //! `notify` once. A serving loop that steps every 100 µs thus wakes it, and is woken by it,
 //! about once a millisecond rather than once a step.
-//!
-//! It also fills memory handed to it (`fill`) with written records, at once: a caller that
-//! must deliver the records in memory of its own (Python `bytes`) allocates it and lets this
-//! thread copy into it, so the copy, and the page faults of fresh memory, happen here rather
-//! than on the serving loop. A fill handed over while a round gathers jobs is made and reported
-//! with that round (no wake-up, one signal), otherwise at once.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -51,44 +45,11 @@ pub enum Done {
     Discarded,
     /// The recorder or the encoder failed; the publisher must fail loudly.
     Failed(String),
-    /// The memory handed over by `fill` for it now holds its records.
-    Filled,
-}
-
-/// Memory of the caller's that the thread copies one record into (see `EncodeWorker::fill`).
-#[derive(Debug)]
-pub struct Target {
-    start: *mut u8,
-    len: usize,
-}
-
-impl Target {
-    /// `len` bytes at `start`.
-    ///
-    /// # Safety
-    /// The `len` bytes at `start` must stay valid for writes, and be neither read nor written by
-    /// anyone else, from this call until the worker has reported the fill `Filled` or has been
-    /// closed (joined).
-    pub unsafe fn new(start: *mut u8, len: usize) -> Self {
-        Target { start, len }
-    }
-}
-
-// SAFETY: a `Target` is only a promise of exclusive access to its bytes until the fill is
-// reported or the thread is joined (`Target::new`'s contract), so moving it to the thread that
-// writes them is sound: nothing else touches those bytes meanwhile.
-unsafe impl Send for Target {}
-
-/// Records to copy into targets, one each (same lengths), for one job.
-struct Fill {
-    id: u64,
-    copies: Vec<(Target, Vec<u8>)>,
 }
 
 #[derive(Default)]
 struct State {
     jobs: VecDeque<Job>,
-    fills: Vec<Fill>,
     done: Vec<(u64, Done)>,
     closing: bool,
     /// Start the next round now (a flush is waiting).
@@ -159,28 +120,6 @@ impl EncodeWorker {
         }
     }
 
-    /// Copy each record into its target (job `id`'s records, in memory of the caller's), then
-    /// report `(id, Done::Filled)`: at once when the thread is idle, else when its round ends. A target whose length differs from its
-    /// record's is a bug of the caller's: it panics here, before anything is written.
-    pub fn fill(&self, id: u64, copies: Vec<(Target, Vec<u8>)>) {
-        assert!(
-            copies
-                .iter()
-                .all(|(target, bytes)| target.len == bytes.len()),
-            "a fill target's length differs from its record's"
-        );
-        let wake = {
-            let mut state = lock(&self.shared);
-            state.fills.push(Fill { id, copies });
-            // A thread lingering in a round fills at the round's end, and reports the fill
-            // with it: waking it now would only cost the caller a wake-up.
-            state.idle
-        };
-        if wake {
-            self.shared.wake.notify_one();
-        }
-    }
-
     /// Write the waiting jobs now, without lingering for more.
     pub fn hurry(&self) {
         lock(&self.shared).hurry = true;
@@ -231,22 +170,6 @@ fn write(shared: &Shared, job: &Job) -> Done {
     }
 }
 
-/// What the thread does next.
-enum Work {
-    Fill(Vec<Fill>),
-    Write(Vec<Job>),
-}
-
-fn copy_into(fill: Fill) -> (u64, Done) {
-    for (target, bytes) in fill.copies {
-        // SAFETY: `Target::new`'s contract gives this thread exclusive access to the `len`
-        // bytes at `start` until it reports the fill, and `fill` checked `len == bytes.len()`;
-        // `bytes` is a separate allocation of ours, so the two ranges do not overlap.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), target.start, target.len) };
-    }
-    (fill.id, Done::Filled)
-}
-
 fn run(shared: &Shared) {
     // When the current round's first job came (None: no job waits).
     let mut round_started: Option<Instant> = None;
@@ -256,9 +179,6 @@ fn run(shared: &Shared) {
             loop {
                 if state.closing {
                     return;
-                }
-                if !state.fills.is_empty() {
-                    break Work::Fill(std::mem::take(&mut state.fills));
                 }
                 if state.jobs.is_empty() {
                     round_started = None;
@@ -272,27 +192,19 @@ fn run(shared: &Shared) {
                 if state.hurry || state.jobs.len() >= BATCH_JOBS || left.is_zero() {
                     state.hurry = false;
                     round_started = None;
-                    break Work::Write(state.jobs.drain(..).collect());
+                    break state.jobs.drain(..).collect::<Vec<_>>();
                 }
                 state = wait(shared, state, Some(left));
             }
         };
-        let (written, filled) = match work {
-            Work::Fill(fills) => (fills.into_iter().map(copy_into).collect(), true),
-            Work::Write(jobs) => (
-                jobs.iter()
-                    .map(|job| (job.id, write(shared, job)))
-                    .collect::<Vec<_>>(),
-                false,
-            ),
-        };
+        let written: Vec<_> = work
+            .iter()
+            .map(|job| (job.id, write(shared, job)))
+            .collect();
         let first = {
             let mut state = lock(shared);
             state.done.extend(written);
-            // Fills finished while a round gathers jobs ride on that round's signal: under a
-            // steady load the loop is then woken once per round, not twice.
-            let defer = filled && !state.jobs.is_empty();
-            !defer && !std::mem::replace(&mut state.notified, true)
+            !std::mem::replace(&mut state.notified, true)
         };
         if first {
             (shared.notify)();
@@ -385,27 +297,6 @@ mod tests {
         recorder.discard_all();
         worker.submit(job(2, &third));
         assert_eq!(wait_for(&worker, 1), vec![(2, Done::Discarded)]);
-        worker.close();
-    }
-
-    #[test]
-    fn fills_copy_each_record_into_its_target_and_are_reported() {
-        let recorder = Arc::new(Recorder::new(1));
-        let mut worker = EncodeWorker::start(recorder, "w0".into(), || {}).unwrap();
-        let mut first = vec![0u8; 3];
-        let mut second = vec![0u8; 2];
-        // SAFETY: both buffers outlive the fill (we wait for its report before reading them)
-        // and nothing else touches them meanwhile.
-        let targets = unsafe {
-            [
-                Target::new(first.as_mut_ptr(), first.len()),
-                Target::new(second.as_mut_ptr(), second.len()),
-            ]
-        };
-        let [a, b] = targets;
-        worker.fill(7, vec![(a, vec![1, 2, 3]), (b, vec![4, 5])]);
-        assert_eq!(wait_for(&worker, 1), vec![(7, Done::Filled)]);
-        assert_eq!((first, second), (vec![1, 2, 3], vec![4, 5]));
         worker.close();
     }
 

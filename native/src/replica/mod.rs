@@ -14,6 +14,7 @@ pub mod prefetch;
 pub mod prefix;
 pub mod replay;
 pub mod snapshot;
+pub mod source;
 pub mod store;
 pub mod swa_rule;
 
@@ -21,7 +22,8 @@ pub use holders::HolderIndex;
 pub use prefix::{match_prefix, Answer};
 pub use replay::{apply_records, LaneCursors, Run};
 pub use snapshot::{from_bytes, to_bytes, SnapshotError};
-pub use store::{Replica, ReplicaStore, SourceMeta};
+pub use source::{Replica, SourceMeta};
+pub use store::ReplicaStore;
 
 /// An event that does not fit a replica (unknown parent or block, a block stored twice, removing
 /// a block that still has children, a block size that differs from the meta's): `reason` is

@@ -15,7 +15,7 @@
 
 use super::chains::{ChainCache, PromptChain};
 use super::holders::HolderIndex;
-use super::store::Replica;
+use super::source::Replica;
 
 /// What one source holds of a prompt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -205,7 +205,8 @@ mod tests {
     use super::*;
     use crate::events::{Event, Stored};
     use crate::hashing::{block_hash, chain_page_digests};
-    use crate::replica::store::{ReplicaStore, SourceMeta};
+    use crate::replica::source::SourceMeta;
+    use crate::replica::store::ReplicaStore;
     use crate::replica::swa_rule::UsablePrefix;
 
     fn hashes(prior: &[u8], tokens: &[u32], page_size: usize) -> Vec<i64> {

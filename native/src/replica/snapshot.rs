@@ -18,7 +18,8 @@
 
 use super::blocks::{Block, BlockTable, FREE, MAX_SLOTS, NO_PARENT, TOMBSTONE};
 use super::index::SlotIndex;
-use super::store::{Replica, ReplicaStore, SourceMeta};
+use super::source::{Replica, SourceMeta};
+use super::store::ReplicaStore;
 use crate::digest::StateDigest;
 
 /// The first bytes of a replica snapshot.

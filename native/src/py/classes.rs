@@ -1,0 +1,187 @@
+//! The Python classes the bindings build or raise, handed over by the Python package.
+//!
+//! `cache.events` defines every event type once, as a frozen dataclass (`cache.events.types`),
+//! and binds them here (`bind_classes`) when it imports this module: the native core never
+//! imports the package that wraps it. An event is made through public C-API calls only: the
+//! instance by `PyType_GenericNew` (what `object.__new__` does), each field set by
+//! `PyObject_GenericSetAttr` (what `object.__setattr__` does past a frozen class's refusal).
+//! Nothing depends on where an instance keeps its fields.
+
+use pyo3::exceptions::{PyRuntimeError, PyTypeError};
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyString, PyTuple, PyType};
+
+/// An event class whose `N` fields are set by name on instances made without `__init__`.
+pub(crate) struct EventClass<const N: usize> {
+    class: Py<PyType>,
+    fields: [Py<PyString>; N],
+}
+
+impl<const N: usize> EventClass<N> {
+    /// `class`, whose dataclass fields must be `fields` in this order (a `TypeError` naming
+    /// the class otherwise).
+    fn new(class: Bound<'_, PyType>, fields: [&str; N]) -> PyResult<Self> {
+        let py = class.py();
+        let declared: Vec<String> = class
+            .getattr("__dataclass_fields__")
+            .and_then(|declared| declared.try_iter()?.map(|name| name?.extract()).collect())
+            .map_err(|_| PyTypeError::new_err(format!("{}: not a dataclass", type_name(&class))))?;
+        if declared != fields {
+            return Err(PyTypeError::new_err(format!(
+                "{}: fields {declared:?}, the native core writes {fields:?}",
+                type_name(&class)
+            )));
+        }
+        Ok(EventClass {
+            fields: fields.map(|name| PyString::intern(py, name).unbind()),
+            class: class.unbind(),
+        })
+    }
+
+    /// The class.
+    pub(crate) fn class<'py>(&self, py: Python<'py>) -> &Bound<'py, PyType> {
+        self.class.bind(py)
+    }
+
+    /// A new instance holding `values` in its fields, in the order given to `new`. Its
+    /// `__init__` does not run (a frozen dataclass's only assigns its arguments).
+    pub(crate) fn make<'py>(
+        &self,
+        py: Python<'py>,
+        values: [Bound<'py, PyAny>; N],
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let instance = new_uninitialised(self.class.bind(py))?;
+        for (name, value) in self.fields.iter().zip(values) {
+            set_field(&instance, name.bind(py), &value)?;
+        }
+        Ok(instance)
+    }
+}
+
+fn type_name(class: &Bound<'_, PyType>) -> String {
+    class
+        .qualname()
+        .map_or_else(|_| "?".to_owned(), |name| name.to_string())
+}
+
+/// An instance of `class` as `object.__new__(class)` makes it, its `__init__` not run: fill its
+/// fields with `set_field` before anyone else sees it.
+pub(crate) fn new_uninitialised<'py>(class: &Bound<'py, PyType>) -> PyResult<Bound<'py, PyAny>> {
+    let py = class.py();
+    let no_arguments = PyTuple::empty(py);
+    // SAFETY: `class` is a live type object and the GIL is held (the `Bound` proves both);
+    // `no_arguments` is a live tuple borrowed for the call and a NULL `kwds` is allowed.
+    // PyType_GenericNew returns a new reference, or NULL with an exception set, which
+    // `from_owned_ptr_or_err` turns into the error.
+    unsafe {
+        Bound::from_owned_ptr_or_err(
+            py,
+            ffi::PyType_GenericNew(
+                class.as_ptr().cast(),
+                no_arguments.as_ptr(),
+                std::ptr::null_mut(),
+            ),
+        )
+    }
+}
+
+/// Set a field of a frozen dataclass instance as `object.__setattr__` does (the class's own
+/// `__setattr__` refuses: it is frozen). Only used on instances made here, before anyone else
+/// sees them.
+pub(crate) fn set_field(
+    instance: &Bound<'_, PyAny>,
+    name: &Bound<'_, PyString>,
+    value: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    // SAFETY: the three pointers are live references borrowed for the whole call (the `Bound`s
+    // keep them alive) and the GIL is held, which a `Bound` proves. PyObject_GenericSetAttr
+    // borrows its arguments (it steals no reference) and returns -1 with an exception set on
+    // failure, which `PyErr::fetch` takes.
+    let status =
+        unsafe { ffi::PyObject_GenericSetAttr(instance.as_ptr(), name.as_ptr(), value.as_ptr()) };
+    if status == 0 {
+        Ok(())
+    } else {
+        Err(PyErr::fetch(instance.py()))
+    }
+}
+
+/// The classes bound by `cache.events`.
+pub(crate) struct Classes {
+    pub(crate) stored: EventClass<6>,
+    pub(crate) removed: EventClass<2>,
+    pub(crate) swa_evicted: EventClass<1>,
+    pub(crate) swa_restored: EventClass<1>,
+    /// `AllBlocksCleared`'s one instance (it has no field).
+    pub(crate) all_cleared: Py<PyAny>,
+    pub(crate) all_cleared_class: Py<PyType>,
+    pub(crate) event_batch: Py<PyType>,
+    pub(crate) batch_meta: Py<PyType>,
+    pub(crate) decode_error: Py<PyType>,
+    pub(crate) recorder_error: Py<PyType>,
+    pub(crate) consistency_error: Py<PyType>,
+    pub(crate) snapshot_error: Py<PyType>,
+}
+
+/// A `BlockStored`'s fields, in the order the bindings give their values.
+pub(crate) const STORED_FIELDS: [&str; 6] = [
+    "block_hashes",
+    "parent_block_hash",
+    "token_ids",
+    "block_size",
+    "lora_id",
+    "medium",
+];
+
+static CLASSES: PyOnceLock<Classes> = PyOnceLock::new();
+
+/// The bound classes; a RuntimeError when `cache.events` has not bound them (it does on import).
+pub(crate) fn classes(py: Python<'_>) -> PyResult<&Classes> {
+    CLASSES.get(py).ok_or_else(|| {
+        PyRuntimeError::new_err(
+            "cache.events._native: the event classes are not bound (import cache.events first)",
+        )
+    })
+}
+
+/// Bind the Python classes the core builds and raises, by name: `BlockStored`, `BlockRemoved`,
+/// `BlockSWAEvicted`, `BlockSWARestored`, `AllBlocksCleared`, `EventBatch`, `BatchMeta`,
+/// `DecodeError`, `EventRecorderError`, `ReplicaConsistencyError` and `ReplicaSnapshotError`. Only the first call binds; a later one is ignored.
+#[pyfunction]
+fn bind_classes(py: Python<'_>, classes: &Bound<'_, PyDict>) -> PyResult<()> {
+    if CLASSES.get(py).is_some() {
+        return Ok(());
+    }
+    let class = |name: &str| -> PyResult<Bound<'_, PyType>> {
+        classes
+            .get_item(name)?
+            .ok_or_else(|| PyTypeError::new_err(format!("bind_classes: {name} missing")))?
+            .cast_into::<PyType>()
+            .map_err(|_| PyTypeError::new_err(format!("bind_classes: {name} is not a class")))
+    };
+    let all_cleared_class = class("AllBlocksCleared")?;
+    let bound = Classes {
+        stored: EventClass::new(class("BlockStored")?, STORED_FIELDS)?,
+        removed: EventClass::new(class("BlockRemoved")?, ["block_hashes", "medium"])?,
+        swa_evicted: EventClass::new(class("BlockSWAEvicted")?, ["block_hashes"])?,
+        swa_restored: EventClass::new(class("BlockSWARestored")?, ["block_hashes"])?,
+        all_cleared: all_cleared_class.call0()?.unbind(),
+        all_cleared_class: all_cleared_class.unbind(),
+        event_batch: class("EventBatch")?.unbind(),
+        batch_meta: class("BatchMeta")?.unbind(),
+        decode_error: class("DecodeError")?.unbind(),
+        recorder_error: class("EventRecorderError")?.unbind(),
+        consistency_error: class("ReplicaConsistencyError")?.unbind(),
+        snapshot_error: class("ReplicaSnapshotError")?.unbind(),
+    };
+    // Another thread may have bound them meanwhile: the first binding stays.
+    let _ = CLASSES.set(py, bound);
+    Ok(())
+}
+
+pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add_function(wrap_pyfunction!(bind_classes, module)?)?;
+    Ok(())
+}
