@@ -222,10 +222,16 @@ async def test_corpus_through_a_running_bridge(tmp_path: Path) -> None:
                     await pub.send_multipart(frames)
                 final = [b"", (seq + 1).to_bytes(8, "big"), pack([0.0, [["AllBlocksCleared"]]])]
                 await pub.send_multipart(final)
-                # Messages arrive in order, so once the last one is applied all were read.
-                await poll_until(lambda: bridge.tracker.expected == seq + 2)
+                # The tracker moves on as a batch's handling starts, before the clear closes
+                # the untrusted epoch (an await), so ``expected`` passing the final batch does
+                # not mean it was handled. One reader handles messages in order: once a batch
+                # after it is taken, the final one is done. An empty batch neither clears nor
+                # loses the state, so it cannot hide what the final one did.
+                sentinel = [b"", (seq + 2).to_bytes(8, "big"), pack([0.0, []])]
+                await pub.send_multipart(sentinel)
+                await poll_until(lambda: bridge.tracker.expected == seq + 3)
             # Late copies of the probe may add to ``received``, never to ``undecodable``.
-            assert bridge.metrics.received >= baseline + len(corpus) + 1
+            assert bridge.metrics.received >= baseline + len(corpus) + 2
             offline = [ingest_offline(f, WireFormat.AUTO, MirrorCache()) for _, _, f in corpus]
             refused = sum(outcome is Outcome.UNDECODABLE for outcome in offline)
             assert bridge.metrics.undecodable - unreadable == refused
