@@ -112,7 +112,37 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark(
         "http",
         "The routing API over HTTP against the in-process match",
-        ("bench/http_bench.py", "--sources", "64", "--requests", "300", "--concurrency", "4"),
+        (
+            "bench/http_bench.py",
+            "--sources",
+            "64",
+            "--requests",
+            "1000",
+            "--rounds",
+            "3",
+            "--connections",
+            "8",
+            "--json-out",
+            "{out}",
+        ),
+    ),
+    Benchmark(
+        "snapshot",
+        "A fresh follower bootstrapping from the Kafka snapshot topic against a full replay",
+        (
+            "bench/snapshot_bench.py",
+            "--kafka",
+            "{kafka}",
+            "--blocks",
+            "1000000",
+            "--runs",
+            "2",
+            "--churn-batches",
+            "0,50000",
+            "--json",
+            "{out}",
+        ),
+        needs_kafka=True,
     ),
 )
 BY_NAME = {b.name: b for b in BENCHMARKS}
@@ -523,12 +553,87 @@ def render_any(result: Mapping[str, Any]) -> list[Row]:
     return rows
 
 
+HTTP_FORMS = {
+    "in_process": "in-process PrefixIndex.match",
+    "json": "HTTP, JSON body",
+    "binary": "HTTP, binary body (u32 ids), RoutingClient",
+    "binary_httpx": "HTTP, binary body sent by httpx.Client",
+    "hashes": "HTTP, block hashes",
+    "batch16": "HTTP, a batch of 16 prompts (per prompt)",
+}
+
+
+def render_http(result: Mapping[str, Any]) -> list[Row]:
+    """``http_bench.py --json-out``: each request form's p50/p99 against the in-process p50."""
+    rows_in = [r for r in result.get("rows", []) if isinstance(r, Mapping)]
+    base = next((r for r in rows_in if r.get("name") == "in_process"), None)
+    base_p50 = base.get("p50_ms") if base else None
+    baseline = f"in-process p50 {fmt(base_p50)} ms" if base_p50 is not None else ""
+    per_request = {
+        int(r.get("connections", 0)): r.get("ms_per_request")
+        for r in rows_in
+        if r.get("form") == "binary" and r.get("loop", "uvloop") == "uvloop"
+    }
+    rows: list[Row] = []
+    for r in rows_in:
+        form = HTTP_FORMS.get(str(r.get("form")), str(r.get("form")))
+        conns = int(r.get("connections", 0))
+        loop = r.get("loop")
+        name = form if conns == 0 else f"{form}, {conns} connection{'s' if conns > 1 else ''}"
+        if loop and loop != "uvloop":
+            name += f" ({loop})"
+        figures = (
+            f"p50 {fmt(r.get('per_prompt_p50_ms', r.get('p50_ms')))} ms, "
+            f"p99 {fmt(r.get('p99_ms'))} ms; "
+            f"{fmt(r.get('requests_per_server_cpu_s'))} requests per server CPU-s"
+        )
+        target = ""
+        if r.get("form") == "binary" and loop in (None, "uvloop"):
+            p50, cpu = r.get("p50_ms"), r.get("requests_per_server_cpu_s")
+            if conns == 1 and isinstance(p50, float) and isinstance(cpu, float):
+                met = p50 <= 0.25 and cpu >= 3000
+                target = "p50 ≤ 0.25 ms, ≥ 3,000/CPU-s: " + ("met" if met else "**missed**")
+            elif conns > 1 and per_request.get(1) is not None:
+                one, many = per_request[1], r.get("ms_per_request")
+                met = isinstance(many, float) and many <= one
+                target = "per request ≤ 1 connection's: " + ("met" if met else "**missed**")
+        rows.append((name, figures, "" if conns == 0 else baseline, ratio(r.get("ratio")), target))
+    return rows
+
+
+def render_snapshot(result: Mapping[str, Any]) -> list[Row]:
+    """``snapshot_bench.py --json``: bootstrap from the snapshot topic against a full replay."""
+    rows: list[Row] = []
+    for case in result.values():
+        if not (isinstance(case, Mapping) and "bootstrap_wall_s" in case):
+            continue
+        churn = case.get("churn_batches") or 0
+        history = f"{fmt(case.get('blocks'))} live blocks" + (
+            f" after {fmt(churn)} churn batches" if churn else ", each stored once"
+        )
+        rows.append(
+            (
+                f"bootstrap from the snapshot topic, {history}",
+                f"{fmt(case.get('bootstrap_wall_s'))} s "
+                f"({fmt(case.get('bootstrap_cpu_s'))} s CPU); "
+                f"{fmt(case.get('bytes_per_block'))} B per block on the topic",
+                f"full replay: {fmt(case.get('replay_wall_s'))} s "
+                f"({fmt(case.get('replay_cpu_s'))} s CPU)",
+                f"replay ÷ bootstrap {ratio(case.get('replay_over_bootstrap_wall'))}",
+                "",
+            )
+        )
+    return rows
+
+
 RENDERERS: dict[str, Callable[[Mapping[str, Any]], list[Row]]] = {
     "cache": render_cache,
     "codec": render_codec,
     "log": render_log,
     "log_kafka": render_log_kafka,
     "replica": render_replica,
+    "http": render_http,
+    "snapshot": render_snapshot,
 }
 
 
