@@ -1,0 +1,199 @@
+"""Driving the running compose stack from the host: the Docker CLI for faults (kill, start,
+network disconnect), ``docker exec`` / ``docker run`` in the stack's network for what the
+services answer, and the published 127.0.0.1 Kafka listeners for reading the log back.
+
+Only ``tools/compose.sh test`` sets ``SWA_ES_COMPOSE_STACK=1``; elsewhere the stack tests skip
+(and fail under ``SWA_ES_REQUIRE_COMPOSE=1``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import subprocess
+import tarfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+ROOT = Path(__file__).resolve().parents[2]
+PROJECT = "swa-es"
+NETWORK = f"{PROJECT}_default"
+TOPIC = "swa-es-events"
+HOST_BOOTSTRAP = "127.0.0.1:39192,127.0.0.1:39193,127.0.0.1:39194"
+HOST_LOG_URL = f"kafka://{HOST_BOOTSTRAP}/{TOPIC}?partitions=2&replication_factor=3"
+PRIMARIES = ("primary-0", "primary-1")
+FOLLOWERS = ("follower-a", "follower-b")
+ROUTING_PORT = 8080
+WAIT_S = 180.0
+
+T = TypeVar("T")
+
+
+def run(*args: str, timeout_s: float = 120.0) -> str:
+    """stdout of a command that must succeed (its stderr in the failure)."""
+    done = subprocess.run(args, capture_output=True, text=True, timeout=timeout_s, cwd=ROOT)
+    if done.returncode != 0:
+        raise AssertionError(f"{' '.join(args)} exited {done.returncode}:\n{done.stderr[-3000:]}")
+    return done.stdout
+
+
+def compose(*args: str, timeout_s: float = 180.0) -> str:
+    """``docker compose ARGS`` with the image choice ``tools/compose.sh`` made."""
+    env_file = ROOT / ".compose" / "images.env"
+    prefix = ["--env-file", str(env_file)] if env_file.exists() else []
+    return run("docker", "compose", *prefix, *args, timeout_s=timeout_s)
+
+
+def container(service: str) -> str:
+    """The container id of a service (running or stopped)."""
+    cid = compose("ps", "--all", "-q", service).strip()
+    assert cid, f"no container for {service}"
+    return cid
+
+
+def read_file(service: str, path: str) -> bytes:
+    """A file of a service's container, running or stopped (``docker cp`` reads both)."""
+    done = subprocess.run(
+        ["docker", "cp", f"{container(service)}:{path}", "-"],
+        capture_output=True,
+        timeout=60,
+        check=True,
+    )
+    with tarfile.open(fileobj=io.BytesIO(done.stdout)) as archive:
+        member = archive.next()
+        assert member is not None
+        extracted = archive.extractfile(member)
+        assert extracted is not None
+        return extracted.read()
+
+
+def status(service: str) -> dict[str, Any] | None:
+    """The service's status file (/data/status.json), if one was written yet."""
+    try:
+        data: dict[str, Any] = json.loads(read_file(service, "/data/status.json"))
+    except (subprocess.CalledProcessError, json.JSONDecodeError):
+        return None
+    return data
+
+
+HTTP_SNIPPET = (
+    "import sys, urllib.request\n"
+    "body = sys.argv[2].encode() if len(sys.argv) > 2 else None\n"
+    "request = urllib.request.Request(sys.argv[1], data=body,"
+    " headers={'Content-Type': 'application/json'})\n"
+    "print(urllib.request.urlopen(request, timeout=10).read().decode())\n"
+)
+
+
+def http_in(service: str, path: str, body: Any = None) -> Any:
+    """JSON answer of a service's own HTTP port, asked inside its container (works while the
+    container is off the network, where a published port would not)."""
+    args = [f"http://127.0.0.1:{ROUTING_PORT}{path}"]
+    if body is not None:
+        args.append(json.dumps(body))
+    return json.loads(run("docker", "exec", container(service), "python", "-c", HTTP_SNIPPET, *args))
+
+
+def http_from_another_container(url: str, body: Any = None) -> Any:
+    """JSON answer of ``url`` asked from a fresh container on the stack's network."""
+    image = run("docker", "inspect", "--format", "{{.Config.Image}}", container(FOLLOWERS[0]))
+    args = [url] if body is None else [url, json.dumps(body)]
+    out = run(
+        "docker", "run", "--rm", "--network", NETWORK, "--entrypoint", "python",
+        image.strip(), "-c", HTTP_SNIPPET, *args,
+    )  # fmt: skip
+    return json.loads(out)
+
+
+def sources(service: str) -> dict[str, dict[str, Any]]:
+    """``/v1/sources`` of a follower."""
+    answer = http_in(service, "/v1/sources")
+    return dict(answer.get("sources", answer))
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float = WAIT_S) -> T:
+    """Poll ``probe`` until it returns something other than None (or False)."""
+    deadline = time.monotonic() + timeout_s
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = probe()
+            if value is not None and value is not False:
+                return value
+        except (AssertionError, subprocess.SubprocessError, OSError, ValueError) as exc:
+            last_error = exc
+        time.sleep(1.0)
+    raise AssertionError(f"no {what} within {timeout_s} s (last error: {last_error})")
+
+
+def start(*services: str) -> None:
+    """Start stopped services and wait until their healthchecks pass."""
+    compose("up", "-d", "--no-build", "--no-recreate", "--wait", "--wait-timeout", "240", *services,
+            timeout_s=300)  # fmt: skip
+
+
+def start_primaries() -> None:
+    """Start both primaries and wait until each has published something."""
+    start(*PRIMARIES)
+    for service in PRIMARIES:
+        wait_for(
+            f"{service} publishing",
+            lambda s=service: (st := status(s)) is not None
+            and st.get("publisher", {}).get("batches_published", 0) > 0,
+        )
+
+
+def stop_primaries() -> dict[str, dict[str, Any]]:
+    """SIGTERM both primaries (they flush, then write a final status); per source that status."""
+    compose("stop", "--timeout", "90", *PRIMARIES, timeout_s=200)
+    finals: dict[str, dict[str, Any]] = {}
+    for service in PRIMARIES:
+        final = status(service)
+        assert final is not None and final["flushed"], f"{service}: no final status: {final}"
+        publisher = final["publisher"]
+        assert not publisher["failed"] and publisher["queue_depth"] == 0, publisher
+        finals[final["source"]] = final
+    return finals
+
+
+def converged(follower: str, finals: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Wait until a follower's /v1/sources holds every primary's final digest, exact."""
+
+    def probe() -> dict[str, Any] | None:
+        now = sources(follower)
+        for source, final in finals.items():
+            replica = now.get(source)
+            if replica is None or replica["digest"] != final["digest"] or replica["state"] != "exact":
+                return None
+        return now
+
+    return wait_for(f"{follower} at the primaries' final digests", probe)
+
+
+def log_batches(source: str, epoch: str) -> list[dict[str, Any]]:
+    """The (brief) batches of one source and epoch in the log, read over the published ports."""
+    out = run(
+        str(ROOT / ".venv" / "bin" / "swa-es"), "inspect", "--brief", "--source", source,
+        HOST_LOG_URL, timeout_s=300,
+    )  # fmt: skip
+    batches = [json.loads(line) for line in out.splitlines() if line.strip()]
+    return [b for b in batches if b["epoch"] == epoch]
+
+
+def partition_leaders() -> dict[int, int]:
+    """Partition -> leader broker id of the topic, from the cluster's metadata."""
+    from aiokafka.admin import AIOKafkaAdminClient  # the host venv's client
+
+    async def describe() -> dict[int, int]:
+        admin = AIOKafkaAdminClient(bootstrap_servers=HOST_BOOTSTRAP.split(","))
+        await admin.start()
+        try:
+            (topic,) = await admin.describe_topics([TOPIC])
+            return {int(p["partition"]): int(p["leader"]) for p in topic["partitions"]}
+        finally:
+            await admin.close()
+
+    return asyncio.run(describe())
