@@ -156,9 +156,12 @@ ensure_wheelhouse() {
     fi
     # The image gets hard links of the closure, triton excepted (torch imports and runs without it;
     # it only compiles kernels for torch.compile).
-    rm -rf "$state/wheelhouse/deps"
-    mkdir -p "$state/wheelhouse/deps"
-    resolve_closure "$wheels" "$state/wheelhouse/deps" "$want"
+    local deps="$state/wheelhouse/deps"
+    if [ -f "$deps.requirements" ] && [ "$(cat "$deps.requirements")" = "$want" ]; then return 0; fi
+    rm -rf "$deps" "$deps.requirements"
+    mkdir -p "$deps"
+    resolve_closure "$wheels" "$deps" "$want"
+    echo "$want" >"$deps.requirements"
 }
 
 # Links into DEST the newest wheel of every distribution the requirements need (their closure).
@@ -269,6 +272,10 @@ cmd_up() {
 cmd_down() {
     if docker info >/dev/null 2>&1; then
         compose down --volumes --remove-orphans --timeout 30 || true
+        local left
+        left="$(docker ps -a -q --filter label=com.docker.compose.project=swa-es)"
+        [ -z "$left" ] || die "containers of the stack left after down: $left"
+        say "down: $(docker ps -a -q | wc -l) containers left on this engine (docker ps -a)"
     fi
     stop_own_dockerd
 }

@@ -9,6 +9,7 @@ Only ``tools/compose.sh test`` sets ``SWA_ES_COMPOSE_STACK=1``; elsewhere the st
 from __future__ import annotations
 
 import asyncio
+import functools
 import io
 import json
 import subprocess
@@ -94,7 +95,8 @@ def http_in(service: str, path: str, body: Any = None) -> Any:
     args = [f"http://127.0.0.1:{ROUTING_PORT}{path}"]
     if body is not None:
         args.append(json.dumps(body))
-    return json.loads(run("docker", "exec", container(service), "python", "-c", HTTP_SNIPPET, *args))
+    out = run("docker", "exec", container(service), "python", "-c", HTTP_SNIPPET, *args)
+    return json.loads(out)
 
 
 def http_from_another_container(url: str, body: Any = None) -> Any:
@@ -139,11 +141,13 @@ def start_primaries() -> None:
     """Start both primaries and wait until each has published something."""
     start(*PRIMARIES)
     for service in PRIMARIES:
-        wait_for(
-            f"{service} publishing",
-            lambda s=service: (st := status(s)) is not None
-            and st.get("publisher", {}).get("batches_published", 0) > 0,
-        )
+        wait_for(f"{service} publishing", functools.partial(published, service))
+
+
+def published(service: str) -> int:
+    """Batches a primary's status says the log acknowledged (0 before its first status)."""
+    now = status(service)
+    return 0 if now is None else int(now["publisher"]["batches_published"])
 
 
 def stop_primaries() -> dict[str, dict[str, Any]]:
@@ -165,8 +169,8 @@ def converged(follower: str, finals: dict[str, dict[str, Any]]) -> dict[str, Any
     def probe() -> dict[str, Any] | None:
         now = sources(follower)
         for source, final in finals.items():
-            replica = now.get(source)
-            if replica is None or replica["digest"] != final["digest"] or replica["state"] != "exact":
+            replica = now.get(source) or {}
+            if (replica.get("digest"), replica.get("state")) != (final["digest"], "exact"):
                 return None
         return now
 

@@ -13,6 +13,7 @@ Outside ``tools/compose.sh test`` (no ``SWA_ES_COMPOSE_STACK=1``) they skip; wit
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections import Counter
@@ -47,6 +48,11 @@ def both_followers_converge(finals: dict[str, dict[str, Any]]) -> dict[str, dict
     return answers
 
 
+def holds_both(follower: str) -> bool:
+    """Whether a follower's /v1/sources lists both primaries' sources."""
+    return len(stack.sources(follower)) >= 2
+
+
 def acked_batches_exactly_once(finals: dict[str, dict[str, Any]]) -> dict[str, int]:
     """Every batch a primary had acknowledged is in the log exactly once: per source, the log's
     batches of the final epoch number exactly ``batches_published`` distinct, gapless seqs."""
@@ -74,10 +80,7 @@ def test_followers_replicate_both_primaries_and_answer_match() -> None:
     final digests, and the routing API answers /v1/match from another container."""
     stack.start_primaries()
     for follower in stack.FOLLOWERS:
-        stack.wait_for(
-            f"{follower} holding both sources",
-            lambda f=follower: len(stack.sources(f)) >= 2,
-        )
+        stack.wait_for(f"{follower} holding both sources", functools.partial(holds_both, follower))
     url = f"http://{stack.FOLLOWERS[0]}:{stack.ROUTING_PORT}"
     listed = stack.http_from_another_container(url + "/v1/sources")
     match = stack.http_from_another_container(url + "/v1/match", {"token_ids": list(range(64))})
@@ -102,12 +105,12 @@ def test_leader_broker_killed_and_restarted_loses_no_acknowledged_batch() -> Non
     partition = int(batches[-1]["partition"])
     leader = stack.partition_leaders()[partition]
     broker = f"kafka-{leader}"
-    before = stack.status("primary-0")["publisher"]["batches_published"]  # type: ignore[index]
+    before = stack.published("primary-0")
     stack.run("docker", "kill", stack.container(broker))
     # The primaries keep publishing to the new leader (2 replicas left, min ISR 2).
     stack.wait_for(
         "worker-0 publishing after the leader died",
-        lambda: stack.status("primary-0")["publisher"]["batches_published"] > before + 20,  # type: ignore[index]
+        lambda: stack.published("primary-0") > before + 20,
     )
     new_leader = stack.partition_leaders()[partition]
     assert new_leader != leader
@@ -146,8 +149,8 @@ def test_follower_cut_off_the_network_catches_up() -> None:
     both_followers_converge(finals)
     print(
         f"scenario network cut: {follower} off for {DISCONNECT_S:.0f} s at worker-0 seq "
-        f"{during['seq']} while follower-a was at {ahead['seq']} (lag {ahead['seq'] - during['seq']}"
-        f" batches); caught up to final seq "
+        f"{during['seq']} while follower-a was at {ahead['seq']} "
+        f"(lag {ahead['seq'] - during['seq']} batches); caught up to final seq "
         f"{stack.sources(follower)['worker-0']['seq']}, digests equal"
     )
 
