@@ -177,11 +177,12 @@ def converged(follower: str, finals: dict[str, dict[str, Any]]) -> dict[str, Any
     return wait_for(f"{follower} at the primaries' final digests", probe)
 
 
-def log_batches(source: str, epoch: str) -> list[dict[str, Any]]:
-    """The (brief) batches of one source and epoch in the log, read over the published ports."""
+def log_batches(source: str, epoch: str, *, brief: bool = True) -> list[dict[str, Any]]:
+    """The batches of one source and epoch in the log (event counts only when ``brief``), read
+    over the published ports."""
     out = run(
-        str(ROOT / ".venv" / "bin" / "swa-es"), "inspect", "--brief", "--source", source,
-        HOST_LOG_URL, timeout_s=300,
+        str(ROOT / ".venv" / "bin" / "swa-es"), "inspect", *(["--brief"] if brief else []),
+        "--source", source, HOST_LOG_URL, timeout_s=300,
     )  # fmt: skip
     batches = [json.loads(line) for line in out.splitlines() if line.strip()]
     return [b for b in batches if b["epoch"] == epoch]
@@ -201,3 +202,22 @@ def partition_leaders() -> dict[int, int]:
             await admin.close()
 
     return asyncio.run(describe())
+
+
+def live_root_block(batches: list[dict[str, Any]]) -> list[int]:
+    """The tokens of a first-page block the log says is still cached at its end: stored with no
+    parent and never removed or cleared afterwards."""
+    live: dict[int, list[int]] = {}
+    for batch in batches:
+        for event in batch["events"]:
+            kind = event["type"]
+            if kind == "BlockStored" and event["parent_block_hash"] is None:
+                size = int(event["block_size"])
+                live[event["block_hashes"][0]] = event["token_ids"][:size]
+            elif kind == "BlockRemoved":
+                for block in event["block_hashes"]:
+                    live.pop(block, None)
+            elif kind == "AllBlocksCleared":
+                live.clear()
+    assert live, "no first-page block is left cached at the end of the log"
+    return next(reversed(live.values()))
