@@ -242,8 +242,42 @@ build_images() {
     fi
     build_image -q --build-arg BASE_IMAGE="$python_base" -t swa-es:local . >/dev/null
     step "swa-es image built"
+    ensure_sglang_wheels
+    build_image -q -f docker/sglang/Dockerfile -t swa-es-sglang:local . >/dev/null
+    step "sglang image built"
     mkdir -p "$state"
     printf 'SWA_ES_KAFKA_IMAGE=%s\nSWA_ES_PYTHON_BASE=%s\n' "$kafka_image" "$python_base" >"$state/images.env"
+}
+
+# sglang 0.5.16 and its import-time packages (the pins of bench/setup_sglang.sh), as wheels made
+# by the host's pip (an sdist among them is built into a wheel here), for swa-es-sglang:local.
+ensure_sglang_wheels() {
+    local wheels="$cache/wheelhouse-sglang" want yaml
+    want="$(sed -n '/^PACKAGES=(/,/^)/p' bench/setup_sglang.sh)"
+    [ -n "$want" ] || die "no PACKAGES list in bench/setup_sglang.sh"
+    # The host's sglang venv also sees the project venv's packages; of those sglang imports only
+    # PyYAML beyond what the swa-es image holds.
+    yaml="$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("PyYAML"))')"
+    want="$want
+PACKAGES+=(PyYAML==$yaml)"
+    if [ ! -f "$wheels.requirements" ] || [ "$(cat "$wheels.requirements")" != "$want" ]; then
+        say "making the sglang wheels (first run only)"
+        rm -rf "$wheels" "$wheels.requirements"
+        mkdir -p "$wheels"
+        (
+            eval "$want"
+            .venv/bin/python -m pip wheel -q --no-deps -w "$wheels" "${PACKAGES[@]}"
+        )
+        echo "$want" >"$wheels.requirements"
+    fi
+    rm -rf "$state/wheelhouse/sglang"
+    mkdir -p "$state/wheelhouse"
+    cp -al "$wheels" "$state/wheelhouse/sglang"
+    # sglang imports triton at start-up (the swa-es image leaves it out); torch's own pin of it.
+    local triton
+    triton="$(find "$cache/wheelhouse" -maxdepth 1 -name 'triton-*.whl' | sort -V | tail -n 1)"
+    [ -n "$triton" ] || die "no triton wheel in $cache/wheelhouse"
+    ln "$triton" "$state/wheelhouse/sglang/"
 }
 
 compose() {
@@ -271,7 +305,8 @@ cmd_up() {
 
 cmd_down() {
     if docker info >/dev/null 2>&1; then
-        compose down --volumes --remove-orphans --timeout 30 || true
+        docker rm -f swa-es-sglang-engine >/dev/null 2>&1 || true
+        compose --profile sglang down --volumes --remove-orphans --timeout 30 || true
         local left
         left="$(docker ps -a -q --filter label=com.docker.compose.project=swa-es)"
         [ -z "$left" ] || die "containers of the stack left after down: $left"
@@ -283,7 +318,7 @@ cmd_down() {
 cmd_test() {
     trap 'cmd_down' EXIT
     prepare
-    compose down --volumes --remove-orphans --timeout 30 >/dev/null 2>&1 || true
+    compose --profile sglang down --volumes --remove-orphans --timeout 30 >/dev/null 2>&1 || true
     compose up -d --no-build --wait --wait-timeout 300
     step "stack up"
     SWA_ES_COMPOSE_STACK=1 .venv/bin/python -m pytest -m compose -p no:cacheprovider -v -s \

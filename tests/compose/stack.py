@@ -9,6 +9,7 @@ Only ``tools/compose.sh test`` sets ``SWA_ES_COMPOSE_STACK=1``; elsewhere the st
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import io
 import json
@@ -221,3 +222,60 @@ def live_root_block(batches: list[dict[str, Any]]) -> list[int]:
                 live.clear()
     assert live, "no first-page block is left cached at the end of the log"
     return next(reversed(live.values()))
+
+
+SGLANG_IMAGE = "swa-es-sglang:local"
+SGLANG_CONTAINER = "swa-es-sglang-engine"
+
+
+class SglangContainer:
+    """sglang 0.5.16's SWARadixCache and ZmqEventPublisher (tests/peers/sglang_kv_engine.py) in
+    a container of its own on the stack's network, as ``sglang-engine``; commands go to its
+    stdin (``docker run -i``), one JSON reply a line comes back."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen(
+            [
+                "docker", "run", "-i", "--rm", "--name", SGLANG_CONTAINER,
+                "--network", NETWORK, "--network-alias", "sglang-engine", SGLANG_IMAGE,
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        ready = self._read()
+        assert ready.get("ready"), ready
+
+    def _read(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line:
+            raise AssertionError(f"the sglang container exited ({self.process.wait()})")
+        reply: dict[str, Any] = json.loads(line)
+        return reply
+
+    def command(self, **request: Any) -> dict[str, Any]:
+        """Send one command, return its reply."""
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        return self._read()
+
+    def serve(self, requests: int, seed: int) -> int:
+        """Serve ``requests`` chat requests; how many event batches sglang published so far."""
+        return int(self.command(cmd="serve", requests=requests, seed=seed)["published"])
+
+    def blocks(self) -> set[int]:
+        """The block hash of every page sglang's tree holds."""
+        return set(self.command(cmd="blocks")["blocks"])
+
+    def close(self) -> None:
+        """Shut sglang's publisher down; the container goes (``--rm``)."""
+        if self.process.poll() is None:
+            with contextlib.suppress(AssertionError, BrokenPipeError):
+                self.command(cmd="exit")
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            subprocess.run(["docker", "rm", "-f", SGLANG_CONTAINER], capture_output=True)
+            self.process.wait(timeout=60)

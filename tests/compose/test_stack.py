@@ -110,15 +110,17 @@ def test_leader_broker_killed_and_restarted_loses_no_acknowledged_batch() -> Non
     partition = int(batches[-1]["partition"])
     leader = stack.partition_leaders()[partition]
     broker = f"kafka-{leader}"
-    before = stack.published("primary-0")
     stack.run("docker", "kill", stack.container(broker))
-    # The primaries keep publishing to the new leader (2 replicas left, min ISR 2).
-    stack.wait_for(
-        "worker-0 publishing after the leader died",
-        lambda: stack.published("primary-0") > before + 20,
+    # The controller fences the dead broker after its session timeout and elects a new leader;
+    # the primaries keep publishing to it (2 replicas left, min ISR 2).
+    new_leader = stack.wait_for(
+        f"a new leader of partition {partition}",
+        lambda: (now := stack.partition_leaders().get(partition, -1)) > 0 and now != leader and now,
     )
-    new_leader = stack.partition_leaders()[partition]
-    assert new_leader != leader
+    before = stack.published("primary-0")
+    stack.wait_for(
+        "worker-0 publishing to the new leader", lambda: stack.published("primary-0") > before + 20
+    )
     stack.start(broker)
     finals = stack.stop_primaries()
     counts = acked_batches_exactly_once(finals)
@@ -185,3 +187,47 @@ def test_follower_killed_restores_from_its_snapshot_and_the_tail() -> None:
         f"(the primaries' final epochs hold {total}); digests equal"
     )
     assert 0 < metrics["batches_applied"] < total
+
+
+def test_bridge_appends_sglangs_own_kv_events() -> None:
+    """sglang 0.5.16's own ZmqEventPublisher in its container, ``swa-es bridge`` in another:
+    both followers hold exactly as many blocks as sglang's tree, the source stays exact, and the
+    log holds every batch sglang published once (what it published before the bridge came
+    taken from sglang's replay socket)."""
+    source = "sglang-0"
+    engine = stack.SglangContainer()
+    try:
+        before = engine.serve(60, seed=0)
+        stack.compose("--profile", "sglang", "up", "-d", "--no-build", "--no-recreate", "--wait",
+                      "--wait-timeout", "240", "bridge", timeout_s=300)  # fmt: skip
+        published = engine.serve(60, seed=1)
+        blocks = engine.blocks()
+        assert blocks, "sglang's tree holds nothing"
+
+        def holds_sglangs_tree(follower: str) -> dict[str, Any] | None:
+            replica = stack.sources(follower).get(source)
+            if replica is None or replica["blocks"] != len(blocks):
+                return None
+            return replica
+
+        replicas = {
+            follower: stack.wait_for(
+                f"{follower} holding sglang's {len(blocks)} blocks",
+                functools.partial(holds_sglangs_tree, follower),
+            )
+            for follower in stack.FOLLOWERS
+        }
+        for follower, replica in replicas.items():
+            assert replica["state"] == "exact" and replica["diverged"] is None, (follower, replica)
+        stack.compose("--profile", "sglang", "stop", "--timeout", "60", "bridge")
+        batches = stack.log_batches(source, replica["epoch"])
+        seqs = Counter(int(b["seq"]) for b in batches)
+        print(
+            f"scenario sglang bridge: sglang published {published} batches ({before} before "
+            f"the bridge came), the log holds {len(batches)} of its epoch ({len(seqs)} distinct "
+            f"seqs), both followers hold sglang's {len(blocks)} blocks"
+        )
+        assert all(n == 1 for n in seqs.values()), "a batch appended twice"
+        assert len(seqs) >= published, f"{published - len(seqs)} of sglang's batches missing"
+    finally:
+        engine.close()
