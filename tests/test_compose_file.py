@@ -120,3 +120,18 @@ def test_dockerfile_installs_the_host_made_wheelhouse_and_runs_swa_es() -> None:
     assert text.count("pip install --no-index --no-deps") == 2
     assert "source=.compose/wheelhouse/project" in text
     assert 'ENTRYPOINT ["swa-es"]' in text
+
+
+def test_bridge_service_reads_the_sglang_engine_with_known_settings(
+    compose: dict[str, Any],
+) -> None:
+    """The bridge (profile sglang) subscribes to the sglang engine's PUB and replay endpoints,
+    appends to the stack's topic, and sets only variables ``swa-es bridge`` reads."""
+    bridge = compose["services"]["bridge"]
+    assert bridge["profiles"] == ["sglang"] and bridge["command"] == ["bridge"]
+    env = bridge["environment"]
+    assert env["SWA_ES_ZMQ"].startswith("tcp://sglang-engine:")
+    assert env["SWA_ES_REPLAY"].startswith("tcp://sglang-engine:")
+    assert env["SWA_ES_LOG"] == compose["services"]["primary-0"]["environment"]["SWA_ES_LOG"]
+    unknown = set(env) - known_variables("bridge")
+    assert not unknown, f"bridge sets variables swa-es bridge does not read: {unknown}"

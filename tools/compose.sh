@@ -188,9 +188,19 @@ EOF
 }
 
 ensure_project_wheel() {
-    rm -rf "$state/wheelhouse/project"
-    mkdir -p "$state/wheelhouse/project"
-    .venv/bin/maturin build --quiet --release -o "$state/wheelhouse/project" >&2
+    local built="$state/wheelhouse/project.new" kept="$state/wheelhouse/project"
+    rm -rf "$built"
+    mkdir -p "$built"
+    # A fixed SOURCE_DATE_EPOCH makes the wheel byte-identical while the sources are, and an
+    # identical wheel is kept as it was: the image layer installing it (and the sglang image
+    # above it) then comes from Docker's cache.
+    SOURCE_DATE_EPOCH=315532800 .venv/bin/maturin build --quiet --release -o "$built" >&2
+    if diff -rq "$built" "$kept" >/dev/null 2>&1; then
+        rm -rf "$built"
+    else
+        rm -rf "$kept"
+        mv "$built" "$kept"
+    fi
 }
 
 ensure_kafka_libs() {

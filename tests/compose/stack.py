@@ -126,7 +126,7 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float = WAIT_S
             value = probe()
             if value is not None and value is not False:
                 return value
-        except (AssertionError, subprocess.SubprocessError, OSError, ValueError) as exc:
+        except Exception as exc:  # a fault under test: any error, try again
             last_error = exc
         time.sleep(1.0)
     raise AssertionError(f"no {what} within {timeout_s} s (last error: {last_error})")
