@@ -20,6 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from swa_es.testing.metrics import parse_samples
+
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = "swa-es"
 NETWORK = f"{PROJECT}_default"
@@ -29,6 +31,7 @@ HOST_LOG_URL = f"kafka://{HOST_BOOTSTRAP}/{TOPIC}?partitions=2&replication_facto
 PRIMARIES = ("primary-0", "primary-1")
 FOLLOWERS = ("follower-a", "follower-b")
 ROUTING_PORT = 8080
+METRICS_PORT = 9100
 WAIT_S = 180.0
 
 T = TypeVar("T")
@@ -90,14 +93,23 @@ HTTP_SNIPPET = (
 )
 
 
-def http_in(service: str, path: str, body: Any = None) -> Any:
-    """JSON answer of a service's own HTTP port, asked inside its container (works while the
+def text_in(service: str, path: str, body: Any = None, port: int = ROUTING_PORT) -> str:
+    """Body of a service's own HTTP port, asked inside its container (works while the
     container is off the network, where a published port would not)."""
-    args = [f"http://127.0.0.1:{ROUTING_PORT}{path}"]
+    args = [f"http://127.0.0.1:{port}{path}"]
     if body is not None:
         args.append(json.dumps(body))
-    out = run("docker", "exec", container(service), "python", "-c", HTTP_SNIPPET, *args)
-    return json.loads(out)
+    return run("docker", "exec", container(service), "python", "-c", HTTP_SNIPPET, *args)
+
+
+def http_in(service: str, path: str, body: Any = None) -> Any:
+    """JSON answer of a service's routing API, asked inside its container."""
+    return json.loads(text_in(service, path, body))
+
+
+def metrics_in(service: str) -> dict[str, float]:
+    """The /metrics samples of a service (port 9100 in every swa-es container)."""
+    return parse_samples(text_in(service, "/metrics", port=METRICS_PORT))
 
 
 def http_from_another_container(url: str, body: Any = None) -> Any:
@@ -178,15 +190,15 @@ def converged(follower: str, finals: dict[str, dict[str, Any]]) -> dict[str, Any
     return wait_for(f"{follower} at the primaries' final digests", probe)
 
 
-def log_batches(source: str, epoch: str, *, brief: bool = True) -> list[dict[str, Any]]:
-    """The batches of one source and epoch in the log (event counts only when ``brief``), read
-    over the published ports."""
+def log_batches(source: str, epoch: str | None, *, brief: bool = True) -> list[dict[str, Any]]:
+    """The batches of one source and epoch (every epoch: None) in the log (event counts only
+    when ``brief``), read over the published ports."""
     out = run(
         str(ROOT / ".venv" / "bin" / "swa-es"), "inspect", *(["--brief"] if brief else []),
         "--source", source, HOST_LOG_URL, timeout_s=300,
     )  # fmt: skip
     batches = [json.loads(line) for line in out.splitlines() if line.strip()]
-    return [b for b in batches if b["epoch"] == epoch]
+    return [b for b in batches if epoch is None or b["epoch"] == epoch]
 
 
 def partition_leaders() -> dict[int, int]:

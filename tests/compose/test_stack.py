@@ -191,10 +191,11 @@ def test_follower_killed_restores_from_its_snapshot_and_the_tail() -> None:
 
 def test_bridge_appends_sglangs_own_kv_events() -> None:
     """sglang 0.5.16's own ZmqEventPublisher in its container, ``swa-es bridge`` in another:
-    both followers hold exactly as many blocks as sglang's tree, the source stays exact, and the
-    log holds every batch sglang published once (what it published before the bridge came
-    taken from sglang's replay socket)."""
+    the bridge applies every batch sglang published (those before it came from sglang's replay
+    socket), appends its source's batches once each with no seq gap, and both followers end
+    holding exactly as many blocks as sglang's tree, the source exact."""
     source = "sglang-0"
+    label = f'{{source="{source}"}}'
     engine = stack.SglangContainer()
     try:
         before = engine.serve(60, seed=0)
@@ -204,32 +205,37 @@ def test_bridge_appends_sglangs_own_kv_events() -> None:
         blocks = engine.blocks()
         assert blocks, "sglang's tree holds nothing"
 
-        def holds_sglangs_tree(follower: str) -> dict[str, Any] | None:
-            """The follower's view of the source once it applied sglang's last batch."""
-            replica = stack.sources(follower).get(source)
-            if replica is None or replica["seq"] != published - 1:
-                return None
-            return replica
+        def bridge_done() -> dict[str, float] | None:
+            """The bridge's samples once it applied every batch sglang published."""
+            now = stack.metrics_in("bridge")
+            return now if now[f"swa_es_bridge_batches_applied_total{label}"] >= published else None
 
-        replicas = {
-            follower: stack.wait_for(
-                f"{follower} at sglang's last batch (seq {published - 1})",
-                functools.partial(holds_sglangs_tree, follower),
-            )
-            for follower in stack.FOLLOWERS
-        }
-        for follower, replica in replicas.items():
-            assert replica["state"] == "exact" and replica["diverged"] is None, (follower, replica)
-            assert replica["blocks"] == len(blocks), (follower, replica, len(blocks))
+        bridge = stack.wait_for(f"the bridge applying sglang's {published} batches", bridge_done)
+        assert bridge[f"swa_es_bridge_unfilled_gaps_total{label}"] == 0, bridge
         stack.compose("--profile", "sglang", "stop", "--timeout", "60", "bridge")
-        batches = stack.log_batches(source, replica["epoch"])
-        seqs = Counter(int(b["seq"]) for b in batches)
-        print(
-            f"scenario sglang bridge: sglang published {published} batches ({before} before "
-            f"the bridge came), the log holds {len(batches)} of its epoch ({len(seqs)} distinct "
-            f"seqs), both followers hold sglang's {len(blocks)} blocks"
-        )
-        assert all(n == 1 for n in seqs.values()), "a batch appended twice"
-        assert sorted(seqs) == list(range(published)), "sglang's seqs are not all in the log"
     finally:
         engine.close()
+    epochs = {b["epoch"] for b in stack.log_batches(source, epoch=None)}
+    assert len(epochs) == 1, epochs
+    batches = stack.log_batches(source, epochs.pop())
+    seqs = Counter(int(b["seq"]) for b in batches)
+    assert all(n == 1 for n in seqs.values()), "a batch appended twice"
+    assert sorted(seqs) == list(range(len(seqs))), "a seq gap in the bridge's batches"
+
+    def holds_sglangs_tree(follower: str) -> dict[str, Any] | None:
+        """The follower's view of the source once it applied the bridge's last batch."""
+        replica = stack.sources(follower).get(source)
+        return replica if replica is not None and replica["seq"] == max(seqs) else None
+
+    for follower in stack.FOLLOWERS:
+        replica = stack.wait_for(
+            f"{follower} at the bridge's last batch",
+            functools.partial(holds_sglangs_tree, follower),
+        )
+        assert replica["state"] == "exact" and replica["diverged"] is None, (follower, replica)
+        assert replica["blocks"] == len(blocks), (follower, replica, len(blocks))
+    print(
+        f"scenario sglang bridge: sglang published {published} batches ({before} before the "
+        f"bridge came), the bridge applied them all and appended {len(seqs)} (seqs 0..{max(seqs)},"
+        f" once each); both followers hold sglang's {len(blocks)} blocks"
+    )
