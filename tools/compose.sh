@@ -334,8 +334,8 @@ cmd_test() {
     compose --profile sglang down --volumes --remove-orphans --timeout 30 >/dev/null 2>&1 || true
     compose up -d --no-build --wait --wait-timeout 300
     step "stack up"
-    # The sglang bridge scenario is opt-in (SWA_ES_COMPOSE_SGLANG=1): it does not pass yet (the
-    # bridge in its container never appends sglang's last batch; see docs/compose.md).
+    # The sglang bridge scenario is opt-in (SWA_ES_COMPOSE_SGLANG=1): it needs its own image
+    # (about 5 minutes more on a first run) and has passed few runs yet (docs/compose.md).
     local only=()
     [ "${SWA_ES_COMPOSE_SGLANG:-0}" = 1 ] ||
         only=(--deselect tests/compose/test_stack.py::test_bridge_appends_sglangs_own_kv_events)
