@@ -1,38 +1,35 @@
-# The swa-es image: the `swa-es` command (serve, follow, demo, ...) plus the test suite, so the
-# compose stack's `tests` service can run `pytest -m compose` against the other services.
+# The swa-es image: the `swa-es` command (serve, follow, bridge, route, ...).
 #
-#   docker build -t swa-es:local .
-#   docker run --rm swa-es:local demo --duration 5
-# The native core (native/, Rust) is compiled by maturin in a Rust image into an abi3 wheel.
-FROM rust:1-slim-bookworm AS native
-RUN apt-get update && apt-get install -y --no-install-recommends python3 python3-pip python3-venv \
-    && rm -rf /var/lib/apt/lists/* && python3 -m venv /build && /build/bin/pip install "maturin>=1.9,<2"
-WORKDIR /src
-COPY pyproject.toml README.md ./
-COPY native ./native
-COPY swa_es ./swa_es
-COPY cache ./cache
-COPY log ./log
-COPY consumers ./consumers
-RUN /build/bin/maturin build --release --out /wheels
-
-FROM python:3.11-slim
+# Everything Python comes from a wheelhouse the host makes (tools/compose.sh wheels):
+# .compose/wheelhouse/deps holds torch and every dependency, .compose/wheelhouse/project the
+# project's own wheel with its native core (built by maturin on the host). Nothing inside the
+# build needs TLS: the only network use is Debian's apt over http, and only on a bare Debian base.
+#
+#   bash tools/compose.sh build                        # makes the wheelhouse, then this image
+#   BASE_IMAGE=python:3.11-slim (default, a registry) or a local Debian bookworm base (no registry)
+ARG BASE_IMAGE=python:3.11-slim
+FROM ${BASE_IMAGE}
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# CPU wheels of torch keep the image small; the cache runs on cuda too where the host has it.
-RUN pip install --index-url https://download.pytorch.org/whl/cpu "torch>=2.4"
+# A bare Debian bookworm base has no Python: Debian's python3 is 3.11 there, as the wheels want.
+RUN if ! command -v python3 >/dev/null; then \
+        apt-get update && apt-get install -y --no-install-recommends python3 python3-venv \
+        && rm -rf /var/lib/apt/lists/*; \
+    fi \
+    && python3 -m venv /opt/swa-es
+ENV PATH=/opt/swa-es/bin:$PATH VIRTUAL_ENV=/opt/swa-es
 
-WORKDIR /app
-# Dependencies first (a layer that survives source edits), then the source.
-COPY pyproject.toml README.md ./
-COPY --from=native /wheels /wheels
-RUN pip install "$(ls /wheels/swa_es-*.whl)[dev]"
-COPY tests ./tests
-COPY bench ./bench
+# Dependencies first, in a layer that survives source edits; the wheels are bind-mounted, not
+# copied, so they take no room in the image. The wheelhouse is the exact closure, hence --no-deps.
+RUN --mount=type=bind,source=.compose/wheelhouse/deps,target=/wheels \
+    pip install --no-index --no-deps /wheels/*.whl
+
+RUN --mount=type=bind,source=.compose/wheelhouse/project,target=/wheels \
+    pip install --no-index --no-deps /wheels/*.whl
 
 # Followers keep snapshots and status files here; mount a volume on it.
 RUN useradd --create-home --uid 10001 swa && mkdir -p /data && chown swa /data
