@@ -131,7 +131,9 @@ import importlib.metadata as md
 import re
 import tomllib
 
-deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]
+# The core and every extra (the images run serve, follow and bridge): `all` lists them.
+project = tomllib.load(open("pyproject.toml", "rb"))["project"]
+deps = [*project["dependencies"], *project["optional-dependencies"]["all"]]
 for dep in deps:
     name = re.split(r"[<>=!~ \[;]", dep, maxsplit=1)[0]
     try:
@@ -265,14 +267,15 @@ build_images() {
 # sglang 0.5.16 and its import-time packages (the pins of bench/setup_sglang.sh), as wheels made
 # by the host's pip (an sdist among them is built into a wheel here), for swa-es-sglang:local.
 ensure_sglang_wheels() {
-    local wheels="$cache/wheelhouse-sglang" want yaml
+    local wheels="$cache/wheelhouse-sglang" want yaml numpy
     want="$(sed -n '/^PACKAGES=(/,/^)/p' bench/setup_sglang.sh)"
     [ -n "$want" ] || die "no PACKAGES list in bench/setup_sglang.sh"
     # The host's sglang venv also sees the project venv's packages; of those sglang imports only
-    # PyYAML beyond what the swa-es image holds.
+    # PyYAML and numpy beyond what the swa-es image holds.
     yaml="$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("PyYAML"))')"
+    numpy="$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("numpy"))')"
     want="$want
-PACKAGES+=(PyYAML==$yaml)"
+PACKAGES+=(PyYAML==$yaml numpy==$numpy)"
     if [ ! -f "$wheels.requirements" ] || [ "$(cat "$wheels.requirements")" != "$want" ]; then
         say "making the sglang wheels (first run only)"
         rm -rf "$wheels" "$wheels.requirements"
