@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from swa_es.testing.metrics import parse_samples
+from tests.peers.json_lines import JsonLinesPeer, PeerExitedError
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = "swa-es"
@@ -240,7 +241,7 @@ SGLANG_IMAGE = "swa-es-sglang:local"
 SGLANG_CONTAINER = "swa-es-sglang-engine"
 
 
-class SglangContainer:
+class SglangContainer(JsonLinesPeer):
     """sglang 0.5.16's SWARadixCache and ZmqEventPublisher (tests/peers/sglang_kv_engine.py) in
     a container of its own on the stack's network, as ``sglang-engine``; commands go to its
     stdin (``docker run -i``), one JSON reply a line comes back."""
@@ -258,21 +259,6 @@ class SglangContainer:
         ready = self._read()
         assert ready.get("ready"), ready
 
-    def _read(self) -> dict[str, Any]:
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        if not line:
-            raise AssertionError(f"the sglang container exited ({self.process.wait()})")
-        reply: dict[str, Any] = json.loads(line)
-        return reply
-
-    def command(self, **request: Any) -> dict[str, Any]:
-        """Send one command, return its reply."""
-        assert self.process.stdin is not None
-        self.process.stdin.write(json.dumps(request) + "\n")
-        self.process.stdin.flush()
-        return self._read()
-
     def serve(self, requests: int, seed: int) -> int:
         """Serve ``requests`` chat requests; how many event batches sglang published so far."""
         return int(self.command(cmd="serve", requests=requests, seed=seed)["published"])
@@ -284,7 +270,7 @@ class SglangContainer:
     def close(self) -> None:
         """Shut sglang's publisher down; the container goes (``--rm``)."""
         if self.process.poll() is None:
-            with contextlib.suppress(AssertionError, BrokenPipeError):
+            with contextlib.suppress(PeerExitedError, BrokenPipeError):
                 self.command(cmd="exit")
         try:
             self.process.wait(timeout=60)

@@ -4,13 +4,13 @@ in them (``tests/peers/sglang_kv_engine.py``, ``tests/peers/vllm_kv_engine.py``)
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
+
+from tests.peers.json_lines import JsonLinesPeer
 
 ROOT = Path(__file__).resolve().parents[2]
 SGLANG_PYTHON = ROOT / "bench" / ".venv-sglang" / "bin" / "python"
@@ -37,7 +37,7 @@ def require_vllm() -> Path:
     pytest.skip(message)
 
 
-class PeerEngine:
+class PeerEngine(JsonLinesPeer):
     """An engine script in its peer venv, speaking JSON lines on stdin/stdout."""
 
     MODULE = ""
@@ -64,21 +64,6 @@ class PeerEngine:
         )
         ready = self._read()
         assert ready.get("ready"), ready
-
-    def _read(self) -> dict[str, Any]:
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        if not line:
-            raise RuntimeError(f"{self.MODULE} exited with {self.process.wait()}")
-        reply: dict[str, Any] = json.loads(line)
-        return reply
-
-    def command(self, **request: Any) -> dict[str, Any]:
-        """Send one command, return its reply."""
-        assert self.process.stdin is not None
-        self.process.stdin.write(json.dumps(request) + "\n")
-        self.process.stdin.flush()
-        return self._read()
 
     def serve(self, requests: int, seed: int = 0) -> int:
         """Serve ``requests`` chat requests; the number of batches published so far."""
