@@ -13,13 +13,21 @@ KAFKA_SH = REPO / "tools" / "kafka" / "kafka.sh"
 
 
 def test_compose_runs_the_kafka_version_the_pom_pins() -> None:
-    """compose.yaml's apache/kafka image has the same version as tools/kafka/pom.xml."""
+    """Every broker in compose.yaml, and compose.sh's official image, run tools/kafka/pom.xml's Kafka."""
     pom = (REPO / "tools" / "kafka" / "pom.xml").read_text()
     match = re.search(r"<kafka.version>([^<]+)</kafka.version>", pom)
     assert match is not None
+    official = f"apache/kafka:{match.group(1)}"
     compose = yaml.safe_load((REPO / "compose.yaml").read_text())
-    assert compose["services"]["kafka"]["image"] == f"apache/kafka:{match.group(1)}"
-    assert "healthcheck" in compose["services"]["kafka"]
+    brokers = {name: s for name, s in compose["services"].items() if name.startswith("kafka-")}
+    assert sorted(brokers) == ["kafka-1", "kafka-2", "kafka-3"]
+    for name, service in brokers.items():
+        assert service["image"] == f"${{SWA_ES_KAFKA_IMAGE:-{official}}}", name
+        assert "healthcheck" in service, name
+    compose_sh = (REPO / "tools" / "compose.sh").read_text()
+    assert f'kafka_official="{official}"' in compose_sh
+    dockerfile = (REPO / "docker" / "kafka" / "Dockerfile").read_text()
+    assert f"Kafka {match.group(1)} broker" in dockerfile
 
 
 def test_kafka_sh_refuses_bad_arguments() -> None:
