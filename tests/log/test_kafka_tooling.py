@@ -13,7 +13,7 @@ KAFKA_SH = REPO / "tools" / "kafka" / "kafka.sh"
 
 
 def test_compose_runs_the_kafka_version_the_pom_pins() -> None:
-    """Every broker in compose.yaml, and compose.sh's official image, run tools/kafka/pom.xml's Kafka."""
+    """Every compose.yaml broker and compose.sh's official image run the pom's Kafka version."""
     pom = (REPO / "tools" / "kafka" / "pom.xml").read_text()
     match = re.search(r"<kafka.version>([^<]+)</kafka.version>", pom)
     assert match is not None
