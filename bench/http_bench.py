@@ -3,8 +3,9 @@ in one run on the same prompt.
 
 ``--sources`` sources (default 64) each hold the pages of one ``--prompt-tokens`` prompt
 (default 4096, page 16). The server is its own process (``swa-es follow``'s HTTP stack: uvicorn
-with the httptools parser, the hot route a plain ASGI handler); the clients are other processes,
-as routers are, started together and released at once. Rows:
+with the httptools parser, a plain ``POST /v1/match`` answered by the connection protocol
+itself); the clients are other processes, as routers are, started together and released at
+once. Rows:
 
 - ``in_process``: ``PrefixIndex.match`` called directly with the prompt's list of ids;
 - ``json``: http.client with the JSON body ``{"token_ids": [...]}``, the reply parsed by orjson;
@@ -13,7 +14,9 @@ as routers are, started together and released at once. Rows:
 - ``hashes``: ``RoutingClient.match_hashes`` (the prompt's block hashes, i64 body);
 - ``batch16``: ``RoutingClient.match_batch`` with 16 prompts in one msgpack body;
 - each HTTP form with 1 keep-alive connection, and json/binary/batch16 with ``--connections``,
-  on the server ``swa-es follow`` runs (uvloop); ``binary`` also on the standard asyncio loop.
+  on the server ``swa-es follow`` runs (uvloop); ``binary`` also on the standard asyncio loop,
+  and on a server answering every request through ASGI (``HttpServer(hot_route=False)``: the
+  route as an ASGI handler, for comparison).
 
 Per row: p50/p99 latency, requests/s, ``ms_per_request`` (wall time per request at that
 concurrency: 1000 / requests/s), the server process's CPU seconds (from ``/proc/PID/stat``) and
@@ -109,7 +112,7 @@ def serve(args: argparse.Namespace) -> None:
     parts = AppParts(registry_of(list), lambda: (True, "ok"), FollowerRouting(follower, views))
 
     async def run() -> None:
-        async with HttpServer(build_app(parts)) as server:
+        async with HttpServer(build_app(parts), hot_route=not args.asgi_route) as server:
             print(json.dumps({"port": server.port, "pid": os.getpid()}), flush=True)
             await anyio.to_thread.run_sync(sys.stdin.read)
 
@@ -332,13 +335,19 @@ ROWS = [
     ("batch16_{n}conn", "batch16", None, "uvloop"),
     ("binary_1conn_asyncio_loop", "binary", 1, "asyncio"),
     ("binary_{n}conn_asyncio_loop", "binary", None, "asyncio"),
+    ("binary_1conn_asgi_route", "binary", 1, "uvloop_asgi"),
+    ("binary_{n}conn_asgi_route", "binary", None, "uvloop_asgi"),
 ]
-"""(name, form, connections (None: ``--connections``), the server's event loop)."""
+"""(name, form, connections (None: ``--connections``), the server: its event loop, and
+``_asgi`` where every request goes through ASGI)."""
 
 
-def start_server(args: argparse.Namespace, loop: str) -> tuple[subprocess.Popen[str], str, int]:
-    """A server process on ``loop``: (process, base URL, pid)."""
+def start_server(args: argparse.Namespace, kind: str) -> tuple[subprocess.Popen[str], str, int]:
+    """A server process of ``kind`` (a ``ROWS`` server): (process, base URL, pid)."""
+    loop, _, route = kind.partition("_")
     command = [sys.executable, __file__, "--serve", "--loop", loop]
+    if route == "asgi":
+        command.append("--asgi-route")
     command += ["--sources", str(args.sources), "--prompt-tokens", str(args.prompt_tokens)]
     server = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert server.stdout is not None
@@ -357,7 +366,7 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         for name, form, connections, loop in ROWS:
             if args.only and form not in args.only:
                 continue
-            if loop == "uvloop" and not HAVE_UVLOOP:
+            if loop.startswith("uvloop") and not HAVE_UVLOOP:
                 continue
             if loop not in servers:
                 servers[loop] = start_server(args, loop)
@@ -380,7 +389,8 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
             server.wait(timeout=30)
     results = [baseline.result()]
     for row in rows:
-        results.append(row.result() | {"loop": row.loop})  # type: ignore[attr-defined]
+        loop, _, route = row.loop.partition("_")  # type: ignore[attr-defined]
+        results.append(row.result() | {"loop": loop, "route": route or "protocol"})
     for result in results:
         result["ratio"] = result["p50_ms"] / results[0]["p50_ms"]
         result["per_prompt_p50_ms"] = result["p50_ms"] / result["prompts_per_request"]
@@ -404,14 +414,14 @@ def print_table(result: dict[str, Any]) -> None:
         file=sys.stderr,
     )
     header = (
-        f"{'row':<20} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>8} {'ms/req':>7} "
+        f"{'row':<28} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>8} {'ms/req':>7} "
         f"{'req/srvCPUs':>11} {'ratio':>7} {'steal':>6}"
     )
     print(header, file=sys.stderr)
     for row in result["rows"]:
         per_cpu = row["requests_per_server_cpu_s"]
         print(
-            f"{row['name']:<20} {row['p50_ms']:>8.3f} {row['p99_ms']:>8.3f} {row['rps']:>8.0f} "
+            f"{row['name']:<28} {row['p50_ms']:>8.3f} {row['p99_ms']:>8.3f} {row['rps']:>8.0f} "
             f"{row['ms_per_request']:>7.3f} {per_cpu or 0:>11.0f} {row['ratio']:>7.1f} "
             f"{row['steal_share'] if row['steal_share'] is not None else '-':>6}",
             file=sys.stderr,
@@ -430,6 +440,7 @@ if __name__ == "__main__":
     parser.add_argument("--only", nargs="*", help="only the HTTP rows of these forms")
     parser.add_argument("--json-out", type=Path, help="also write the JSON result here")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--asgi-route", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--worker", metavar="SPEC", help=argparse.SUPPRESS)
     arguments = parser.parse_args()
     if arguments.serve:

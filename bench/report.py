@@ -117,7 +117,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
             "--sources",
             "64",
             "--requests",
-            "1000",
+            "3000",
             "--rounds",
             "3",
             "--connections",
@@ -563,6 +563,11 @@ HTTP_FORMS = {
 }
 
 
+def _served_as_deployed(row: Mapping[str, Any]) -> bool:
+    """Whether an http_bench row's server ran as ``swa-es follow`` does (uvloop, hot route)."""
+    return row.get("loop", "uvloop") == "uvloop" and row.get("route", "protocol") == "protocol"
+
+
 def render_http(result: Mapping[str, Any]) -> list[Row]:
     """``http_bench.py --json-out``: each request form's p50/p99 against the in-process p50."""
     rows_in = [r for r in result.get("rows", []) if isinstance(r, Mapping)]
@@ -572,7 +577,7 @@ def render_http(result: Mapping[str, Any]) -> list[Row]:
     per_request = {
         int(r.get("connections", 0)): r.get("ms_per_request")
         for r in rows_in
-        if r.get("form") == "binary" and r.get("loop", "uvloop") == "uvloop"
+        if r.get("form") == "binary" and _served_as_deployed(r)
     }
     rows: list[Row] = []
     for r in rows_in:
@@ -582,13 +587,15 @@ def render_http(result: Mapping[str, Any]) -> list[Row]:
         name = form if conns == 0 else f"{form}, {conns} connection{'s' if conns > 1 else ''}"
         if loop and loop != "uvloop":
             name += f" ({loop})"
+        if r.get("route") == "asgi":
+            name += " (every request through ASGI)"
         figures = (
             f"p50 {fmt(r.get('per_prompt_p50_ms', r.get('p50_ms')))} ms, "
             f"p99 {fmt(r.get('p99_ms'))} ms; "
             f"{fmt(r.get('requests_per_server_cpu_s'))} requests per server CPU-s"
         )
         target = ""
-        if r.get("form") == "binary" and loop in (None, "uvloop"):
+        if r.get("form") == "binary" and _served_as_deployed(r):
             p50, cpu = r.get("p50_ms"), r.get("requests_per_server_cpu_s")
             if conns == 1 and isinstance(p50, float) and isinstance(cpu, float):
                 met = p50 <= 0.25 and cpu >= 3000

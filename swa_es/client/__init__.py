@@ -1,7 +1,7 @@
 """A Python client of a follower's routing API (``swa-es follow --http-port``), for routers.
 
-``RoutingClient`` (blocking, one keep-alive connection, standard library HTTP) and
-``AsyncRoutingClient`` (httpx, pooled) send prompts in the cheapest form the API reads (binary
+``RoutingClient`` (blocking, one keep-alive connection of its own, replies parsed by httptools)
+and ``AsyncRoutingClient`` (httpx, pooled) send prompts in the cheapest form the API reads (binary
 token ids or block hashes; msgpack batches) and return typed answers: per source a
 ``SourceMatch``, and an ``AsOf`` saying which log position the answer reflects::
 
@@ -12,8 +12,8 @@ token ids or block hashes; msgpack batches) and return typed answers: per source
         best = reply.answer.best()  # (source, SourceMatch) or None
         stale = reply.as_of.lag_records > 1000
 
-This package imports nothing of the server side; the async client needs httpx
-(``pip install 'swa-es[client]'``).
+This package imports nothing of the server side; it needs the ``client`` extra
+(``pip install 'swa-es[client]'``: httptools, msgpack, and httpx for the async client).
 """
 
 from swa_es.client.answers import (

@@ -1,8 +1,9 @@
 """``RoutingClient`` (blocking) and ``AsyncRoutingClient`` for a follower's routing API.
 
-The blocking client speaks HTTP/1.1 with the standard library's ``http.client`` over one
-keep-alive connection: on the loopback it costs a fraction of what a general HTTP library costs
-per request (``bench/http_bench.py`` measures both), and a router calls it once per request. It
+The blocking client speaks HTTP/1.1 over one keep-alive connection of its own
+(``connection.HttpConnection``: one send per request, replies parsed by httptools): on the
+loopback it costs a fraction of what ``http.client`` or a general HTTP library costs per request
+(``bench/http_bench.py`` measures them side by side), and a router calls it once per request. It
 is not thread-safe: give each thread its own. The async client uses ``httpx`` with a pool of
 keep-alive connections and may be shared by many tasks.
 
@@ -13,8 +14,6 @@ batch as msgpack; both retry a request once when a kept-alive connection turns o
 
 from __future__ import annotations
 
-import http.client
-import socket
 from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, Final, Self
@@ -26,6 +25,7 @@ from swa_es.client.answers import (
     MatchReply,
     parse_sources,
 )
+from swa_es.client.connection import BadReplyError, ConnectionClosedError, HttpConnection
 from swa_es.client.wire import (
     AsOfReader,
     HashedPrompt,
@@ -100,8 +100,7 @@ class RoutingClient:
 
     def __init__(self, base_url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         self._host, self._port = _host_port(base_url)
-        self._timeout_s = timeout_s
-        self._connection: http.client.HTTPConnection | None = None
+        self._connection = HttpConnection(self._host, self._port, timeout_s=timeout_s)
         self._replies = _Replies()
 
     def match(self, token_ids: Sequence[int] | bytes, extra_key: str | None = None) -> MatchReply:
@@ -119,13 +118,11 @@ class RoutingClient:
 
     def sources(self) -> dict[str, Any]:
         """``GET /v1/sources``: per source its epoch, seq, blocks, digest and state."""
-        return dict(loads(self._exchange("GET", "/v1/sources", None, {}))["sources"])
+        return dict(loads(self._exchange("GET", "/v1/sources", None, None))["sources"])
 
     def close(self) -> None:
         """Close the connection (a later request opens a new one)."""
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
+        self._connection.close()
 
     def __enter__(self) -> Self:
         return self
@@ -139,40 +136,29 @@ class RoutingClient:
         self.close()
 
     def _post(self, request: Request) -> bytes:
-        headers = {"Content-Type": request.content_type}
-        return self._exchange("POST", request.target, request.body, headers)
+        return self._exchange("POST", request.target, request.content_type, request.body)
 
     def _exchange(
-        self, method: str, target: str, body: bytes | None, headers: dict[str, str]
+        self, method: str, target: str, content_type: str | None, body: bytes | None
     ) -> bytes:
         for attempt in (1, 2):
-            reused = self._connection is not None
-            connection = self._connect()
+            reused = self._connection.is_open
             try:
-                connection.request(method, target, body, headers)
-                response = connection.getresponse()
-                data = response.read()
-            except (http.client.HTTPException, OSError) as exc:
-                self.close()
-                # a kept-alive connection the server had closed: open a new one, once
-                if attempt == 1 and reused and not isinstance(exc, socket.timeout):
+                reply = self._connection.exchange(method, target, content_type, body)
+            except (ConnectionError, OSError) as exc:
+                # a kept-alive connection the server had closed before replying: once more
+                stale = not isinstance(exc, TimeoutError | BadReplyError) and not (
+                    isinstance(exc, ConnectionClosedError) and exc.replied
+                )
+                if attempt == 1 and reused and stale:
                     continue
                 raise RoutingConnectionError(
                     f"{method} http://{self._host}:{self._port}{target.split('?')[0]}: {exc!r}"
                 ) from exc
-            if response.will_close:
-                self.close()
-            if response.status != 200:
-                raise _refusal(response.status, data)
-            return data
+            if reply.status != 200:
+                raise _refusal(reply.status, reply.body)
+            return reply.body
         raise AssertionError("unreachable")
-
-    def _connect(self) -> http.client.HTTPConnection:
-        if self._connection is None:
-            self._connection = http.client.HTTPConnection(
-                self._host, self._port, timeout=self._timeout_s
-            )
-        return self._connection
 
 
 class AsyncRoutingClient:

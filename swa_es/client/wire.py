@@ -45,12 +45,22 @@ class Request:
     body: bytes
 
 
+def _packed(typecode: str, values: Sequence[int]) -> array[int]:
+    """``values`` as an array of ``typecode`` (a list through ``fromlist``: about half the cost
+    of the constructor's item-by-item path for a prompt's ids)."""
+    if type(values) is list:
+        packed = array(typecode)
+        packed.fromlist(values)
+        return packed
+    return array(typecode, values)
+
+
 def u32_bytes(token_ids: Sequence[int] | bytes) -> bytes:
     """Token ids as little-endian u32 (bytes are taken as already encoded)."""
     if isinstance(token_ids, bytes | bytearray | memoryview):
         return bytes(token_ids)
     try:
-        packed = array("I", token_ids)
+        packed = _packed("I", token_ids)
     except (OverflowError, TypeError) as exc:
         raise ValueError(f"token ids must be ints in [0, 2**32): {exc}") from None
     if not _LITTLE_ENDIAN:
@@ -61,7 +71,7 @@ def u32_bytes(token_ids: Sequence[int] | bytes) -> bytes:
 def i64_bytes(block_hashes: Sequence[int]) -> bytes:
     """Block hashes as little-endian i64."""
     try:
-        packed = array("q", block_hashes)
+        packed = _packed("q", block_hashes)
     except (OverflowError, TypeError) as exc:
         raise ValueError(f"block hashes must be signed 64-bit ints: {exc}") from None
     if not _LITTLE_ENDIAN:

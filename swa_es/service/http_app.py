@@ -20,9 +20,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AsyncExitStack, nullcontext
 from dataclasses import dataclass
+from http import HTTPStatus
 from types import TracebackType
 from typing import Any, Final, Protocol, Self
 
@@ -56,6 +57,8 @@ HEAD_TIMEOUT_S: Final = 10.0
 
 CheckHealth = Callable[[], tuple[bool, str]]
 SourceAnswers = dict[str, dict[str, Any]]
+Reply = tuple[int, bytes]
+"""An HTTP status and its JSON body."""
 
 
 class RoutingBackend(Protocol):
@@ -101,10 +104,14 @@ async def _reply(
     await send({"type": "http.response.body", "body": body})
 
 
+def _error_body(message: str) -> bytes:
+    return orjson.dumps({"error": message})
+
+
 async def _error(
     send: Send, status: int, message: str, headers: Sequence[tuple[bytes, bytes]] = ()
 ) -> None:
-    await _reply(send, status, orjson.dumps({"error": message}), headers)
+    await _reply(send, status, _error_body(message), headers)
 
 
 class _MatchEndpoint:
@@ -114,6 +121,32 @@ class _MatchEndpoint:
         self._routing = routing
         self._health = parts.health
         self._limit_bytes = parts.max_request_bytes
+
+    @property
+    def limit_bytes(self) -> int:
+        """The largest body served."""
+        return self._limit_bytes
+
+    def respond(self, content_type: str | None, body: bytes, query_string: bytes) -> Reply:
+        """The status and JSON body answering one whole request (no I/O: the protocol's fast
+        path and the ASGI handler both send what this returns)."""
+        try:
+            parsed = parse_body(content_type, body, query_string)
+        except BadRequestError as exc:
+            return 400, _error_body(str(exc))
+        except UnsupportedMediaError as exc:
+            return 415, _error_body(str(exc))
+        healthy, detail = self._health()
+        if not healthy:
+            return 503, _error_body(detail)
+        routing = self._routing
+        document: dict[str, Any]
+        if parsed.batch:
+            answers = [{"sources": routing.answer(query)} for query in parsed.queries]
+            document = {"answers": answers, "as_of": routing.as_of()}
+        else:
+            document = {"sources": routing.answer(parsed.queries[0]), "as_of": routing.as_of()}
+        return 200, orjson.dumps(document)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] != "POST":
@@ -146,30 +179,17 @@ class _MatchEndpoint:
         if len(body) > limit:
             await self._too_large(send, len(body))
             return
-        try:
-            parsed = parse_body(content_type, body, scope["query_string"])
-        except BadRequestError as exc:
-            await _error(send, 400, str(exc))
-            return
-        except UnsupportedMediaError as exc:
-            await _error(send, 415, str(exc))
-            return
-        healthy, detail = self._health()
-        if not healthy:
-            await _error(send, 503, detail)
-            return
-        routing = self._routing
-        document: dict[str, Any]
-        if parsed.batch:
-            answers = [{"sources": routing.answer(query)} for query in parsed.queries]
-            document = {"answers": answers, "as_of": routing.as_of()}
-        else:
-            document = {"sources": routing.answer(parsed.queries[0]), "as_of": routing.as_of()}
-        await _reply(send, 200, orjson.dumps(document))
+        status, reply = self.respond(content_type, body, scope["query_string"])
+        await _reply(send, status, reply)
 
     async def _too_large(self, send: Send, size: int) -> None:
         # the rest of the body is not read: close the connection rather than drain it
         await _error(send, 413, f"body of {size} bytes exceeds {self._limit_bytes}", _CLOSE)
+
+
+def _head_bytes(target_bytes: int, headers: Iterable[tuple[bytes, bytes]]) -> int:
+    """The size a request head is held to (``MAX_HEAD_BYTES``): its target and headers."""
+    return target_bytes + sum(len(name) + len(value) + 4 for name, value in headers)
 
 
 class _App:
@@ -180,10 +200,15 @@ class _App:
         self._framework = framework
         self._match = match
 
+    @property
+    def match_endpoint(self) -> _MatchEndpoint | None:
+        """The ``/v1/match`` handler (None: no routing API)."""
+        return self._match
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            size = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
-            size += sum(len(name) + len(value) + 4 for name, value in scope["headers"])
+            target = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
+            size = _head_bytes(target, scope["headers"])
             if size > MAX_HEAD_BYTES:
                 response = PlainTextResponse(
                     f"request head of {size} bytes exceeds {MAX_HEAD_BYTES}\n", status_code=431
@@ -226,24 +251,47 @@ def build_app(parts: AppParts) -> ASGIApp:
 
 
 _STATUS_LINES: Final = {
-    400: b"HTTP/1.1 400 Bad Request\r\n",
-    431: b"HTTP/1.1 431 Request Header Fields Too Large\r\n",
-    505: b"HTTP/1.1 505 HTTP Version Not Supported\r\n",
+    status: b"HTTP/1.1 %d %s\r\n" % (status, HTTPStatus(status).phrase.encode("ascii"))
+    for status in (200, 400, 413, 415, 431, 500, 503, 505)
 }
+_MATCH_PATH: Final = b"/v1/match"
+
+
+@dataclass(slots=True)
+class _FastRequest:
+    """A ``POST /v1/match`` the protocol answers itself, while its body arrives."""
+
+    content_type: str | None
+    query_string: bytes
+    keep_alive: bool
+    parts: list[bytes]
 
 
 class _BoundedHeadProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with two bounds on request heads: a head still unfinished
-    after ``MAX_HEAD_BYTES + HEAD_SLACK_BYTES`` gets 431 and the connection is closed (the
-    parser itself has no limit), and a head must be complete ``HEAD_TIMEOUT_S`` after the
-    connection opened or the previous response ended (uvicorn's own idle timer restarts on
-    every byte, so a client trickling a head would otherwise hold the connection forever)."""
+    """uvicorn's httptools protocol with two bounds on request heads, and the routing API's
+    hot route answered in the protocol itself.
+
+    Bounds: a head still unfinished after ``MAX_HEAD_BYTES + HEAD_SLACK_BYTES`` gets 431 and the
+    connection is closed (the parser itself has no limit), and a head must be complete
+    ``HEAD_TIMEOUT_S`` after the connection opened or the previous response ended (uvicorn's own
+    idle timer restarts on every byte, so a client trickling a head would otherwise hold the
+    connection forever).
+
+    Hot route: a subclass made by ``_protocol_class`` answers a plain ``POST /v1/match``
+    (HTTP/1.1, a ``Content-Length`` within the limit, no ``Expect``, nothing before it still
+    being answered, the client reading its replies) as soon as its body is complete, with the
+    bytes of ``_MatchEndpoint.respond`` in one write: no ASGI task, scope or messages. The
+    answer is computed without awaiting anything either way, so only the per-request overhead
+    goes. Every other request takes the ASGI path, which answers the same way.
+    """
 
     _head_deadline: asyncio.TimerHandle | None = None
     _in_head = True
     _head_bytes = 0
     _heads_ended = 0
     _refused = False
+    _fast_match: _MatchEndpoint | None = None
+    _fast: _FastRequest | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -274,22 +322,91 @@ class _BoundedHeadProtocol(HttpToolsProtocol):
             status = 400 if version == "0.9" else 505
             self._refuse(status, f"HTTP/{version} is not served (use HTTP/1.1)")
             return
+        if self._fast_match is not None and version == "1.1":
+            self._fast = self._fast_request(self._fast_match)
+            if self._fast is not None:
+                return
         super().on_headers_complete()
         if self.cycle is not None and self.cycle.transport is self.transport:
             self.cycle.transport = _HeadWithBody(self.transport)  # type: ignore[assignment]
 
+    def _fast_request(self, endpoint: _MatchEndpoint) -> _FastRequest | None:
+        """The request as one the protocol answers itself, or None for the ASGI path."""
+        if (
+            self.parser.get_method() != b"POST"
+            or self.expect_100_continue
+            or self.parser.should_upgrade()
+            or self.pipeline
+            or (self.cycle is not None and not self.cycle.response_complete)
+            or self.flow.write_paused
+        ):
+            return None
+        path, _, query_string = self.url.partition(b"?")
+        if path != _MATCH_PATH:
+            return None
+        content_type: str | None = None
+        length: bytes | None = None
+        for name, value in self.headers:
+            if name == b"content-length":
+                if length is not None:
+                    return None
+                length = value
+            elif name == b"content-type":
+                content_type = value.decode("latin-1")
+            elif name == b"transfer-encoding":
+                return None
+        if length is None or not length.isdigit() or int(length) > endpoint.limit_bytes:
+            return None
+        if _head_bytes(len(path) + len(query_string), self.headers) > MAX_HEAD_BYTES:
+            return None
+        return _FastRequest(content_type, query_string, self.parser.should_keep_alive(), [])
+
     def on_body(self, body: bytes) -> None:
-        if not self._refused:
-            super().on_body(body)
+        if self._refused:
+            return
+        if self._fast is not None:
+            self._fast.parts.append(body)
+            return
+        super().on_body(body)
 
     def on_message_complete(self) -> None:
         if self._refused:
+            return
+        fast = self._fast
+        if fast is not None:
+            self._fast = None
+            self._in_head = True
+            self._head_bytes = 0
+            self._answer(fast)
             return
         super().on_message_complete()
         self._in_head = True  # what comes next is the next request's head
         self._head_bytes = 0
         if self.cycle is not None and self.cycle.response_complete:
             self._arm_head_deadline()  # answered before its body ended: the next head's turn
+
+    def _answer(self, fast: _FastRequest) -> None:
+        """Send the answer to ``fast`` in one write, then what uvicorn does after a response."""
+        assert self._fast_match is not None
+        keep_alive = fast.keep_alive
+        try:
+            status, body = self._fast_match.respond(
+                fast.content_type, b"".join(fast.parts), fast.query_string
+            )
+        except Exception:
+            logger.exception("POST /v1/match failed")
+            status, body, keep_alive = 500, _error_body("internal error"), False
+        head = [_STATUS_LINES[status]]
+        for name, value in self.server_state.default_headers:
+            head += (name, b": ", value, b"\r\n")
+        head.append(b"content-type: application/json\r\ncontent-length: %d\r\n" % len(body))
+        if not keep_alive:
+            head.append(b"connection: close\r\n")
+        head += (b"\r\n", body)
+        self.transport.write(b"".join(head))
+        if not keep_alive:
+            self.transport.close()
+        self.on_response_complete()
 
     def on_response_complete(self) -> None:
         if self.cycle is not None and isinstance(self.cycle.transport, _HeadWithBody):
@@ -374,6 +491,17 @@ class _QuietServer(uvicorn.Server):
         return nullcontext()
 
 
+def _protocol_class(match: _MatchEndpoint | None) -> type[_BoundedHeadProtocol]:
+    """The protocol serving an app whose ``/v1/match`` handler is ``match`` (None: none)."""
+    if match is None:
+        return _BoundedHeadProtocol
+
+    class _MatchingProtocol(_BoundedHeadProtocol):
+        _fast_match = match
+
+    return _MatchingProtocol
+
+
 def bind_listener(host: str, port: int, backlog: int = 128) -> socket.socket:
     """A listening TCP socket on ``host:port`` (0: any free port) for uvicorn to serve.
 
@@ -396,10 +524,18 @@ def bind_listener(host: str, port: int, backlog: int = 128) -> socket.socket:
 
 
 class HttpServer:
-    """Serves ``app`` on ``host:port`` until the context exits (an async context manager)."""
+    """Serves ``app`` on ``host:port`` until the context exits (an async context manager).
 
-    def __init__(self, app: ASGIApp, *, host: str = "127.0.0.1", port: int = 0) -> None:
+    ``hot_route`` (default on): the connection protocol itself answers a plain
+    ``POST /v1/match`` of an app made by ``build_app``; off, every request goes through ASGI
+    (the answers are the same bytes; the benchmark compares the two).
+    """
+
+    def __init__(
+        self, app: ASGIApp, *, host: str = "127.0.0.1", port: int = 0, hot_route: bool = True
+    ) -> None:
         self._app = app
+        self._hot_route = hot_route
         self._host = host
         self._requested_port = port
         self._port: int | None = None
@@ -418,6 +554,11 @@ class HttpServer:
         """The address served."""
         return self._host
 
+    def _hot_match(self) -> _MatchEndpoint | None:
+        if self._hot_route and isinstance(self._app, _App):
+            return self._app.match_endpoint
+        return None
+
     async def __aenter__(self) -> Self:
         sock = bind_listener(self._host, self._requested_port)
         self._port = int(sock.getsockname()[1])
@@ -426,7 +567,7 @@ class HttpServer:
             lifespan="off",
             log_level="warning",
             access_log=False,
-            http=_BoundedHeadProtocol,
+            http=_protocol_class(self._hot_match()),
             ws="none",
             timeout_graceful_shutdown=2,
         )

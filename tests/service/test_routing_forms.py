@@ -53,6 +53,7 @@ class Served:
     views: StandardViews
     models: dict[str, PrimaryModel]
     health: dict[str, bool]
+    parts: AppParts
 
 
 def _batches(models: dict[str, PrimaryModel]) -> list[EventBatch]:
@@ -92,7 +93,7 @@ async def serving(tmp_path: Path) -> AsyncIterator[Served]:
         )
         async with HttpServer(build_app(parts)) as server:
             url = f"http://127.0.0.1:{server.port}"
-            yield Served(url, server.port, log, follower, views, models, health)
+            yield Served(url, server.port, log, follower, views, models, health, parts)
 
 
 def expected(served: Served, token_ids: Sequence[int], extra_key: str | None = None) -> Any:

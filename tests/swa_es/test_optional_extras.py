@@ -138,3 +138,30 @@ def test_the_command_line_restores_without_any_extra(tmp_path: Path) -> None:
     done = run_child(cli, "restore", str(tmp_path / "log"), "--snapshots", str(tmp_path / "snap"))
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["sources"]["worker-0"]["digest"] == digest
+
+
+CLIENT = """
+import sys
+from swa_es.client import AsyncRoutingClient, RoutingClient
+with RoutingClient(sys.argv[1]) as client:
+    answer = client.match(list(range(100, 124)))
+print(answer.sources["c"].cached_tokens)
+for name in sorted(sys.modules):
+    if name.split(".", 1)[0] in BLOCKED:
+        raise SystemExit(f"{name} was imported")
+"""
+
+
+async def test_the_client_extra_alone_serves_a_router(tmp_path: Path) -> None:
+    """``swa_es.client`` imports and answers a match over real HTTP with only the ``client``
+    extra's modules (httptools, msgpack, httpx) besides the core: no torch, Kafka or server."""
+    from tests.service.test_routing_forms import serving
+
+    client_modules = {"httptools", "msgpack", "httpx"}
+    blocked = tuple(sorted(set(EXTRA_OF_MODULE) - client_modules))
+    async with serving(tmp_path) as served:
+        done = await anyio.to_thread.run_sync(
+            lambda: run_child(CLIENT, served.url, blocked=blocked)
+        )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "24"

@@ -1,0 +1,149 @@
+"""One blocking HTTP/1.1 keep-alive connection, for ``RoutingClient``.
+
+A request leaves in one ``sendall`` (head and body together, Nagle off) and the reply is parsed
+by httptools (llhttp, the parser the server uses): on the loopback the standard library's
+``http.client`` costs about as much per request as the whole server does, mostly in sending
+the head and the body apart and in parsing the reply's headers in Python.
+
+Only what the routing API needs: GET and POST requests with a ``Content-Length`` body (or
+none); replies with a ``Content-Length``, chunked, or ended by the server closing the
+connection.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+from typing import Final
+
+import httptools
+
+RECV_BYTES: Final = 256 * 1024
+
+
+class ConnectionClosedError(ConnectionError):
+    """The server closed the connection; ``replied`` says whether any reply byte had come
+    (when none had, on a reused connection, the request may be sent again)."""
+
+    def __init__(self, message: str, *, replied: bool) -> None:
+        super().__init__(message)
+        self.replied = replied
+
+
+class BadReplyError(ConnectionError):
+    """The server's reply is not HTTP/1.1 the parser reads."""
+
+
+@dataclass(slots=True)
+class Reply:
+    """A whole reply: status, body, and whether the server keeps the connection open."""
+
+    status: int = 0
+    body: bytes = b""
+    keep_alive: bool = True
+
+
+@dataclass(slots=True)
+class _ReplyReader:
+    """httptools callbacks collecting one reply."""
+
+    parts: list[bytes] = field(default_factory=list)
+    headers_done: bool = False
+    complete: bool = False
+    keep_alive: bool = False
+    """Whether the server keeps the connection (read while the parser still knows)."""
+    framed: bool = False
+    """Whether the reply says where it ends (a length, or chunks)."""
+    parser: httptools.HttpResponseParser | None = None
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if name.lower() in (b"content-length", b"transfer-encoding"):
+            self.framed = True
+
+    def on_headers_complete(self) -> None:
+        self.headers_done = True
+
+    def on_body(self, body: bytes) -> None:
+        self.parts.append(body)
+
+    def on_message_complete(self) -> None:
+        assert self.parser is not None
+        self.keep_alive = self.parser.should_keep_alive()
+        self.complete = True
+
+
+class HttpConnection:
+    """A keep-alive connection to ``host:port``, opened on first use; not thread-safe.
+
+    ``timeout_s`` bounds connecting and each wait for the server.
+    """
+
+    def __init__(self, host: str, port: int, *, timeout_s: float) -> None:
+        self._address = (host, port)
+        self._host_header = f"{host}:{port}".encode("idna")
+        self._timeout_s = timeout_s
+        self._sock: socket.socket | None = None
+
+    @property
+    def is_open(self) -> bool:
+        """Whether a connection is open (a request would reuse it)."""
+        return self._sock is not None
+
+    def exchange(
+        self, method: str, target: str, content_type: str | None, body: bytes | None
+    ) -> Reply:
+        """Send one request and read its whole reply.
+
+        Raises ``ConnectionClosedError``, ``BadReplyError`` or ``OSError`` (``TimeoutError``
+        included); the connection is closed after any of them.
+        """
+        head = b"%s %s HTTP/1.1\r\nhost: %s\r\n" % (
+            method.encode("ascii"),
+            target.encode("ascii"),
+            self._host_header,
+        )
+        if content_type is not None:
+            head += b"content-type: %s\r\n" % content_type.encode("latin-1")
+        if body is not None:
+            head += b"content-length: %d\r\n" % len(body)
+        try:
+            sock = self._connect()
+            sock.sendall(head + b"\r\n" + body if body is not None else head + b"\r\n")
+            return self._read_reply(sock)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Close the connection (the next request opens a new one)."""
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def _connect(self) -> socket.socket:
+        if self._sock is None:
+            sock = socket.create_connection(self._address, timeout=self._timeout_s)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._sock = sock
+        return self._sock
+
+    def _read_reply(self, sock: socket.socket) -> Reply:
+        reader = _ReplyReader()
+        parser = reader.parser = httptools.HttpResponseParser(reader)
+        received = False
+        while not reader.complete:
+            data = sock.recv(RECV_BYTES)
+            if not data:
+                if reader.headers_done and not reader.framed:
+                    break  # a reply without a length ends where the connection does
+                raise ConnectionClosedError(
+                    "the server closed the connection before the reply ended", replied=received
+                )
+            received = True
+            try:
+                parser.feed_data(data)
+            except httptools.HttpParserError as exc:
+                raise BadReplyError(f"unreadable reply: {exc}") from None
+        if not reader.keep_alive:
+            self.close()
+        return Reply(parser.get_status_code(), b"".join(reader.parts), reader.keep_alive)
