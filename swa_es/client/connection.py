@@ -18,7 +18,9 @@ from typing import Final
 
 import httptools
 
-RECV_BYTES: Final = 256 * 1024
+RECV_BYTES: Final = 64 * 1024
+"""Bytes asked of each ``recv`` (kept under malloc's mmap threshold: a larger buffer may be
+mapped and unmapped on every call)."""
 
 
 class ConnectionClosedError(ConnectionError):
@@ -80,7 +82,8 @@ class HttpConnection:
 
     def __init__(self, host: str, port: int, *, timeout_s: float) -> None:
         self._address = (host, port)
-        self._host_header = f"{host}:{port}".encode("idna")
+        name = f"[{host}]" if ":" in host else host  # an IPv6 literal is bracketed
+        self._host_header = f"{name}:{port}".encode("idna")
         self._timeout_s = timeout_s
         self._sock: socket.socket | None = None
 
