@@ -257,6 +257,26 @@ _STATUS_LINES: Final = {
 _MATCH_PATH: Final = b"/v1/match"
 
 
+def _response_bytes(
+    status: int,
+    content_type: bytes,
+    body: bytes,
+    *,
+    close: bool,
+    headers: Iterable[tuple[bytes, bytes]] = (),
+) -> bytes:
+    """A whole HTTP/1.1 response written by the protocol itself: status line, ``headers``,
+    type, length, ``connection: close`` when ``close``, then the body."""
+    head = [_STATUS_LINES[status]]
+    for name, value in headers:
+        head += (name, b": ", value, b"\r\n")
+    head.append(b"content-type: %s\r\ncontent-length: %d\r\n" % (content_type, len(body)))
+    if close:
+        head.append(b"connection: close\r\n")
+    head += (b"\r\n", body)
+    return b"".join(head)
+
+
 @dataclass(slots=True)
 class _FastRequest:
     """A ``POST /v1/match`` the protocol answers itself, while its body arrives."""
@@ -372,16 +392,13 @@ class _BoundedHeadProtocol(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         if self._refused:
             return
-        fast = self._fast
+        self._in_head = True  # what comes next is the next request's head
+        self._head_bytes = 0
+        fast, self._fast = self._fast, None
         if fast is not None:
-            self._fast = None
-            self._in_head = True
-            self._head_bytes = 0
             self._answer(fast)
             return
         super().on_message_complete()
-        self._in_head = True  # what comes next is the next request's head
-        self._head_bytes = 0
         if self.cycle is not None and self.cycle.response_complete:
             self._arm_head_deadline()  # answered before its body ended: the next head's turn
 
@@ -396,14 +413,15 @@ class _BoundedHeadProtocol(HttpToolsProtocol):
         except Exception:
             logger.exception("POST /v1/match failed")
             status, body, keep_alive = 500, _error_body("internal error"), False
-        head = [_STATUS_LINES[status]]
-        for name, value in self.server_state.default_headers:
-            head += (name, b": ", value, b"\r\n")
-        head.append(b"content-type: application/json\r\ncontent-length: %d\r\n" % len(body))
-        if not keep_alive:
-            head.append(b"connection: close\r\n")
-        head += (b"\r\n", body)
-        self.transport.write(b"".join(head))
+        self.transport.write(
+            _response_bytes(
+                status,
+                b"application/json",
+                body,
+                close=not keep_alive,
+                headers=self.server_state.default_headers,
+            )
+        )
         if not keep_alive:
             self.transport.close()
         self.on_response_complete()
@@ -424,9 +442,7 @@ class _BoundedHeadProtocol(HttpToolsProtocol):
         self._refused = True
         message = (reason + "\n").encode()
         self.transport.write(
-            b"%scontent-type: text/plain; charset=utf-8\r\n"
-            b"content-length: %d\r\nconnection: close\r\n\r\n%s"
-            % (_STATUS_LINES[status], len(message), message)
+            _response_bytes(status, b"text/plain; charset=utf-8", message, close=True)
         )
         self.transport.close()
 
