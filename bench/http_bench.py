@@ -232,12 +232,19 @@ def server_cpu_s(pid: int) -> float:
 
 
 class HttpRow:
-    """``connections`` client processes of ``form``, kept across rounds."""
+    """``connections`` client processes of ``form``, kept across rounds, against ``server``:
+    its base URL, pid, event loop and route (see ``ROWS``)."""
 
     def __init__(
-        self, name: str, form: str, connections: int, url: str, pid: int, prompt_tokens: int
+        self,
+        name: str,
+        form: str,
+        connections: int,
+        server: tuple[str, int, str, str],
+        prompt_tokens: int,
     ) -> None:
-        self.name, self.form, self.connections, self.pid = name, form, connections, pid
+        self.name, self.form, self.connections = name, form, connections
+        url, self.pid, self.loop, self.route = server
         spec = {"form": form, "url": url, "prompt_tokens": prompt_tokens}
         command = [sys.executable, __file__, "--worker", json.dumps(spec)]
         self.workers = [
@@ -290,7 +297,8 @@ class HttpRow:
     def result(self) -> dict[str, Any]:
         """The row."""
         prompts = BATCH if self.form == "batch16" else 1
-        return self.tally.row(self.name, self.form, self.connections, prompts)
+        row = self.tally.row(self.name, self.form, self.connections, prompts)
+        return row | {"loop": self.loop, "route": self.route}
 
 
 class InProcessRow:
@@ -325,26 +333,28 @@ class InProcessRow:
 
 
 ROWS = [
-    ("json_1conn", "json", 1, "uvloop"),
-    ("binary_1conn", "binary", 1, "uvloop"),
-    ("binary_httpx_1conn", "binary_httpx", 1, "uvloop"),
-    ("hashes_1conn", "hashes", 1, "uvloop"),
-    ("batch16_1conn", "batch16", 1, "uvloop"),
-    ("json_{n}conn", "json", None, "uvloop"),
-    ("binary_{n}conn", "binary", None, "uvloop"),
-    ("batch16_{n}conn", "batch16", None, "uvloop"),
-    ("binary_1conn_asyncio_loop", "binary", 1, "asyncio"),
-    ("binary_{n}conn_asyncio_loop", "binary", None, "asyncio"),
-    ("binary_1conn_asgi_route", "binary", 1, "uvloop_asgi"),
-    ("binary_{n}conn_asgi_route", "binary", None, "uvloop_asgi"),
+    ("json_1conn", "json", 1, "uvloop", "protocol"),
+    ("binary_1conn", "binary", 1, "uvloop", "protocol"),
+    ("binary_httpx_1conn", "binary_httpx", 1, "uvloop", "protocol"),
+    ("hashes_1conn", "hashes", 1, "uvloop", "protocol"),
+    ("batch16_1conn", "batch16", 1, "uvloop", "protocol"),
+    ("json_{n}conn", "json", None, "uvloop", "protocol"),
+    ("binary_{n}conn", "binary", None, "uvloop", "protocol"),
+    ("batch16_{n}conn", "batch16", None, "uvloop", "protocol"),
+    ("binary_1conn_asyncio_loop", "binary", 1, "asyncio", "protocol"),
+    ("binary_{n}conn_asyncio_loop", "binary", None, "asyncio", "protocol"),
+    ("binary_1conn_asgi_route", "binary", 1, "uvloop", "asgi"),
+    ("binary_{n}conn_asgi_route", "binary", None, "uvloop", "asgi"),
 ]
-"""(name, form, connections (None: ``--connections``), the server: its event loop, and
-``_asgi`` where every request goes through ASGI)."""
+"""(name, form, connections (None: ``--connections``), the server's event loop, and its route
+for ``/v1/match``: ``protocol`` as ``swa-es follow`` serves it, ``asgi`` for every request
+through ASGI)."""
 
 
-def start_server(args: argparse.Namespace, kind: str) -> tuple[subprocess.Popen[str], str, int]:
-    """A server process of ``kind`` (a ``ROWS`` server): (process, base URL, pid)."""
-    loop, _, route = kind.partition("_")
+def start_server(
+    args: argparse.Namespace, loop: str, route: str
+) -> tuple[subprocess.Popen[str], str, int]:
+    """A server process on ``loop`` serving ``route`` (see ``ROWS``): (process, base URL, pid)."""
     command = [sys.executable, __file__, "--serve", "--loop", loop]
     if route == "asgi":
         command.append("--asgi-route")
@@ -360,20 +370,21 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
     round, so that a neighbour's burst on a shared machine falls on all of them alike."""
     started = CpuTicks.now()
     baseline = InProcessRow(args)
-    servers: dict[str, tuple[subprocess.Popen[str], str, int]] = {}
+    servers: dict[tuple[str, str], tuple[subprocess.Popen[str], str, int]] = {}
     rows: list[HttpRow] = []
     try:
-        for name, form, connections, loop in ROWS:
+        for name, form, connections, loop, route in ROWS:
             if args.only and form not in args.only:
                 continue
-            if loop.startswith("uvloop") and not HAVE_UVLOOP:
+            if loop == "uvloop" and not HAVE_UVLOOP:
                 continue
-            if loop not in servers:
-                servers[loop] = start_server(args, loop)
-            _, url, pid = servers[loop]
+            if (loop, route) not in servers:
+                servers[loop, route] = start_server(args, loop, route)
+            _, url, pid = servers[loop, route]
             count = args.connections if connections is None else connections
-            row = HttpRow(name.format(n=count), form, count, url, pid, args.prompt_tokens)
-            row.loop = loop  # type: ignore[attr-defined]
+            row = HttpRow(
+                name.format(n=count), form, count, (url, pid, loop, route), args.prompt_tokens
+            )
             rows.append(row)
         per_round = max(1, args.requests // args.rounds)
         for _ in range(args.rounds):
@@ -388,9 +399,7 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
                 server.stdin.close()
             server.wait(timeout=30)
     results = [baseline.result()]
-    for row in rows:
-        loop, _, route = row.loop.partition("_")  # type: ignore[attr-defined]
-        results.append(row.result() | {"loop": loop, "route": route or "protocol"})
+    results += [row.result() for row in rows]
     for result in results:
         result["ratio"] = result["p50_ms"] / results[0]["p50_ms"]
         result["per_prompt_p50_ms"] = result["p50_ms"] / result["prompts_per_request"]
