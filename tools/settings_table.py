@@ -1,4 +1,4 @@
-"""Rewrite the README's configuration table from ``swa_es.cli.settings.SETTINGS``.
+"""Rewrite the table of ``docs/configuration.md`` from ``swa_es.cli.settings.SETTINGS``.
 
 Usage: ``.venv/bin/python tools/settings_table.py`` (``--check``: exit 1 if it is stale).
 """
@@ -9,9 +9,9 @@ import re
 import sys
 from pathlib import Path
 
-from swa_es.cli.settings import readme_table
+from swa_es.cli.settings import configuration_table
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+CONFIGURATION_MD = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 TABLE = re.compile(
     r"(<!-- settings-table:start -->\n).*?(<!-- settings-table:end -->)", flags=re.DOTALL
 )
@@ -19,14 +19,14 @@ TABLE = re.compile(
 
 def main() -> int:
     """Rewrite (or with ``--check`` compare) the table; the exit status."""
-    text = README.read_text()
+    text = CONFIGURATION_MD.read_text()
     if TABLE.search(text) is None:
-        sys.stderr.write(f"{README}: no <!-- settings-table:start/end --> markers\n")
+        sys.stderr.write(f"{CONFIGURATION_MD}: no <!-- settings-table:start/end --> markers\n")
         return 1
-    updated = TABLE.sub(lambda m: m.group(1) + readme_table() + m.group(2), text)
+    updated = TABLE.sub(lambda m: m.group(1) + configuration_table() + m.group(2), text)
     if "--check" in sys.argv[1:]:
         return 0 if updated == text else 1
-    README.write_text(updated)
+    CONFIGURATION_MD.write_text(updated)
     return 0
 
 

@@ -3,9 +3,9 @@
 One ``Setting(name, parse, default, help, commands)`` row gives a command its ``--name`` option
 (or its positional argument), the ``SWA_ES_NAME`` variable it may come from instead, its parser
 and default, the help line (which shows the default: no help text elsewhere states one) and the
-row of the README's configuration table (``readme_table()``; a test holds the README equal to
-it). Precedence: the flag, then the variable, then the default. This is the only module that
-reads ``SWA_ES_*`` variables.
+row of the configuration table in ``docs/configuration.md`` (``configuration_table()``; a test
+holds the document equal to it). Precedence: the flag, then the variable, then the default. This
+is the only module that reads ``SWA_ES_*`` variables.
 
 A command's values arrive as one frozen config object: ``build_config`` resolves every row
 listed for the command and passes it to the config class as the keyword ``attr`` (the setting's
@@ -13,7 +13,7 @@ name in snake case unless the row says otherwise).
 
 **Adding a flag**: add one row here, listing the commands that take it, and the field named by
 its ``attr`` to each of those commands' config classes (``tests/swa_es/test_cli_settings.py``
-fails, naming the field, until both agree); regenerate the README table with
+fails, naming the field, until both agree); regenerate the table of ``docs/configuration.md`` with
 ``.venv/bin/python tools/settings_table.py``.
 
 **Adding a command**: write ``swa_es/cli/<command>.py`` with a frozen config class, ``run(config)
@@ -82,7 +82,7 @@ class Setting(Generic[T]):
 
     ``default`` is the value when neither flag nor variable is given (``REQUIRED``: one must
     be; ``None``: the setting is off). ``shown_default`` replaces the default's text in help
-    and README where the value itself says too little (``None`` meaning "no limit").
+    and docs/configuration.md where the value itself says too little (``None`` meaning "no limit").
     ``positional_in`` lists the commands taking it as a positional argument.
     """
 
@@ -121,7 +121,7 @@ class Setting(Generic[T]):
         return self.name.upper() if command in self.positional_in else "--" + self.name
 
     def default_text(self) -> str:
-        """The default as help and the README show it."""
+        """The default as help and docs/configuration.md show it."""
         if self.shown_default is not None:
             return self.shown_default
         if self.default is REQUIRED:
@@ -630,11 +630,12 @@ def config_fields(config_type: type[Any]) -> set[str]:
     return {f.name for f in fields(config_type)}
 
 
-# --- the README ----------------------------------------------------------------------------
+# --- docs/configuration.md -------------------------------------------------------------------
 
 
-def readme_table(settings: Iterable[Setting[Any]] = SETTINGS) -> str:
-    """The README's configuration table (markdown), one line per row of ``SETTINGS``."""
+def configuration_table(settings: Iterable[Setting[Any]] = SETTINGS) -> str:
+    """The configuration table of ``docs/configuration.md`` (markdown), one line per row of
+    ``SETTINGS``."""
     lines = [
         "| variable | flag | meaning (default) | commands |",
         "|---|---|---|---|",

@@ -174,12 +174,13 @@ def test_help_shows_each_default_from_the_table(capsys: pytest.CaptureFixture[st
     assert "snapshots kept (default: 3) [env SWA_ES_KEEP_SNAPSHOTS]" in text
 
 
-def test_readme_configuration_table_is_the_settings_table() -> None:
-    """The README's configuration table is exactly ``settings.readme_table()``."""
-    found = TABLE.search((ROOT / "README.md").read_text())
-    assert found is not None, "README.md lacks the settings-table markers"
-    expected = settings.readme_table()
+def test_the_documented_configuration_table_is_the_settings_table() -> None:
+    """The configuration table of ``docs/configuration.md`` is exactly
+    ``settings.configuration_table()``."""
+    found = TABLE.search((ROOT / "docs" / "configuration.md").read_text())
+    assert found is not None, "docs/configuration.md lacks the settings-table markers"
+    expected = settings.configuration_table()
     assert found.group(1) == expected, (
-        "README's configuration table is stale; run `.venv/bin/python tools/settings_table.py` "
+        "docs/configuration.md's table is stale; run `.venv/bin/python tools/settings_table.py` "
         "or paste:\n" + expected
     )
