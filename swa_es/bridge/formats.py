@@ -86,7 +86,21 @@ class EngineCleared:
     """The engine dropped every block."""
 
 
-EngineEvent: TypeAlias = EngineStored | EngineRemoved | EngineCleared
+@dataclass(frozen=True, slots=True)
+class EngineSWAResidency:
+    """An engine says the SWA KV of blocks it holds was freed (``resident`` False: the blocks
+    are tombstoned, their full KV kept) or is held again (``resident`` True).
+
+    ``sliding_window_size`` is the window, in tokens, that the engine's own prefix match applies
+    to these blocks; it travels with the event so that a consumer needs no flag of its own.
+    """
+
+    block_hashes: tuple[BlockKey, ...]
+    resident: bool
+    sliding_window_size: int
+
+
+EngineEvent: TypeAlias = EngineStored | EngineRemoved | EngineCleared | EngineSWAResidency
 
 
 @dataclass(frozen=True, slots=True)

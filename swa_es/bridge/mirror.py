@@ -40,6 +40,7 @@ from swa_es.bridge.formats import (
     EngineEvent,
     EngineRemoved,
     EngineStored,
+    EngineSWAResidency,
 )
 
 TRACKED_MEDIA: Final = frozenset({None, "GPU"})
@@ -177,6 +178,8 @@ class MirrorCache:
                 self._remove(event)
             case EngineCleared():
                 self.clear()
+            case EngineSWAResidency():
+                raise MirrorError("SWA residency events are not followed yet")
 
     def _tracked_group(self, group_idx: int | None, kind: str | None) -> bool:
         if group_idx is None:
