@@ -104,7 +104,8 @@ def latency(samples_s: list[float], elapsed_s: float) -> dict[str, float]:
 
 def serve(args: argparse.Namespace) -> None:
     """Serve the routing API on a free port; print {"port", "pid"}; stop when stdin closes."""
-    from swa_es.service.http_app import AppParts, HttpServer, build_app
+    from swa_es.service.http_app import AppParts, build_app
+    from swa_es.service.http_server import HttpServer
     from swa_es.service.routing import FollowerRouting
 
     views = loaded_views(args.sources, prompt(args.prompt_tokens))

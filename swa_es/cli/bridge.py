@@ -19,7 +19,8 @@ from prometheus_client.core import Metric
 from swa_es.bridge.ingest import Bridge
 from swa_es.cli import settings
 from swa_es.cli.exit_codes import EXIT_OK
-from swa_es.service.http_app import AppParts, start_http_server
+from swa_es.service.http_app import AppParts
+from swa_es.service.http_server import start_http_server
 from swa_es.service.log_access import open_log_within
 from swa_es.service.service_metrics import bridge_families, registry_of
 from swa_es.service.signals import cancel_on_signal

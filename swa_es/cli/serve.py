@@ -26,7 +26,8 @@ from swa_es.cli.exit_codes import EXIT_OK
 from swa_es.engine.engine import Engine, synthetic_engine
 from swa_es.engine.primary import PrimaryProgress, run_primary
 from swa_es.publish.publisher import Publisher
-from swa_es.service.http_app import AppParts, start_http_server
+from swa_es.service.http_app import AppParts
+from swa_es.service.http_server import start_http_server
 from swa_es.service.log_access import open_log_within
 from swa_es.service.service_metrics import publisher_families, registry_of
 from swa_es.service.signals import cancel_on_signal

@@ -16,7 +16,8 @@ import anyio
 import httptools
 import orjson
 
-from swa_es.service.http_app import AppParts, HttpServer, build_app
+from swa_es.service.http_app import AppParts, build_app
+from swa_es.service.http_server import HttpServer
 from swa_es.service.match_query import Query
 from swa_es.service.service_metrics import registry_of
 from tests.service.test_routing_forms import PROMPT, serving

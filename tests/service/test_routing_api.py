@@ -12,7 +12,8 @@ from cache import SWAKVAllocator, SWARadixCache
 from consumers import Follower
 from log import open_log
 from swa_es.publish.publisher import Publisher
-from swa_es.service.http_app import AppParts, HttpServer, bind_listener, build_app
+from swa_es.service.http_app import AppParts, build_app
+from swa_es.service.http_server import HttpServer, bind_listener
 from swa_es.service.routing import FollowerRouting
 from swa_es.service.service_metrics import registry_of
 from swa_es.service.views import StandardViews

@@ -30,7 +30,8 @@ from swa_es.client import (
     RoutingUnavailableError,
     SourceMatch,
 )
-from swa_es.service.http_app import AppParts, HttpServer, build_app
+from swa_es.service.http_app import AppParts, build_app
+from swa_es.service.http_server import HttpServer
 from swa_es.service.match_query import MAX_BATCH_PROMPTS
 from swa_es.service.routing import FollowerRouting
 from swa_es.service.service_metrics import registry_of

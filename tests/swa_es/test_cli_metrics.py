@@ -6,7 +6,8 @@ import httpx
 import pytest
 from prometheus_client.core import CounterMetricFamily, Metric
 
-from swa_es.service.http_app import AppParts, HttpServer, build_app
+from swa_es.service.http_app import AppParts, build_app
+from swa_es.service.http_server import HttpServer
 from swa_es.service.service_metrics import registry_of
 from swa_es.testing.metrics import parse_samples
 

@@ -1,0 +1,135 @@
+"""The HTTP server of ``serve``, ``follow`` and ``bridge``: uvicorn serving the app of
+``http_app`` with the protocol of ``http_protocol``, in our task group.
+
+``HttpServer`` is an async context manager owning the uvicorn server task; it binds before it
+returns (``port=0`` picks a free port, read back from ``port``). ``start_http_server`` is how a
+command serves its ``AppParts`` for as long as its exit stack lives.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from contextlib import AsyncExitStack, nullcontext
+from types import TracebackType
+from typing import Any, Self
+
+import anyio
+import uvicorn
+from anyio.abc import TaskGroup
+from starlette.types import ASGIApp
+
+from swa_es.service.http_app import AppParts, MatchEndpoint, ServiceApp, build_app
+from swa_es.service.http_protocol import protocol_class
+
+logger = logging.getLogger(__name__)
+
+
+class _QuietServer(uvicorn.Server):
+    """A uvicorn server that leaves signals to its host (the CLI cancels the task group)."""
+
+    def capture_signals(self) -> Any:  # a context manager in uvicorn
+        return nullcontext()
+
+
+def bind_listener(host: str, port: int, backlog: int = 128) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (0: any free port) for uvicorn to serve.
+
+    The protocol is named (``IPPROTO_TCP``, not the default 0): asyncio turns on TCP_NODELAY
+    only for connections accepted from a socket whose ``proto`` says TCP. Without it Nagle
+    holds back the response body (headers and body are written separately) until the client's
+    delayed ACK of the headers, about 40 ms later, on every request.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(backlog)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class HttpServer:
+    """Serves ``app`` on ``host:port`` until the context exits (an async context manager).
+
+    ``hot_route`` (default on): the connection protocol itself answers a plain
+    ``POST /v1/match`` of an app made by ``build_app``; off, every request goes through ASGI
+    (the answers are the same bytes; the benchmark compares the two).
+    """
+
+    def __init__(
+        self, app: ASGIApp, *, host: str = "127.0.0.1", port: int = 0, hot_route: bool = True
+    ) -> None:
+        self._app = app
+        self._hot_route = hot_route
+        self._host = host
+        self._requested_port = port
+        self._port: int | None = None
+        self._server: _QuietServer | None = None
+        self._group: TaskGroup | None = None
+
+    @property
+    def port(self) -> int:
+        """The bound TCP port."""
+        if self._port is None:
+            raise RuntimeError("HttpServer is not running")
+        return self._port
+
+    @property
+    def host(self) -> str:
+        """The address served."""
+        return self._host
+
+    def _hot_match(self) -> MatchEndpoint | None:
+        if self._hot_route and isinstance(self._app, ServiceApp):
+            return self._app.match_endpoint
+        return None
+
+    async def __aenter__(self) -> Self:
+        sock = bind_listener(self._host, self._requested_port)
+        self._port = int(sock.getsockname()[1])
+        config = uvicorn.Config(
+            self._app,
+            lifespan="off",
+            log_level="warning",
+            access_log=False,
+            http=protocol_class(self._hot_match()),
+            ws="none",
+            timeout_graceful_shutdown=2,
+        )
+        server = _QuietServer(config)
+        self._server = server
+        group = anyio.create_task_group()
+        await group.__aenter__()
+        self._group = group
+        group.start_soon(server.serve, [sock])
+        with anyio.fail_after(10):
+            while not server.started:  # noqa: ASYNC110 -- uvicorn exposes a flag, not an event
+                await anyio.sleep(0.01)
+        logger.info("http on http://%s:%d", self._host, self._port)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        assert self._group is not None and self._server is not None
+        self._server.should_exit = True
+        group, self._group = self._group, None
+        await group.__aexit__(None, None, None)
+
+
+async def start_http_server(
+    stack: AsyncExitStack, parts: AppParts, *, host: str, port: int | None
+) -> int | None:
+    """Serve ``parts`` until ``stack`` closes; the bound port (None: ``port`` None, off)."""
+    if port is None:
+        return None
+    server = await stack.enter_async_context(HttpServer(build_app(parts), host=host, port=port))
+    return server.port
