@@ -47,9 +47,9 @@ from cache.events import (
     decode_wire,
     encode_batch,
 )
-from cache.events.reference import codec as reference
 from swa_es.engine.worker import CacheWorker
 from swa_es.engine.workload import ChatWorkload
+from tests.oracles import codec as reference
 
 WIRE_TARGET_BYTES = 32
 DECODE_TARGET_RATIO = 1.0

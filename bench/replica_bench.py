@@ -87,14 +87,14 @@ from cache.events import (
     decode_wire,
     encode_batch,
 )
-from cache.events.reference.codec import batch_to_v1_pages_dict
-from cache.events.reference.replica import ReferenceReplicaSet
 from consumers import Follower, PrefixIndex, ReplicaSet, SnapshotStore
 from log import EventLog, open_log
 from log.file import FileLog
 from swa_es import Backpressure, Publisher, PublisherConfig
 from swa_es.engine.worker import CacheWorker
 from swa_es.engine.workload import ChatWorkload
+from tests.oracles.codec import batch_to_v1_pages_dict
+from tests.oracles.replica import ReferenceReplicaSet
 
 TARGETS = {
     "replay_vs_v1_json": 1.0,

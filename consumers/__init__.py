@@ -14,7 +14,6 @@ from consumers.errors import (
 )
 from consumers.follower import Follower
 from consumers.metrics import FollowerMetrics
-from consumers.snapshot_store import SnapshotStore
 from consumers.snapshots import (
     DirectorySnapshotStore,
     Snapshot,
@@ -22,6 +21,9 @@ from consumers.snapshots import (
     SnapshotStorage,
     open_snapshot_store,
 )
+
+# SnapshotStore: the directory store under its first name, kept for code that uses it
+from consumers.snapshots.directory import DirectorySnapshotStore as SnapshotStore
 from consumers.views.prefix_index import PrefixIndex, PrefixMatch
 from consumers.views.replica import ReplicaBlock, ReplicaSet, ReplicaTree, SourceMeta
 from consumers.views.stats import Churn, SourceStats, Stats

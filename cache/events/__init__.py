@@ -2,7 +2,7 @@
 
 This package imports nothing of torch or of the tree, so consumers can use it on its own. The
 per-event work runs in the native core (``cache.events._native``, private); the pure-Python
-twins in ``cache.events.reference`` are the readable reference and the test oracle only.
+twins in ``tests.oracles`` are the readable reference and the test oracle only.
 """
 
 from cache.events.codec import (

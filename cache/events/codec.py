@@ -7,7 +7,7 @@ version 1 and 2 records strictly into a ``WireBatch`` held natively (header attr
 made on first use); ``decode_batch`` gives the ``EventBatch``, one ``BlockStored`` per page. An
 unknown version or event type, a missing, extra or mistyped field, a bad ``meta`` or an
 oversized record raises ``DecodeError`` naming the field. Nothing is ever evaluated or
-unpickled. ``cache.events.reference.codec`` is the pure-Python twin that the differential tests
+unpickled. ``tests.oracles.codec`` is the pure-Python twin that the differential tests
 hold this equal to.
 """
 

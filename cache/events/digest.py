@@ -6,7 +6,7 @@ the digest in O(1), and any two holders of the same blocks agree whatever order 
 
 The term is ``mix64-v1`` (``DIGEST_ALGORITHM``), computed by the native core: two rounds of the
 splitmix64 finalizer over the block hash (already a SHA-256 prefix), salted by the flags, then the
-parent's hash. Each epoch's ``meta`` names it as ``digest_alg``. ``cache.events.reference.digest``
+parent's hash. Each epoch's ``meta`` names it as ``digest_alg``. ``tests.oracles.digest``
 is the pure-Python twin.
 """
 

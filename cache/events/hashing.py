@@ -3,7 +3,7 @@
 For each page, ``digest = sha256(prior_digest || tokens as uint32 little-endian)``, where
 ``prior_digest`` is the parent page's 32-byte digest (absent at the root of the default namespace,
 ``sha256(extra_key)`` at the root of a named one). A block's event id is the first 8 digest bytes
-read big-endian as a signed int64. ``cache.events.reference.hashing`` is the pure-Python twin.
+read big-endian as a signed int64. ``tests.oracles.hashing`` is the pure-Python twin.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ state digest (``DIGEST_ALGORITHM``) and makes the events, on whichever thread as
   records are ready; a resync ``discard_all()``s what was cut and not written, and
   ``encode_opening()`` writes the new epoch's opening from the node table.
 
-``cache/tree/reference_sink.py`` is the pure-Python twin (tests only; never chosen at run time).
+``tests/oracles/sink.py`` is the pure-Python twin (tests only; never chosen at run time).
 """
 
 from __future__ import annotations

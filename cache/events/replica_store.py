@@ -7,7 +7,7 @@ checksummed bytes, and matches a prompt against every source in one walk (throug
 index, block hash -> sources, kept once ``enable_prefix_index`` is called). Consumers reach it
 through this module (never ``cache.events._native``); ``consumers.views`` wraps it in the public
 ``ReplicaSet`` / ``PrefixIndex`` / ``Stats`` API. The pure-Python twin is
-``cache.events.reference.replica``.
+``tests.oracles.replica``.
 
 ``apply_records`` is the follower's replay fast lane: it decodes and applies a run of log records
 in one call while each is the plain next batch of a source that its ``ReplayCursors`` trust (no

@@ -7,7 +7,7 @@ events happen in the core, when someone reads them (``take_events()``, ``state_d
 a publisher's worker thread. With events off the tree gets ``NullSink``, so nothing at all happens
 and no ``if enabled`` tests are scattered through the tree.
 
-``cache.tree.reference_sink.ReferenceSink`` is the pure-Python twin (tests only).
+``tests.oracles.sink.ReferenceSink`` is the pure-Python twin (tests only).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ natively, with no Python object per event. A snapshot is one checksummed bulk co
 arrays. When a ``PrefixIndex`` reads the set, the store also keeps a holder index (block hash ->
 the sources holding it; about 18 bytes per distinct page-1 block). ``ReplicaSet`` and
 ``ReplicaTree`` are the Python face; the pure-Python twin that tests hold them equal to is
-``cache.events.reference.replica``.
+``tests.oracles.replica``.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from cache.events import (
     encode_batch,
 )
 from cache.events import codec as native_codec
-from cache.events.reference import codec as reference_codec
+from tests.oracles import codec as reference_codec
 
 INT64 = st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1)
 TOKEN = st.integers(min_value=0, max_value=0xFFFFFFFF)

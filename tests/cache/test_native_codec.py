@@ -30,8 +30,8 @@ from cache.events import (
     decode_wire,
 )
 from cache.events import codec as native
-from cache.events.reference import codec as reference
 from tests.cache.codec_strategies import BATCHES, INT64, JSON_VALUES, TEXT, store_chains
+from tests.oracles import codec as reference
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "codec"
 

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cache.events import digest as native
-from cache.events.reference import digest as reference
+from tests.oracles import digest as reference
 
 INT64 = st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1)
 

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cache.events import hashing as native
-from cache.events.reference import hashing as reference
+from tests.oracles import hashing as reference
 
 tokens = st.lists(st.integers(min_value=0, max_value=(1 << 32) - 1), max_size=70)
 page_sizes = st.integers(min_value=1, max_value=17)

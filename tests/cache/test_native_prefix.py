@@ -21,9 +21,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cache.events import BlockStored, chain_block_hashes, namespace_prior
-from cache.events.reference.replica import ReferenceReplicaSet
 from cache.events.replica_store import ReplicaStore, prompt_token_ids
 from tests.fixtures.prompts import shrinking_prompt
+from tests.oracles.replica import ReferenceReplicaSet
 
 from .test_native_replica import fleets
 

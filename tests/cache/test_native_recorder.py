@@ -19,11 +19,11 @@ from hypothesis.stateful import initialize, run_state_machine_as_test
 from cache import SWAKVAllocator, SWARadixCache
 from cache.events import BlockStored, format_digest
 from cache.events.recorder import EventRecorder, EventRecorderError
-from cache.tree.reference_sink import ReferenceSink, attach_reference
 from cache.tree.sink import RecorderSink
 from swa_es.engine.worker import CacheWorker
 from swa_es.engine.workload import ChatWorkload
 from tests.cache.test_model_based import CacheMachine, walk
+from tests.oracles.sink import ReferenceSink, attach_reference
 
 PAGE_SIZES = [1, 2, 4, 16]
 

@@ -23,7 +23,6 @@ from cache.events import (
     chain_block_hashes,
     namespace_prior,
 )
-from cache.events.reference.replica import ReferenceReplicaSet
 from cache.events.replica_store import (
     ReplicaConsistencyError,
     ReplicaSnapshotError,
@@ -31,6 +30,7 @@ from cache.events.replica_store import (
     swa_usable_prefix,
 )
 from cache.events.swa_rule import usable_prefix
+from tests.oracles.replica import ReferenceReplicaSet
 
 SOURCES = ("a", "b")
 # A small pool makes unknown, duplicate and already-held hashes frequent; two large values

@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from cache.events import DIGEST_ALGORITHM, EventBatch
-from cache.events.reference.replica import ReferenceReplicaSet
 from cache.events.replica_store import ReplicaConsistencyError
 from consumers import ViewConsistencyError
+from tests.oracles.replica import ReferenceReplicaSet
 
 
 class ReferenceView:

@@ -24,8 +24,7 @@ from cache.events import (
     WireBatch,
     encode_batch,
 )
-from consumers import Follower, PrefixIndex, ReplicaSet
-from consumers.snapshot_store import SnapshotStore
+from consumers import Follower, PrefixIndex, ReplicaSet, SnapshotStore
 from log import BatchReader, EventLog
 from tests.consumers.primary_model import PrimaryModel, record
 

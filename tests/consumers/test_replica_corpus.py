@@ -16,12 +16,12 @@ import orjson
 import pytest
 
 from cache.events import DecodeError, decode_wire
-from cache.events.reference.codec import decode_batch as reference_decode
 from consumers import Follower, PrefixIndex, ReplicaSet, Stats
 from consumers.views.stats import Churn
 from log import MemoryLog
 from tests.consumers.reference_view import ReferenceView
 from tests.data.replica.make_corpus import PROMPT, STREAMS
+from tests.oracles.codec import decode_batch as reference_decode
 
 CORPUS = Path(__file__).parents[1] / "data" / "replica"
 COUNTERS = (

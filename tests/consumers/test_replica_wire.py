@@ -31,10 +31,10 @@ from cache.events import (
     decode_wire,
     encode_batch,
 )
-from cache.events.reference.codec import batch_to_v1_pages_dict
-from cache.events.reference.replica import ReferenceReplicaSet
 from cache.events.replica_store import ReplicaConsistencyError
 from consumers import PrefixIndex, ReplicaSet, ViewConsistencyError
+from tests.oracles.codec import batch_to_v1_pages_dict
+from tests.oracles.replica import ReferenceReplicaSet
 
 PROMPTS = ([3, 1, 4, 1, 5, 9, 2, 6], [3, 1, 4, 2, 7, 1, 8, 2], [2, 7, 1, 8])
 CHAINS = {size: [chain_block_hashes(b"", p, size) for p in PROMPTS] for size in (1, 2)}

@@ -18,7 +18,7 @@ from consumers import (
     SnapshotStore,
     Stats,
 )
-from consumers.snapshot_store import read_info, read_snapshot
+from consumers.snapshots.format import read_info, read_snapshot
 from log import EventLog, Position
 from tests.consumers.primary_model import PrimaryModel, record
 
@@ -91,7 +91,7 @@ async def test_corrupt_and_foreign_snapshots_are_skipped_with_a_warning(
     raw = bytearray(foreign.path.read_bytes())
     raw[8:12] = struct.pack("<I", 99)
     foreign.path.write_bytes(bytes(raw))
-    with caplog.at_level(logging.WARNING, logger="consumers.snapshot_store"):
+    with caplog.at_level(logging.WARNING, logger="consumers.snapshots.directory"):
         found = await store.newest_valid(["v"])
     assert found is not None
     assert found.info.generation == good.generation

@@ -2,7 +2,7 @@
 
 ``base_case()`` builds (once per process) a FileLog of two sources and a snapshot store a real
 follower filled; tests copy it, plant a damaged or crafted snapshot as the newest generation,
-and restore. ``encode_snapshot`` writes the format of ``consumers.snapshot_store`` from its
+and restore. ``encode_snapshot`` writes the format of ``consumers.snapshots.format`` from its
 docstring, so a crafted file can carry any manifest with valid checksums.
 """
 

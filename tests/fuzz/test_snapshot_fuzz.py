@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from consumers import SnapshotError
-from consumers.snapshot_store import read_info, read_snapshot
+from consumers.snapshots.format import read_info, read_snapshot
 from tests.fuzz.corpus import corpus_files
 from tests.fuzz.snapshots import (
     PLANTED_GENERATION,

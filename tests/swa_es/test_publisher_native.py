@@ -22,8 +22,6 @@ from hypothesis import strategies as st
 from cache import SWAKVAllocator, SWARadixCache
 from cache.events import EventBatch, decode_batch, format_digest
 from cache.events.recorder import EventRecorder, EventRecorderError, RecordEncoder
-from cache.events.reference.codec import encode_batch as reference_encode
-from cache.tree.reference_sink import ReferenceSink, attach_reference
 from log import MemoryLog
 from swa_es import Backpressure, Publisher, PublisherFailedError
 from swa_es.engine.worker import CacheWorker
@@ -32,6 +30,8 @@ from swa_es.publish.batching import BatchBuilder, cache_meta
 from swa_es.publish.config import PublisherConfig
 from swa_es.publish.feeds import HURRY_AFTER_PAUSE_S, RecorderFeed
 from swa_es.testing import SlowLog
+from tests.oracles.codec import encode_batch as reference_encode
+from tests.oracles.sink import ReferenceSink, attach_reference
 from tests.swa_es.doubles import replay
 from tests.swa_es.publisher_ops import check_replays_to, run_ops
 

@@ -30,7 +30,7 @@ from cache.events import (
     encode_batch,
     namespace_prior,
 )
-from cache.events.reference.codec import batch_to_v1_pages_dict
+from tests.oracles.codec import batch_to_v1_pages_dict
 
 HERE = Path(__file__).parent
 INT64_MIN, INT64_MAX, UINT32_MAX = -(1 << 63), (1 << 63) - 1, (1 << 32) - 1

@@ -1,8 +1,8 @@
 """The pure-Python twin of the native recorder: events and the digest, made on the spot.
 
 ``ReferenceSink`` is what the tree's recording sink was before the native core: every store is
-hashed at once onto its parent's chain (``cache.events.reference.hashing``), one ``BlockStored``
-is built per page, and the state digest (``cache.events.reference.digest``) moves by one term per
+hashed at once onto its parent's chain (``tests.oracles.hashing``), one ``BlockStored``
+is built per page, and the state digest (``tests.oracles.digest``) moves by one term per
 page changed. It is the readable reference and the test oracle of ``RecorderSink``: differential
 tests run one tree into both and compare events, digests and snapshots. It is never chosen at
 run time. ``attach_reference`` tees a fresh tree's changes into a twin.
@@ -22,10 +22,10 @@ from cache.events import (
     Event,
 )
 from cache.events.recorder import EventRecorder
-from cache.events.reference.digest import block_term
-from cache.events.reference.hashing import block_hashes_of, chain_page_digests, namespace_prior
 from cache.tree.node import TreeNode
 from cache.tree.sink import EventSink
+from tests.oracles.digest import block_term
+from tests.oracles.hashing import block_hashes_of, chain_page_digests, namespace_prior
 
 if TYPE_CHECKING:
     from cache.tree.radix_cache import SWARadixCache
