@@ -12,6 +12,11 @@ Accepted forms (any of them in ``auto``; see ``WireFormat``):
   ``extra_keys``, ``group_idx``, ``kv_cache_spec_kind``, ``kv_cache_spec_sliding_window``;
   ``BlockRemoved`` with ``group_idx``.
 
+- sglang with ``swa_es.integrations.sglang`` installed: its SWA residency extension
+  (``swa_es.integrations.sglang.wire``), ``["BlockSWAEvicted" | "BlockSWARestored",
+  block_hashes, medium, sliding_window_size]`` or the same as a tagged map, decoded into
+  ``EngineSWAResidency`` (in ``sglang`` and ``auto``; ``vllm`` skips them as unknown).
+
 Unknown fields are ignored; unknown event types are reported (``EngineBatch.unknown_types``),
 not fatal. Anything else that does not fit raises ``FrameError`` naming the part.
 """
@@ -26,6 +31,7 @@ from typing import Any, Final, TypeAlias
 import msgpack
 
 from swa_es.bridge.wire import FrameError
+from swa_es.integrations.sglang.wire import SWA_EVENT_FIELDS, SWA_EVENT_TAGS, SWA_RESTORED
 
 BlockKey: TypeAlias = int | bytes
 """An engine's block hash: an int (sglang, vLLM) or raw digest bytes (vLLM)."""
@@ -98,6 +104,7 @@ class EngineSWAResidency:
     block_hashes: tuple[BlockKey, ...]
     resident: bool
     sliding_window_size: int
+    medium: str | None = None
 
 
 EngineEvent: TypeAlias = EngineStored | EngineRemoved | EngineCleared | EngineSWAResidency
@@ -238,6 +245,19 @@ def _removed(fields: Mapping[str, Any], where: str) -> EngineRemoved:
     )
 
 
+def _swa_residency(tag: str, fields: Mapping[str, Any], where: str) -> EngineSWAResidency:
+    """The SWA extension's event; no hashes: the stream declares its window (wire docs)."""
+    hashes = fields.get("block_hashes")
+    return EngineSWAResidency(
+        block_hashes=() if hashes == [] else _hashes(hashes, f"{where}.block_hashes"),
+        resident=tag == SWA_RESTORED,
+        sliding_window_size=_positive_int(
+            fields.get("sliding_window_size"), f"{where}.sliding_window_size"
+        ),
+        medium=_optional_str(fields.get("medium"), f"{where}.medium"),
+    )
+
+
 _STORED_POSITIONS: Final = (
     "block_hashes",
     "parent_block_hash",
@@ -260,6 +280,8 @@ def _positional(tag: str, items: Sequence[Any], fmt: WireFormat, where: str) -> 
     """The named fields of a tagged-array event."""
     if tag == "BlockRemoved":
         return dict(zip(_REMOVED_POSITIONS, items, strict=False))
+    if tag in SWA_EVENT_TAGS:
+        return dict(zip(SWA_EVENT_FIELDS, items, strict=False))
     if tag != "BlockStored":
         return {}
     fields = dict(zip(_STORED_POSITIONS, items, strict=False))
@@ -298,6 +320,8 @@ def decode_event(raw: object, fmt: WireFormat, where: str) -> EngineEvent | str:
         return _removed(fields, where)
     if tag == "AllBlocksCleared":
         return EngineCleared()
+    if tag in SWA_EVENT_TAGS and fmt is not WireFormat.VLLM:
+        return _swa_residency(tag, fields, where)
     return tag
 
 

@@ -13,7 +13,8 @@ changes in sglang (each change checked against the 0.5.16 source):
   record nothing.
 - ``SWARadixCache._add_new_node``: a node born tombstoned (an insert below a request's
   ``swa_evicted_seqlen``) records ``BlockSWAEvicted`` right after its ``BlockStored``.
-- ``SWARadixCache.reset``: marks the new root with its cache, so a flag write finds the queue.
+- ``SWARadixCache.reset``: marks the new root with its cache, so a flag write finds the queue,
+  and declares the window (``BlockSWARestored`` with no hashes) after its ``AllBlocksCleared``.
 """
 
 from __future__ import annotations
@@ -59,8 +60,17 @@ def record_residency(cache: Any, node: Any, resident: bool) -> None:
     if not cache.enable_kv_cache_events:
         return
     hashes = [hash_str_to_int64(page_hash) for page_hash in node.hash_value]
-    if not hashes:
-        return
+    if hashes:
+        _queue(cache, hashes, resident)
+
+
+def declare_window(cache: Any) -> None:
+    """Queue the declaration: a ``BlockSWARestored`` with no hashes, carrying the window."""
+    if cache.enable_kv_cache_events:
+        _queue(cache, [], resident=True)
+
+
+def _queue(cache: Any, hashes: list[int], resident: bool) -> None:
     event_type = BlockSWARestored if resident else BlockSWAEvicted
     cache.kv_event_queue.append(
         event_type(
@@ -112,6 +122,7 @@ def install() -> None:
     def reset(self: Any) -> None:
         original_reset(self)
         self.root_node.__dict__[_OWNER] = self
+        declare_window(self)
 
     def add_new_node(self: Any, *args: Any, **kwargs: Any) -> Any:
         node = original_add(self, *args, **kwargs)

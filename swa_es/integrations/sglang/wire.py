@@ -13,6 +13,10 @@ each with ``block_hashes`` (sglang's own int64 page hashes, as its ``BlockStored
 ``{"type": "BlockSWAEvicted", "block_hashes": [...], "medium": "GPU",
 "sliding_window_size": 128}``.
 
+Right after every ``AllBlocksCleared`` (a cache's start and each ``reset()``) the integration
+sends a ``BlockSWARestored`` with no block hashes: it declares the window and that this stream
+reports SWA residency, before any block is stored.
+
 A batch never mixes these with sglang's own events: the publisher sends each run of them as a
 batch of its own, in order, so a consumer that rejects a batch with an unknown tag (sglang's own
 typed decoder, Dynamo's) loses only batches it could not use anyway. docs/sglang.md says which
