@@ -87,7 +87,7 @@ from cache.events import (
     decode_wire,
     encode_batch,
 )
-from consumers import Follower, PrefixIndex, ReplicaSet, SnapshotStore
+from consumers import Follower, PrefixIndex, ReplicaSet, SnapshotStore, Stats
 from log import EventLog, open_log
 from log.file import FileLog
 from swa_es import Backpressure, Publisher, PublisherConfig
@@ -325,6 +325,12 @@ async def bench_replay(
             await Follower(log, [replicas]).catch_up()
             last[:] = [replicas]
 
+        async def replay_standard_views() -> None:
+            # the views every command builds (swa_es.service.views.StandardViews)
+            replicas = ReplicaSet()
+            views = [replicas, PrefixIndex(replicas), Stats(replicas)]
+            await Follower(log, views).catch_up()
+
         async def replay_by_record() -> None:
             # on_applied needs each WireBatch, so this follower takes the record-by-record path
             await Follower(log, [ReplicaSet()], on_applied=lambda _: None).catch_up()
@@ -336,13 +342,14 @@ async def bench_replay(
         # The replay and its yardstick alternate, so both see the same moments of a shared
         # machine whose speed drifts; each side's fastest round counts. The record-by-record
         # path (what a follower given on_applied takes) runs in the same rounds, for comparison.
-        follow_runs, baseline_runs, by_record_runs = [], [], []
+        follow_runs, baseline_runs, by_record_runs, standard_runs = [], [], [], []
         for _ in range(REPLAY_ROUNDS):
             follow_runs.append(await _timed_async(replay))
             baseline_runs.append(_timed(lambda: _parse_v1(v1)))
             by_record_runs.append(await _timed_async(replay_by_record))
+            standard_runs.append(await _timed_async(replay_standard_views))
         follow, baseline = _fastest(follow_runs), _fastest(baseline_runs)
-        by_record = _fastest(by_record_runs)
+        by_record, standard = _fastest(by_record_runs), _fastest(standard_runs)
         read = await _best_async(read_only)
     (replicas,) = last
     assert all(replicas[s.source].state_digest() == s.digest.hexdigest() for s in sources)
@@ -366,9 +373,11 @@ async def bench_replay(
         "replay_vs_v1_json_wall": baseline.wall_s / follow.wall_s,
         "record_path_vs_v1_json": baseline.cpu_s / by_record.cpu_s,
         "lane_vs_record_path": by_record.cpu_s / follow.cpu_s,
+        "standard_views_vs_replicas": standard.cpu_s / follow.cpu_s,
         "part_cpu_s": {
             "replay": follow.cpu_s,
             "replay_record_by_record": by_record.cpu_s,
+            "replay_standard_views": standard.cpu_s,
             "filelog_read": read.cpu_s,
             "decode_wire": decode.cpu_s,
             "apply_wire": apply.cpu_s,

@@ -439,6 +439,20 @@ def render_replica(result: Mapping[str, Any]) -> list[Row]:
                     f"≥ 1.0{X}",
                 )
             )
+    replay = result.get("replay")
+    if isinstance(replay, Mapping) and "standard_views_vs_replicas" in replay:
+        parts = replay.get("part_cpu_s")
+        cpu = parts if isinstance(parts, Mapping) else {}
+        rows.append(
+            (
+                "replay into the views every command builds (replicas, prefix index, stats)",
+                f"{(cpu.get('replay_standard_views') or 0) * 1000:.0f} ms CPU",
+                f"the same replay into a `ReplicaSet` alone: {(cpu.get('replay') or 0) * 1000:.0f}"
+                " ms CPU",
+                ratio(replay.get("standard_views_vs_replicas")),
+                f"≤ 1.05{X}",
+            )
+        )
     apply = result.get("apply")
     if isinstance(apply, Mapping):
         rows.append(

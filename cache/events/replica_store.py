@@ -18,6 +18,7 @@ the follower's own judgement.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeAlias
 
 from cache.events import _native
 from cache.events.codec import WireBatch
@@ -27,9 +28,13 @@ ReplicaStore = _native.ReplicaStore
 ReplayCursors = _native.ReplayCursors
 
 
-def wire_churn(wire: WireBatch) -> tuple[int, int, int, int, int]:
-    """What one decoded record does, counted natively without making its events: (blocks
-    stored, blocks removed, blocks tombstoned, blocks restored, ``AllBlocksCleared`` events)."""
+ChurnCounts: TypeAlias = tuple[int, int, int, int, int, int]
+"""What batches did to a source's blocks: (batches, blocks stored, blocks removed, blocks
+tombstoned, blocks restored, ``AllBlocksCleared`` events)."""
+
+
+def wire_churn(wire: WireBatch) -> ChurnCounts:
+    """The churn of one decoded record, counted natively without making its events."""
     return _native.wire_churn(wire)
 
 
@@ -40,15 +45,23 @@ def apply_records(
     limit: int,
     max_record_bytes: int,
     cursors: ReplayCursors,
-) -> tuple[int, int, float | None, list[tuple[str, int]], tuple[str, str] | None]:
+) -> tuple[
+    int,
+    int,
+    float | None,
+    list[tuple[str, int]],
+    tuple[str, str] | None,
+    list[tuple[str, ChurnCounts]],
+]:
     """Decode and apply ``records[start:]`` (at most ``limit``) into ``store`` while each is the
     plain next batch of a source ``cursors`` trust; stop before the first that is not.
 
     Returns (records consumed, their events counted one per page, the last one's ``ts``, the
     advanced sources with their new last seqs in order, a source possibly more than once: its last
     is its new seq, and ``(source, reason)`` when the last consumed record did not fit its
-    replica: its events before the failing one stay applied). ``cursors`` move with the records
-    consumed."""
+    replica: its events before the failing one stay applied), and ``(source, churn)`` of what
+    the records did to each advanced source (a source possibly more than once: add them up).
+    ``cursors`` move with the records consumed."""
     return _native.apply_records(store, records, start, limit, max_record_bytes, cursors)
 
 
@@ -67,6 +80,7 @@ def prompt_token_ids(token_ids: Sequence[int]) -> list[int]:
 
 
 __all__ = [
+    "ChurnCounts",
     "ReplicaConsistencyError",
     "ReplicaSnapshotError",
     "ReplicaStore",

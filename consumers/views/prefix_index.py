@@ -27,10 +27,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 from cache.events import EventBatch, WireBatch
 from consumers.errors import ViewStateError
 from consumers.views.replica import ReplicaSet
+from consumers.views.view import LaneRole
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +61,8 @@ class PrefixIndex:
     follower checks), which applies every batch and every divergence; this view's snapshot is
     empty.
     """
+
+    lane_role: ClassVar[LaneRole | None] = LaneRole.READS
 
     def __init__(self, replicas: ReplicaSet, *, name: str = "prefix_index") -> None:
         self._name = name

@@ -13,9 +13,10 @@ the sources holding it; about 18 bytes per distinct page-1 block). ``ReplicaSet`
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 
@@ -26,6 +27,7 @@ from cache.events.replica_store import (
     ReplicaStore,
 )
 from consumers.errors import ViewConsistencyError, ViewStateError
+from consumers.views.view import LaneRole
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +185,8 @@ class ReplicaTree:
 class ReplicaSet:
     """The ``replicas`` view: source -> ``ReplicaTree``, all held in one native store."""
 
+    lane_role: ClassVar[LaneRole | None] = LaneRole.REPLICAS
+
     def __init__(self, name: str = "replicas") -> None:
         self._name = name
         self._store = ReplicaStore()
@@ -271,6 +275,21 @@ class ReplicaSet:
         """Keep the holder index that prefix matching reads from now on (``PrefixIndex`` calls
         this); it survives ``load``."""
         self._store.enable_prefix_index()
+
+    @contextlib.contextmanager
+    def prefix_index_deferred(self) -> Iterator[None]:
+        """Within it, the holder index is not kept in step with each batch; it is built once
+        from the replicas at the end, which costs a bulk replay less. A prefix match meanwhile
+        builds it at once and it is kept from then on (always correct). No-op when no
+        ``PrefixIndex`` reads this set."""
+        if not self._store.prefix_index_enabled():
+            yield
+            return
+        self._store.disable_prefix_index()
+        try:
+            yield
+        finally:
+            self._store.enable_prefix_index()
 
     def mark_diverged(self, source: str, reason: str) -> None:
         """Mark ``source``'s replica diverged until it is cleared by a resync."""

@@ -7,7 +7,9 @@ follower's ``ReplicaSet``, given to ``Stats(replicas)``; this view keeps only th
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
+from typing import ClassVar
 
 import orjson
 
@@ -20,9 +22,10 @@ from cache.events import (
     EventBatch,
     WireBatch,
 )
-from cache.events.replica_store import wire_churn
+from cache.events.replica_store import ChurnCounts, wire_churn
 from consumers.errors import ViewStateError
 from consumers.views.replica import ReplicaSet
+from consumers.views.view import LaneRole
 
 
 @dataclass(slots=True)
@@ -54,8 +57,12 @@ class Churn:
 
     def count_wire(self, batch: WireBatch) -> None:
         """Add the events of a decoded record, counted natively (its events are not made)."""
-        stored, removed, swa_evicted, swa_restored, cleared = wire_churn(batch)
-        self.batches += 1
+        self.add(wire_churn(batch))
+
+    def add(self, counts: ChurnCounts) -> None:
+        """Add counts in ``ChurnCounts`` order (batches first)."""
+        batches, stored, removed, swa_evicted, swa_restored, cleared = counts
+        self.batches += batches
         self.stored += stored
         self.removed += removed
         self.swa_evicted += swa_evicted
@@ -90,8 +97,11 @@ class Stats:
     """Per-source counts: churn kept from batches, blocks and tombstones read from ``replicas``.
 
     ``replicas`` must be one of the same follower's views (the follower checks); it applies
-    every batch and every divergence.
+    every batch and every divergence. In the follower's fast lane the churn of the records the
+    lane applied arrives counted natively (``count_lane``).
     """
+
+    lane_role: ClassVar[LaneRole | None] = LaneRole.COUNTS
 
     def __init__(self, replicas: ReplicaSet, *, name: str = "stats") -> None:
         self._name = name
@@ -118,6 +128,15 @@ class Stats:
         if churn is None:
             churn = self._churn[batch.source] = Churn()
         churn.count_wire(batch)
+
+    def count_lane(self, churn: Sequence[tuple[str, ChurnCounts]]) -> None:
+        """Add what a run of the follower's fast lane applied, per source."""
+        by_source = self._churn
+        for source, counts in churn:
+            found = by_source.get(source)
+            if found is None:
+                found = by_source[source] = Churn()
+            found.add(counts)
 
     def mark_diverged(self, source: str, reason: str) -> None:
         """Nothing to do: the ``ReplicaSet`` records the divergence and ``get`` reads it."""

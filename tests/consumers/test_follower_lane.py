@@ -1,9 +1,10 @@
 """The follower's replay fast lane against its record-by-record path, over random bad streams.
 
-A follower whose views are one ``ReplicaSet`` (and a ``PrefixIndex``) reading a log that hands
-over polls (``BatchReader``) applies plain next batches natively, a run at a time; one given
-``on_applied`` takes every record through the record-by-record path, the oracle. Both must end
-with the same replicas, cursors, metrics, position and snapshots.
+A follower whose views are one ``ReplicaSet``, a ``PrefixIndex`` and a ``Stats`` reading it (the
+views every command builds) reading a log that hands over polls (``BatchReader``) applies plain
+next batches natively, a run at a time; one given ``on_applied`` takes every record through the
+record-by-record path, the oracle. Both must end with the same replicas, churn counts, cursors,
+metrics, position and snapshots.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from cache.events import (
     WireBatch,
     encode_batch,
 )
-from consumers import Follower, PrefixIndex, ReplicaSet, SnapshotStore
+from consumers import Follower, PrefixIndex, ReplicaSet, SnapshotStore, Stats
 from log import BatchReader, EventLog
 from tests.consumers.primary_model import PrimaryModel, record
 
@@ -94,7 +95,7 @@ def _bad_stream(rng: random.Random, steps: int) -> list[tuple[str, bytes]]:
     return out
 
 
-def _state(follower: Follower, replicas: ReplicaSet) -> dict[str, Any]:
+def _state(follower: Follower, replicas: ReplicaSet, stats: Stats) -> dict[str, Any]:
     metrics = dataclasses.asdict(follower.metrics)
     for timing in ("lag_s", "last_snapshot_at"):
         metrics.pop(timing)
@@ -105,6 +106,7 @@ def _state(follower: Follower, replicas: ReplicaSet) -> dict[str, Any]:
         "position": follower.position,
         "replicas": replicas.snapshot(),
         "digests": {s: replicas[s].state_digest() for s in replicas.sources()},
+        "stats": stats.as_dict(),
     }
 
 
@@ -112,11 +114,12 @@ async def _replay(
     log: EventLog, snapshot_dir: Path, *, lane: bool, snapshot_every: int = 7
 ) -> tuple[dict[str, Any], list[Any]]:
     replicas = ReplicaSet()
+    stats = Stats(replicas)
     store = SnapshotStore(snapshot_dir, keep=100)
     on_applied = None if lane else (lambda batch: None)
     follower = Follower(
         log,
-        [replicas, PrefixIndex(replicas)],
+        [replicas, PrefixIndex(replicas), stats],
         snapshots=store,
         snapshot_every_batches=snapshot_every,
         max_record_bytes=MAX_RECORD_BYTES,
@@ -133,7 +136,7 @@ async def _replay(
     follower._run_lane = counted  # type: ignore[method-assign]
     await follower.catch_up()
     positions = [info.position for info in await store.infos()]
-    state = _state(follower, replicas)
+    state = _state(follower, replicas, stats)
     if lane:  # the lane took part (how much depends on how troubled the stream is)
         assert in_lane[0] > 0
     else:
@@ -210,6 +213,21 @@ def test_a_wire_batch_callback_keeps_the_record_by_record_path() -> None:
     follower = Follower(EventLogStub(), [replicas], on_applied=seen.append)
     assert follower._lane_set is None
     assert Follower(EventLogStub(), [replicas])._lane_set is replicas
+
+
+def test_views_say_how_they_take_part_in_the_lane() -> None:
+    """The standard views (replicas, prefix index, stats) take the lane; a view that declares no
+    lane role, or a second ``ReplicaSet``, keeps the record-by-record path."""
+    replicas = ReplicaSet()
+    standard = [replicas, PrefixIndex(replicas), Stats(replicas)]
+    assert Follower(EventLogStub(), standard)._lane_set is replicas
+
+    class OwnWay(ReplicaSet):
+        lane_role = None
+
+    own = OwnWay(name="own")
+    assert Follower(EventLogStub(), [own, Stats(own)])._lane_set is None
+    assert Follower(EventLogStub(), [replicas, ReplicaSet(name="other")])._lane_set is None
 
 
 class EventLogStub:

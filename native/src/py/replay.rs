@@ -6,19 +6,21 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
 use super::replica::PyReplicaStore;
-use crate::replica::{self, LaneCursors, Run};
+use crate::replica::{self, ChurnCounts, LaneCursors, Run};
 
 /// How many records `apply_records` takes from the list at a time.
 const RECORDS_A_STEP: usize = 64;
 
 /// What `apply_records` returns: (records consumed, their events, the last one's ts,
-/// `[(source, new last seq)]`, `(source, reason)` of a last record that did not fit).
+/// `[(source, new last seq)]`, `(source, reason)` of a last record that did not fit,
+/// `[(source, churn counts)]` of what the records did to each source advanced).
 type LaneRun = (
     usize,
     usize,
     Option<f64>,
     Vec<(String, u64)>,
     Option<(String, String)>,
+    Vec<(String, ChurnCounts)>,
 );
 
 /// The replay fast lane's cursors: the sources whose next batch `apply_records` may apply,
@@ -67,7 +69,8 @@ impl ReplayCursors {
 /// each is the plain next batch of a source `cursors` trust (`crate::replica::replay`). Returns
 /// (records consumed, their events, the last one's ts, `[(source, new last seq)]` in order, a
 /// source possibly more than once: the last is its new seq, `(source, reason)` when the last
-/// consumed record did not fit its replica). An item that is not `bytes` stops the run there.
+/// consumed record did not fit its replica, and `[(source, churn counts)]` in the order of the
+/// advanced sources, to be added up). An item that is not `bytes` stops the run there.
 #[pyfunction]
 #[pyo3(signature = (store, records, start, limit, max_record_bytes, cursors))]
 fn apply_records(
@@ -110,18 +113,26 @@ fn apply_records(
         total.last_ts = run.last_ts.or(total.last_ts);
         // a source may come twice (from two steps): the later seq is last, as the caller applies
         total.advanced.extend(run.advanced);
+        total.churn.extend(run.churn);
         total.failure = run.failure;
         if !whole || taken < stop - at {
             break;
         }
         at = stop;
     }
+    let churn = total
+        .advanced
+        .iter()
+        .zip(&total.churn)
+        .map(|((source, _), churn)| (source.clone(), churn.counts()))
+        .collect();
     (
         total.consumed,
         total.pages,
         total.last_ts,
         total.advanced,
         total.failure.map(|error| (error.source, error.reason)),
+        churn,
     )
 }
 

@@ -14,7 +14,9 @@ use super::hashing::tokens_u32;
 use super::tokens::prompt_tokens;
 use crate::events::{Event, Hashes, Medium, Stored};
 use crate::hashing::namespace_prior;
-use crate::replica::{self, swa_rule, Answer, ConsistencyError, Replica, SourceMeta};
+use crate::replica::{
+    self, swa_rule, Answer, Churn, ChurnCounts, ConsistencyError, Replica, SourceMeta,
+};
 
 fn consistency_error(py: Python<'_>, error: ConsistencyError) -> PyErr {
     match classes(py) {
@@ -193,6 +195,11 @@ impl PyReplicaStore {
     /// Keep the holder index (block hash -> sources) that prefix matching reads, from now on.
     fn enable_prefix_index(&mut self) {
         self.store.enable_holders();
+    }
+
+    /// Stop keeping the holder index (`enable_prefix_index` builds it again).
+    fn disable_prefix_index(&mut self) {
+        self.store.disable_holders();
     }
 
     fn prefix_index_enabled(&self) -> bool {
@@ -386,21 +393,11 @@ fn held_usable(answer: Answer) -> (Option<u64>, Option<u64>) {
     }
 }
 
-/// Per-event-type counts of a decoded record without making its events: (blocks stored,
-/// blocks removed, blocks tombstoned, blocks restored, clears).
+/// The churn of one decoded record without making its events: (1 batch, blocks stored, blocks
+/// removed, blocks tombstoned, blocks restored, clears).
 #[pyfunction]
-fn wire_churn(wire: &Bound<'_, WireBatch>) -> (u64, u64, u64, u64, u64) {
-    let mut counts = (0, 0, 0, 0, 0);
-    for event in &wire.get().batch.events {
-        match event {
-            Event::Stored(stored) => counts.0 += stored.hashes.len() as u64,
-            Event::Removed { hashes, .. } => counts.1 += hashes.len() as u64,
-            Event::SwaEvicted { hashes } => counts.2 += hashes.len() as u64,
-            Event::SwaRestored { hashes } => counts.3 += hashes.len() as u64,
-            Event::Cleared => counts.4 += 1,
-        }
-    }
-    counts
+fn wire_churn(wire: &Bound<'_, WireBatch>) -> ChurnCounts {
+    Churn::of_batch(&wire.get().batch.events).counts()
 }
 
 /// (segments walked, leading segments usable) of a path of (tokens, resident) segments.

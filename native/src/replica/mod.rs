@@ -7,6 +7,7 @@
 
 pub mod blocks;
 pub mod chains;
+pub mod churn;
 pub mod holders;
 pub mod index;
 pub mod ordered;
@@ -18,6 +19,7 @@ pub mod source;
 pub mod store;
 pub mod swa_rule;
 
+pub use churn::{Churn, ChurnCounts};
 pub use holders::HolderIndex;
 pub use prefix::{match_prefix, Answer};
 pub use replay::{apply_records, LaneCursors, Run};

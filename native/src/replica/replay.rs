@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 
-use super::{ConsistencyError, ReplicaStore};
+use super::{Churn, ConsistencyError, ReplicaStore};
 use crate::codec;
 use crate::events::{Batch, Event};
 
@@ -23,6 +23,8 @@ struct LaneCursor {
     seq: u64,
     /// Whether a run advanced it (reported once per run).
     advanced: bool,
+    /// What the records a run applied for it did (reported with `advanced`, then reset).
+    churn: Churn,
 }
 
 /// The cursors of the sources whose next batch may be applied without asking the follower
@@ -41,6 +43,7 @@ impl LaneCursors {
                 epoch: epoch.to_owned(),
                 seq,
                 advanced: false,
+                churn: Churn::default(),
             },
         );
     }
@@ -84,6 +87,9 @@ pub struct Run {
     pub last_ts: Option<f64>,
     /// Each source the run advanced, with its new last seq.
     pub advanced: Vec<(String, u64)>,
+    /// What the run's records did to each source it advanced (a failing record counted whole,
+    /// as a view that counts batches counts it), in the order of `advanced`.
+    pub churn: Vec<Churn>,
     /// The last consumed record's events did not fit its source's replica.
     pub failure: Option<ConsistencyError>,
 }
@@ -129,6 +135,7 @@ pub fn apply_records<'a>(
             cursor.advanced = true;
             touched.push(header.source.clone());
         }
+        cursor.churn.add(&Churn::of_batch(&batch.events));
         run.consumed += 1;
         run.pages += page_count(&batch);
         run.last_ts = Some(header.ts);
@@ -140,6 +147,7 @@ pub fn apply_records<'a>(
     for source in touched {
         if let Some(cursor) = cursors.by_source.get_mut(&source) {
             cursor.advanced = false;
+            run.churn.push(std::mem::take(&mut cursor.churn));
             run.advanced.push((source, cursor.seq));
         }
     }
@@ -228,6 +236,12 @@ mod tests {
         assert_eq!(run.pages, 3);
         assert_eq!(run.last_ts, Some(3.5));
         assert_eq!(run.advanced, vec![("a".to_owned(), 2)]);
+        let churn = Churn {
+            batches: 2,
+            stored: 3,
+            ..Churn::default()
+        };
+        assert_eq!(run.churn, vec![churn]);
         assert_eq!(run.failure, None);
         assert_eq!(cursors.get("a"), Some(("e", 2)));
         assert_eq!(store.get("a").map(|r| r.blocks.len()), Some(3));

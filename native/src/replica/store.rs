@@ -211,6 +211,12 @@ impl ReplicaStore {
         }
     }
 
+    /// Stop keeping the holder index (a bulk replay builds it once at its end with
+    /// `enable_holders`, which costs less than keeping it in step event by event).
+    pub fn disable_holders(&mut self) {
+        self.holders = None;
+    }
+
     /// The holder index, when kept.
     pub fn holders(&self) -> Option<&HolderIndex> {
         self.holders.as_ref()
