@@ -9,16 +9,28 @@ it has superseded, and whether the source is diverged (and why):
 - an epoch superseded earlier: stale, skipped;
 - any other epoch: a new epoch. Its batch must have seq 0 and begin with ``AllBlocksCleared``;
   then it is applied and heals a divergence, otherwise the source is diverged.
+
+Liveness (``cache.events.liveness``): every batch that is not a duplicate or stale counts as
+hearing from the source, stamped with the follower's own clock when it was read (never the
+writer's: clock skew between machines cannot make a live source look dead). A heartbeat or an
+offline marker is heard only when it names exactly the cursor's ``(epoch, seq)``; one from
+another epoch or from before the cursor is stale, skipped; one past the cursor says batches
+were lost, a gap. An offline marker holds until the source is heard again.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from cache.events import AllBlocksCleared, EventBatch, WireBatch
+from cache.events.liveness import Liveness, LivenessRecord
+
+Clock = Callable[[], float]
+"""Seconds on a monotonic clock (``time.monotonic``; tests may freeze it)."""
 
 
 class Verdict(enum.Enum):
@@ -42,12 +54,15 @@ class Admission:
 
 @dataclass(slots=True)
 class SourceCursor:
-    """Where one source stands."""
+    """Where one source stands; ``heard`` is when it was last heard (the cursors' clock),
+    ``offline`` why it is offline by its own marker (None: it is not)."""
 
     epoch: str
     seq: int
     diverged: str | None = None
     retired: set[str] = field(default_factory=set)
+    heard: float = 0.0
+    offline: str | None = None
 
 
 _APPLY = Admission(Verdict.APPLY)
@@ -63,10 +78,12 @@ def _starts_epoch(batch: EventBatch | WireBatch) -> bool:
 
 
 class Cursors:
-    """Every source's cursor; ``admit`` decides a batch's fate and moves the cursor."""
+    """Every source's cursor; ``admit`` decides a batch's fate and moves the cursor, ``hear``
+    a liveness record's. ``clock`` stamps when each source was heard."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock = time.monotonic) -> None:
         self._by_source: dict[str, SourceCursor] = {}
+        self.clock = clock
 
     def get(self, source: str) -> SourceCursor | None:
         """The cursor of ``source`` (None when never seen)."""
@@ -93,6 +110,8 @@ class Cursors:
             return _DUPLICATE
         expected = cursor.seq + 1
         cursor.seq = seq
+        cursor.heard = self.clock()
+        cursor.offline = None
         if cursor.diverged is not None:
             return _WHILE_DIVERGED
         if seq > expected:
@@ -103,7 +122,7 @@ class Cursors:
 
     def _new_epoch(self, batch: EventBatch | WireBatch, cursor: SourceCursor | None) -> Admission:
         retired = set() if cursor is None else cursor.retired | {cursor.epoch}
-        fresh = SourceCursor(batch.epoch, batch.seq, retired=retired)
+        fresh = SourceCursor(batch.epoch, batch.seq, retired=retired, heard=self.clock())
         self._by_source[batch.source] = fresh
         if _starts_epoch(batch):
             return _APPLY
@@ -116,8 +135,41 @@ class Cursors:
         """Move known sources' cursors to the given seqs in their epochs (the follower's fast
         lane applied those batches, each the next seq of a trusted source)."""
         by_source = self._by_source
+        now = self.clock()
         for source, seq in seqs:
-            by_source[source].seq = seq
+            cursor = by_source[source]
+            cursor.seq = seq
+            cursor.heard = now
+            cursor.offline = None
+
+    def hear(self, record: LivenessRecord) -> Admission:
+        """Classify a liveness record against its source's cursor (see the module docstring):
+        ``APPLY`` when heard (the cursor's heard time and offline state follow it), ``STALE``,
+        or ``GAP`` with the reason (the cursor is then diverged and moved to the record's seq).
+        """
+        cursor = self._by_source.get(record.source)
+        if cursor is None or record.epoch != cursor.epoch or record.seq < cursor.seq:
+            return _STALE
+        cursor.heard = self.clock()
+        cursor.offline = record.reason if record.kind is Liveness.OFFLINE else None
+        if record.seq == cursor.seq:
+            return _APPLY
+        reason = (
+            f"seq gap in epoch {record.epoch}: a {record.kind.value} record follows seq "
+            f"{record.seq}, but the last batch read is seq {cursor.seq}"
+        )
+        cursor.seq = record.seq
+        if cursor.diverged is None:
+            cursor.diverged = reason
+        return Admission(Verdict.GAP, reason)
+
+    def heard_s(self, source: str, now: float | None = None) -> float | None:
+        """Seconds since ``source`` was last heard (None: never seen)."""
+        cursor = self._by_source.get(source)
+        if cursor is None:
+            return None
+        elapsed = (self.clock() if now is None else now) - cursor.heard
+        return elapsed if elapsed > 0.0 else 0.0
 
     def mark_diverged(self, source: str, reason: str) -> None:
         """Distrust ``source`` until its next epoch (the first reason is kept)."""
@@ -127,25 +179,22 @@ class Cursors:
 
     def to_obj(self) -> dict[str, Any]:
         """A JSON-ready form, for snapshots."""
-        return {
-            source: {
-                "epoch": c.epoch,
-                "seq": c.seq,
-                "diverged": c.diverged,
-                "retired": sorted(c.retired),
-            }
-            for source, c in self._by_source.items()
-        }
+        return {source: _cursor_obj(c) for source, c in self._by_source.items()}
 
     @classmethod
-    def from_obj(cls, raw: object) -> Cursors:
-        """Parse what ``to_obj`` gave; ``ValueError`` naming the bad part otherwise."""
+    def from_obj(cls, raw: object, clock: Clock = time.monotonic) -> Cursors:
+        """Parse what ``to_obj`` gave; ``ValueError`` naming the bad part otherwise. Every
+        source counts as heard now (``clock``); an offline marker read before still holds."""
         if type(raw) is not dict:
             raise ValueError("cursors must be an object")
-        cursors = cls()
+        cursors = cls(clock)
+        now = clock()
         for source, item in raw.items():
-            if type(item) is not dict or item.keys() != {"epoch", "seq", "diverged", "retired"}:
+            if type(item) is not dict or item.keys() - {"offline"} != _CURSOR_FIELDS:
                 raise ValueError(f"cursor of {source!r} has the wrong fields")
+            offline = item.get("offline")
+            if offline is not None and type(offline) is not str:
+                raise ValueError(f"cursor of {source!r}: bad offline reason")
             epoch, seq, diverged, retired = (
                 item["epoch"],
                 item["seq"],
@@ -158,5 +207,23 @@ class Cursors:
                 raise ValueError(f"cursor of {source!r}: bad diverged reason")
             if type(retired) is not list or not all(type(e) is str for e in retired):
                 raise ValueError(f"cursor of {source!r}: bad retired epochs")
-            cursors._by_source[source] = SourceCursor(epoch, seq, diverged, set(retired))
+            cursors._by_source[source] = SourceCursor(
+                epoch, seq, diverged, set(retired), heard=now, offline=offline
+            )
         return cursors
+
+
+_CURSOR_FIELDS = {"epoch", "seq", "diverged", "retired"}
+
+
+def _cursor_obj(cursor: SourceCursor) -> dict[str, Any]:
+    """One cursor's JSON-ready form (``offline`` only when set: older readers know the rest)."""
+    obj: dict[str, Any] = {
+        "epoch": cursor.epoch,
+        "seq": cursor.seq,
+        "diverged": cursor.diverged,
+        "retired": sorted(cursor.retired),
+    }
+    if cursor.offline is not None:
+        obj["offline"] = cursor.offline
+    return obj

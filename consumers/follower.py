@@ -26,6 +26,12 @@ it says so, reads from where the log now starts, and never guesses: every source
 fell in the deleted range is marked diverged with a reason naming the lost positions ("state
 unknown"), until the source starts a new epoch. A log that can tell where it starts
 (``KafkaLog.beginning``) makes this check; for others the cursors' checks stand alone.
+
+Liveness records (heartbeats and offline markers, ``cache.events.liveness``) are told from
+batches by their first bytes and go to the cursors alone (``Cursors.hear``): no view does any
+work for them. ``liveness()`` says, per source, how long ago it was last heard on the
+follower's own clock and whether it is offline: by its own marker, or unheard for
+``source_timeout_s``.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import anyio
@@ -45,8 +52,9 @@ from cache.events import (
     WireBatch,
     decode_wire,
 )
+from cache.events.liveness import LIVENESS_PREFIX, Liveness, decode_liveness
 from cache.events.replica_store import ReplayCursors, apply_records
-from consumers.cursor import Cursors, Verdict
+from consumers.cursor import Clock, Cursors, Verdict
 from consumers.errors import ConsumerError, ViewConsistencyError, ViewStateError
 from consumers.metrics import FollowerMetrics
 from consumers.progress import ADVANCE_EVERY_RECORDS, LoggedProgress, ReplayProgress
@@ -77,6 +85,15 @@ class KnowsItsBeginning(Protocol):
     async def beginning(self) -> Position:
         """The first offset each partition still holds."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class SourceLiveness:
+    """Whether a source is heard from: ``last_heard_s`` seconds ago (the follower's clock, from
+    when it read the record); ``offline`` says why it is offline (None: it is not)."""
+
+    last_heard_s: float
+    offline: str | None
 
 
 def _ranges_text(lost: dict[int, tuple[int, int]]) -> str:
@@ -114,7 +131,9 @@ class Follower:
     ``snapshot_every_s`` seconds (when something was applied), keeping the store's ``keep``
     newest (``keep_snapshots`` overrides it). ``progress`` is told how a replay (``restore``,
     ``catch_up``) advances (default: log lines). ``on_applied`` is called with each applied
-    batch (as its ``WireBatch``; for measurements).
+    batch (as its ``WireBatch``; for measurements). ``source_timeout_s``: a source unheard
+    that long is offline (None: only its own offline marker makes it so); ``clock`` is the
+    monotonic clock liveness is measured on.
     """
 
     def __init__(
@@ -130,17 +149,23 @@ class Follower:
         lag_refresh_s: float = 1.0,
         progress: ReplayProgress | None = None,
         on_applied: Callable[[WireBatch], None] | None = None,
+        source_timeout_s: float | None = None,
+        clock: Clock = time.monotonic,
     ) -> None:
         _check_views(views)
         if snapshot_every_batches < 1 or not snapshot_every_s > 0:
             raise ValueError("snapshot_every_batches and snapshot_every_s must be positive")
+        if source_timeout_s is not None and not source_timeout_s > 0:
+            raise ValueError(f"source_timeout_s must be positive, got {source_timeout_s!r}")
         if snapshots is not None and keep_snapshots is not None:
             snapshots.keep = keep_snapshots
         self.log = log
         self.views = list(views)
         self.store = snapshots
         self.metrics = FollowerMetrics()
-        self.cursors = Cursors()
+        self.source_timeout_s = source_timeout_s
+        self._clock = clock
+        self.cursors = Cursors(clock)
         self._digest_views = [v for v in self.views if isinstance(v, DigestView)]
         # per view: its apply_wire, or None when it takes the EventBatch
         self._appliers = [
@@ -176,12 +201,33 @@ class Follower:
         """Diverged sources and why."""
         return self.cursors.diverged()
 
+    def liveness(self) -> dict[str, SourceLiveness]:
+        """Per source seen: how long ago it was last heard, and whether it is offline."""
+        cursors = self.cursors
+        now = self._clock()
+        timeout = self.source_timeout_s
+        found: dict[str, SourceLiveness] = {}
+        for source in cursors.sources():
+            cursor = cursors.get(source)
+            assert cursor is not None
+            heard_s = max(0.0, now - cursor.heard)
+            offline = cursor.offline
+            if offline is not None:
+                offline = f"offline marker: {offline}"
+            elif timeout is not None and heard_s > timeout:
+                offline = f"unheard for {heard_s:.1f} s (source timeout {timeout:g} s)"
+            found[source] = SourceLiveness(heard_s, offline)
+        return found
+
     # --- one record -----------------------------------------------------------------------
 
     def _handle(self, record: Record) -> None:
         metrics = self.metrics
         metrics.records_read += 1
         self._offsets[record.partition] = record.offset + 1
+        if record.payload.startswith(LIVENESS_PREFIX):
+            self._hear(record)
+            return
         try:
             batch = decode_wire(record.payload, max_record_bytes=self._max_record_bytes)
         except DecodeError as exc:
@@ -201,6 +247,37 @@ class Follower:
             self._skip(batch, admission.reason, admission.verdict)
         if self._lane_set is not None:
             self._sync_lane(batch.source)
+
+    def _hear(self, record: Record) -> None:
+        """A liveness record: to the cursors only, never the views."""
+        metrics = self.metrics
+        try:
+            live = decode_liveness(record.payload)
+        except DecodeError as exc:
+            metrics.undecodable += 1
+            logger.warning(
+                "skipping undecodable liveness record at partition %d offset %d (key %r): %s",
+                record.partition,
+                record.offset,
+                record.key,
+                exc,
+            )
+            return
+        admission = self.cursors.hear(live)
+        match admission.verdict:
+            case Verdict.APPLY:
+                if live.kind is Liveness.HEARTBEAT:
+                    metrics.heartbeats_read += 1
+                else:
+                    metrics.offline_markers_read += 1
+                    logger.info("source %r marked itself offline: %s", live.source, live.reason)
+            case Verdict.GAP:
+                metrics.gaps += 1
+                self._diverge(live.source, self._explained(live.source, admission.reason))
+            case _:
+                metrics.liveness_stale_skipped += 1
+        if self._lane_set is not None and admission.verdict is Verdict.GAP:
+            self._sync_lane(live.source)
 
     def _skip(self, batch: WireBatch, reason: str, verdict: Verdict) -> None:
         metrics = self.metrics
@@ -528,12 +605,12 @@ class Follower:
     def _reset(self) -> None:
         for view in self.views:
             view.load(self._initial_views[view.name])
-        self.cursors = Cursors()
+        self.cursors = Cursors(self._clock)
         self._offsets = {}
         self._reset_lane()
 
     def _load(self, snapshot: Snapshot) -> None:
-        cursors = Cursors.from_obj(snapshot.cursors)
+        cursors = Cursors.from_obj(snapshot.cursors, self._clock)
         for view in self.views:
             view.load(snapshot.views[view.name])
         self.cursors = cursors

@@ -8,7 +8,11 @@ from dataclasses import asdict, dataclass
 
 @dataclass(slots=True)
 class FollowerMetrics:
-    """Counters of one follower; every field is a number (or None when not yet known)."""
+    """Counters of one follower; every field is a number (or None when not yet known).
+
+    Liveness records are not batches: ``heartbeats_read`` and ``offline_markers_read`` count
+    those heard, ``liveness_stale_skipped`` those from another epoch or before the cursor.
+    """
 
     records_read: int = 0
     batches_applied: int = 0
@@ -17,6 +21,9 @@ class FollowerMetrics:
     stale_skipped: int = 0
     skipped_while_diverged: int = 0
     undecodable: int = 0
+    heartbeats_read: int = 0
+    offline_markers_read: int = 0
+    liveness_stale_skipped: int = 0
     gaps: int = 0
     bad_epoch_starts: int = 0
     inconsistent_batches: int = 0

@@ -11,6 +11,14 @@ Each engine batch becomes one of our batches (``source``, ``epoch``, ``seq``) th
 - history before the first seq it can get (a bridge started after the replay buffer rolled
   over) opens an *unknown* epoch, which followers distrust the same way;
 - a seq going backwards is an engine restart: a new epoch, rebuilt from the new run's seq 0.
+  The old epoch ends with an offline marker, so followers stop offering its blocks at once.
+
+Liveness (``cache.events.liveness``): the epoch's publisher appends a heartbeat when idle
+(``heartbeat_s``). The engine counts as heard when a live message or a replay answer arrives
+(without a replay socket: while its connection is up); once it was unheard for
+``engine_timeout_s`` the bridge appends an offline marker for it and its heartbeats stop, until
+the engine is heard again (checked after any restart it shows was handled, so an old run's
+blocks are never declared alive again). A clean stop of the bridge ends with an offline marker.
 
 It must run on the asyncio backend (pyzmq's asyncio sockets).
 """
@@ -18,6 +26,7 @@ It must run on the asyncio backend (pyzmq's asyncio sockets).
 from __future__ import annotations
 
 import logging
+import time
 from types import TracebackType
 from typing import Self
 
@@ -46,6 +55,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_REPLAY_TIMEOUT_S = 5.0
 DEFAULT_IDLE_PROBE_S = 2.0
+DEFAULT_ENGINE_TIMEOUT_S = 10.0
 _SUB_HWM = 1_000_000
 
 
@@ -57,6 +67,8 @@ class Bridge:
     anything newer (and re-checks the last batch it applied), so messages lost to a slow join
     or an engine restart are not left unnoticed while the engine is quiet.
     ``run()`` reads until cancelled; leaving the context flushes every batch appended so far.
+    ``heartbeat_s`` (None: none) and ``engine_timeout_s`` (None: never declared offline): see
+    the module docstring.
     """
 
     def __init__(
@@ -72,6 +84,8 @@ class Bridge:
         idle_probe_s: float = DEFAULT_IDLE_PROBE_S,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         max_queue_batches: int = 1024,
+        heartbeat_s: float | None = None,
+        engine_timeout_s: float | None = DEFAULT_ENGINE_TIMEOUT_S,
     ) -> None:
         if type(source) is not str or not source:
             raise ValueError(f"source: expected a non-empty str, got {source!r}")
@@ -90,6 +104,17 @@ class Bridge:
         self.idle_probe_s = idle_probe_s
         self.max_payload_bytes = max_payload_bytes
         self.max_queue_batches = max_queue_batches
+        if engine_timeout_s is not None and not engine_timeout_s > 0:
+            raise ValueError(
+                f"engine_timeout_s: expected a positive number, got {engine_timeout_s!r}"
+            )
+        self.heartbeat_s = heartbeat_s
+        self.engine_timeout_s = engine_timeout_s
+        # liveness of the engine: when it was last heard (time.monotonic), whether its SUB
+        # connection is up, and whether the log says it is online
+        self._engine_heard = time.monotonic()
+        self._connected = False
+        self._engine_online = True
         self.metrics = BridgeMetrics()
         self.mirror = MirrorCache()
         self.tracker = StreamTracker()
@@ -123,7 +148,7 @@ class Bridge:
         sub.setsockopt(zmq.RCVHWM, _SUB_HWM)
         sub.setsockopt(zmq.LINGER, 0)
         sub.subscribe(b"")
-        self._sub_monitor = sub.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        self._sub_monitor = sub.get_monitor_socket(zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECTED)
         sub.connect(self.endpoint)
         self._sub = sub
         if self.replay_endpoint is not None:
@@ -164,6 +189,8 @@ class Bridge:
                 await self._read()
             finally:
                 # The host task flushes and closes the publisher; the group waits for it.
+                if self._publisher is not None:
+                    self._publisher.mark_offline("the bridge stopped")
                 if self._close_requested is not None:
                     self._close_requested.set()
                 self._publisher = None
@@ -181,8 +208,10 @@ class Bridge:
                 await self._note_reconnects()
                 if self._dealer is not None:
                     await self._catch_up(self._expected(), until=None)
+                self._check_engine()
                 continue
             self.metrics.received += 1
+            self._engine_heard = time.monotonic()
             await self._note_reconnects()
             try:
                 frame = parse_live(parts)
@@ -191,6 +220,35 @@ class Bridge:
                 logger.warning("bridge %r: unreadable live message: %s", self.source, exc)
                 continue
             await self._on_live(frame)
+            self._check_engine()
+
+    # --- liveness -----------------------------------------------------------------------------
+
+    def _check_engine(self) -> None:
+        """Declare the engine offline in the log once unheard for ``engine_timeout_s``, and
+        online again once heard (called where any restart it showed has been handled)."""
+        now = time.monotonic()
+        if self._dealer is None and self._connected:
+            self._engine_heard = now  # nothing else to ask: a live connection is all we know
+        timeout = self.engine_timeout_s
+        silent = timeout is not None and now - self._engine_heard >= timeout
+        if silent == (not self._engine_online):
+            return
+        self._engine_online = not silent
+        publisher = self._publisher
+        if silent:
+            self.metrics.engine_offline += 1
+            logger.warning(
+                "bridge %r: the engine was not heard for %.1f s: marked offline",
+                self.source,
+                now - self._engine_heard,
+            )
+            if publisher is not None:
+                publisher.mark_offline(f"engine unheard for {timeout:g} s")
+        else:
+            logger.info("bridge %r: the engine is heard again", self.source)
+            if publisher is not None:
+                publisher.mark_online()
 
     # --- sequencing ---------------------------------------------------------------------------
 
@@ -226,7 +284,11 @@ class Bridge:
         assert monitor is not None
         while await monitor.poll(0):
             event = parse_monitor_message(await monitor.recv_multipart())
-            if event["event"] == zmq.EVENT_DISCONNECTED:
+            if event["event"] == zmq.EVENT_CONNECTED:
+                self._connected = True
+                self._engine_heard = time.monotonic()
+            elif event["event"] == zmq.EVENT_DISCONNECTED:
+                self._connected = False
                 self.metrics.disconnects += 1
                 self._reconnected = True
                 logger.info("bridge %r: the engine connection dropped", self.source)
@@ -298,6 +360,8 @@ class Bridge:
             self.tracker.expected,
         )
         self.metrics.restarts += 1
+        if self._publisher is not None:  # followers stop offering the old run's blocks now
+            self._publisher.mark_offline("the engine restarted")
         await self._close_publisher()
         self.mirror.reset()
         self.tracker.reset()
@@ -315,6 +379,7 @@ class Bridge:
             await self._dealer.send_multipart([b"", encode_seq(start)])
             while True:
                 parts = await self._dealer.recv_multipart()
+                self._engine_heard = time.monotonic()
                 try:
                     frame = parse_replay(parts)
                 except FrameError as exc:
@@ -435,7 +500,9 @@ class Bridge:
             meta=self.mirror.meta(self.page_size),
             trusted_start=trusted,
             config=PublisherConfig(
-                overflow=OverflowPolicy.BLOCK, max_queue_batches=self.max_queue_batches
+                overflow=OverflowPolicy.BLOCK,
+                max_queue_batches=self.max_queue_batches,
+                heartbeat_s=self.heartbeat_s,
             ),
         )
         try:

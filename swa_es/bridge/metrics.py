@@ -15,7 +15,9 @@ class BridgeMetrics:
     ``undecodable``: messages or batches that could not be read; ``unknown_events``: events of
     types this bridge does not know (skipped); ``duplicates``: live messages a replay had
     already delivered; ``batches_applied``: engine batches turned into our batches;
-    ``disconnects``: live connections to the engine that dropped (its exits and restarts).
+    ``disconnects``: live connections to the engine that dropped (its exits and restarts);
+    ``engine_offline``: times the engine went unheard past the engine timeout (each marked
+    offline in the log).
     """
 
     received: int = 0
@@ -31,6 +33,7 @@ class BridgeMetrics:
     replay_requests: int = 0
     replay_timeouts: int = 0
     disconnects: int = 0
+    engine_offline: int = 0
     unknown: int = 0
 
     def as_dict(self) -> dict[str, int]:

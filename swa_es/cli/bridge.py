@@ -37,6 +37,8 @@ class BridgeConfig:
     log_url: str
     page_size: int | None
     replay_timeout_s: float
+    heartbeat_s: float
+    engine_timeout_s: float
     duration_s: float | None
     metrics_host: str
     metrics_port: int | None
@@ -77,6 +79,8 @@ async def bridge(config: BridgeConfig) -> int:
                 wire_format=config.wire_format,
                 page_size=config.page_size,
                 replay_timeout_s=config.replay_timeout_s,
+                heartbeat_s=config.heartbeat_s,
+                engine_timeout_s=config.engine_timeout_s,
             )
         )
 

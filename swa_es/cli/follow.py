@@ -2,7 +2,10 @@
 
 It restores the newest valid snapshot (or replays from the beginning), then applies live
 records until ``--duration`` or SIGTERM/SIGINT; on the way out it writes a last snapshot and
-its final status (per-source replica digests, counters). The snapshot store is a directory or a
+its final status (per-source replica digests, states, counters). A source unheard for
+``--source-timeout-s`` (no batch, no heartbeat), or one that marked itself offline, is answered
+as offline; while the follower lags the log by more than ``--degraded-lag-records`` the others
+are degraded. The snapshot store is a directory or a
 ``kafka://`` snapshot topic, which lets a follower on a machine with an empty disk bootstrap
 after retention deleted the start of the event log.
 """
@@ -18,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from prometheus_client.core import Metric
+from prometheus_client.core import GaugeMetricFamily, Metric
 
 from consumers import Follower
 from swa_es.cli import settings
@@ -29,7 +32,7 @@ from swa_es.service.event_loop import fast_loop_options
 from swa_es.service.http_app import AppParts
 from swa_es.service.http_server import start_http_server
 from swa_es.service.log_access import open_reader
-from swa_es.service.routing import FollowerRouting
+from swa_es.service.routing import STATES, FollowerRouting
 from swa_es.service.service_metrics import follower_families, registry_of
 from swa_es.service.signals import cancel_on_signal
 from swa_es.service.status_file import write_status, write_status_every
@@ -60,6 +63,8 @@ class FollowConfig:
     zmq_replay: str | None
     zmq_format: str
     zmq_tombstones: str
+    source_timeout_s: float
+    degraded_lag_records: int
 
 
 def add_parser(subparsers: Any) -> None:
@@ -89,16 +94,21 @@ class FollowerService:
         self.config = config
         self.follower = follower
         self.views = views
+        self.routing = FollowerRouting(
+            follower, views, degraded_lag_records=config.degraded_lag_records
+        )
         self.restored = False
         self.metrics_port: int | None = None
         self.http_port: int | None = None
 
     def status(self) -> dict[str, Any]:
-        """The status document: per-source digests and the follower's counters."""
+        """The status document: per-source digests, states and the follower's counters."""
+        states = self.routing.source_states()
         replicas = {
             source: {
                 "digest": self.views.replicas[source].state_digest(),
                 "diverged": self.views.replicas[source].diverged,
+                "state": states.get(source),
                 **self.views.stats.get(source).as_dict(),
             }
             for source in self.views.replicas.sources()
@@ -120,8 +130,23 @@ class FollowerService:
         }
 
     def metric_families(self) -> list[Metric]:
-        """What ``/metrics`` exports."""
-        return follower_families(self.follower.metrics, self.views)
+        """What ``/metrics`` exports: the follower's families and each source's state."""
+        state = GaugeMetricFamily(
+            "swa_es_source_state",
+            "1 for the state each source is in (exact, degraded, offline, unknown)",
+            labels=["source", "state"],
+        )
+        heard = GaugeMetricFamily(
+            "swa_es_source_last_heard_seconds",
+            "seconds since the follower last heard from a source (a batch or a heartbeat)",
+            labels=["source"],
+        )
+        live = self.routing.liveness()
+        for source, current in self.routing.source_states().items():
+            for name in STATES:
+                state.add_metric([source, name], 1.0 if name == current else 0.0)
+            heard.add_metric([source], live.heard.get(source, 0.0))
+        return [*follower_families(self.follower.metrics, self.views), state, heard]
 
     def health(self) -> tuple[bool, str]:
         """``/healthz``: ready once restored; diverged sources are named but not fatal."""
@@ -173,6 +198,7 @@ async def follow(config: FollowConfig) -> int:
             snapshot_every_s=config.snapshot_every_s,
             max_record_bytes=config.max_record_bytes,
             progress=terminal_progress(),
+            source_timeout_s=config.source_timeout_s,
         )
         service = FollowerService(config, follower, views)
         registry = registry_of(service.metric_families)
@@ -187,7 +213,7 @@ async def follow(config: FollowConfig) -> int:
             AppParts(
                 registry,
                 service.health,
-                routing=FollowerRouting(follower, views),
+                routing=service.routing,
                 max_request_bytes=config.http_max_request_bytes,
             ),
             host=config.http_host,

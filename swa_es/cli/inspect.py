@@ -3,6 +3,8 @@
 Each record is decoded strictly; its key must name the batch's source. A record that fails is
 reported on stderr with its position and the scan goes on; a corrupt stretch of the log itself
 (``CorruptRecordError``) ends the scan there, after everything before it was printed.
+Liveness records (heartbeats, offline markers: ``cache.events.liveness``) are checked the same
+way and counted in the last line, not printed.
 
 With ``--verify-snapshots STORE`` it verifies the snapshots of a store (a directory or a ``kafka://``
 snapshot topic) instead: one JSON line per snapshot, oldest first, saying whether it loads
@@ -21,6 +23,7 @@ import anyio
 import orjson
 
 from cache.events import DecodeError, EventBatch, batch_to_dict, decode_batch
+from cache.events.liveness import decode_liveness, is_liveness
 from consumers import SnapshotInfo
 from consumers.follower import KnowsItsBeginning
 from log import CorruptRecordError, EventLog, Position, Record
@@ -76,6 +79,7 @@ class InspectReport:
     records: int = 0
     printed: int = 0
     bad: int = 0
+    liveness: int = 0
     corrupt_at: str | None = None
 
     @property
@@ -95,6 +99,13 @@ def check_record(record: Record) -> EventBatch:
     if record.key != batch.source:
         raise DecodeError("source", f"batch of {batch.source!r} under record key {record.key!r}")
     return batch
+
+
+def check_liveness(record: Record) -> None:
+    """``DecodeError`` when a liveness record is invalid or its key is not its source."""
+    live = decode_liveness(record.payload)
+    if record.key != live.source:
+        raise DecodeError("source", f"liveness of {live.source!r} under record key {record.key!r}")
 
 
 def batch_line(record: Record, batch: EventBatch, *, brief: bool) -> bytes:
@@ -118,6 +129,14 @@ async def inspect(config: InspectConfig, out: TextIO, err: TextIO) -> InspectRep
         try:
             async for record in log.read(config.start or "beginning"):
                 report.records += 1
+                if is_liveness(record.payload):
+                    try:
+                        check_liveness(record)
+                        report.liveness += 1
+                    except DecodeError as exc:
+                        report.bad += 1
+                        err.write(f"bad record at {describe(record)}: {exc}\n")
+                    continue
                 try:
                     batch = check_record(record)
                 except DecodeError as exc:
@@ -136,7 +155,8 @@ async def inspect(config: InspectConfig, out: TextIO, err: TextIO) -> InspectRep
     verdict = "ok" if report.ok else "FAILED"
     err.write(
         f"inspect {redact(config.log_url)}: {report.records} records read, "
-        f"{report.printed} batches printed, {report.bad} bad records: {verdict}\n"
+        f"{report.printed} batches printed, {report.bad} bad records, "
+        f"{report.liveness} liveness records: {verdict}\n"
     )
     return report
 

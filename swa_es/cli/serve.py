@@ -3,7 +3,9 @@
 It serves the synthetic workload (any ``Engine`` would do) until ``--duration`` or
 ``--requests`` is reached, or SIGTERM/SIGINT arrives; then it flushes the publisher, writes its
 final status (``flushed: true`` and the primary's digest, which a follower that caught up must
-match) and exits 0. ``--metrics-port`` serves ``/metrics`` and ``/healthz`` meanwhile.
+match), appends an offline marker (followers answer the source as offline from then on) and
+exits 0. While idle it appends a heartbeat every ``--heartbeat-s``. ``--metrics-port`` serves
+``/metrics`` and ``/healthz`` meanwhile.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from swa_es.cli.cache_options import CacheOptions
 from swa_es.cli.exit_codes import EXIT_OK
 from swa_es.engine.engine import Engine, synthetic_engine
 from swa_es.engine.primary import PrimaryProgress, run_primary
+from swa_es.publish.config import PublisherConfig
 from swa_es.publish.publisher import Publisher
 from swa_es.service.http_app import AppParts
 from swa_es.service.http_server import start_http_server
@@ -45,6 +48,7 @@ class ServeConfig(CacheOptions):
     duration_s: float | None
     max_requests: int | None
     rate_rps: float | None
+    heartbeat_s: float
     metrics_host: str
     metrics_port: int | None
     status_file: Path | None
@@ -143,7 +147,10 @@ async def serve(config: ServeConfig) -> int:
     async with AsyncExitStack() as stack:
         log = await open_log_within(config.log_url, config.open_timeout_s)
         await stack.enter_async_context(log)
-        publisher = await stack.enter_async_context(Publisher(engine.cache, log, config.source))
+        publisher_config = PublisherConfig(heartbeat_s=config.heartbeat_s, offline_on_close=True)
+        publisher = await stack.enter_async_context(
+            Publisher(engine.cache, log, config.source, config=publisher_config)
+        )
         service = PrimaryService(config, engine, publisher)
         service.metrics_port = await start_http_server(
             stack,

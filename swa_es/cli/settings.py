@@ -251,6 +251,41 @@ SETTINGS: Final[tuple[Setting[Any], ...]] = (
         attr="rate_rps",
         shown_default="as fast as it goes",
     ),
+    # --- liveness ---
+    Setting(
+        "heartbeat-s",
+        v.positive_float,
+        5.0,
+        "append a heartbeat after S seconds without a record, so followers tell an idle "
+        "source from a dead one",
+        ("serve", "bridge"),
+        metavar="S",
+    ),
+    Setting(
+        "engine-timeout-s",
+        v.positive_float,
+        10.0,
+        "declare the engine offline in the log once neither its stream nor its replay socket "
+        "was heard for S seconds",
+        ("bridge",),
+        metavar="S",
+    ),
+    Setting(
+        "source-timeout-s",
+        v.positive_float,
+        15.0,
+        "answer a source unheard for S seconds (no batch, no heartbeat) as offline",
+        ("follow",),
+        metavar="S",
+    ),
+    Setting(
+        "degraded-lag-records",
+        v.positive_int,
+        10_000,
+        "answer sources as degraded while the follower is more than N records behind the log",
+        ("follow",),
+        metavar="N",
+    ),
     # --- what a service reports ---
     Setting(
         "metrics-host",

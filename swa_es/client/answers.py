@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 EXACT = "exact"
+DEGRADED = "degraded"
+OFFLINE = "offline"
+UNKNOWN = "unknown"
+PAGE_SIZE_MISMATCH = "page_size_mismatch"
+KNOWN_STATES = frozenset({EXACT, DEGRADED})
+"""The states whose lengths are known (degraded: the follower lags, they may be stale)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -14,19 +20,34 @@ class SourceMatch:
     """What one source holds of a prompt.
 
     ``cached_tokens``: the longest prefix it holds; ``usable_tokens``: the longest one usable
-    under the sliding-window rule (None when its stream does not report tombstones). Both are
-    None when ``state`` is not ``"exact"``: ``"unknown"`` (the follower lost the source's
-    stream) or ``"page_size_mismatch"`` (block hashes of another page size were sent).
+    under the sliding-window rule (None when its stream does not report tombstones). ``state``
+    is ``"exact"``, ``"degraded"`` (known, but the follower lags the log: maybe stale),
+    ``"offline"`` (the source stopped or went unheard), ``"unknown"`` (the follower lost the
+    source's stream) or ``"page_size_mismatch"`` (block hashes of another page size were
+    sent); both lengths are None in the last three. ``last_heard_s``: seconds since the
+    follower last heard from the source (None: not said); it is left out of comparisons, as
+    it changes with every answer.
     """
 
     cached_tokens: int | None
     usable_tokens: int | None
     state: str
+    last_heard_s: float | None = field(default=None, compare=False)
 
     @property
     def exact(self) -> bool:
-        """Whether the lengths are known."""
+        """Whether the lengths are known and current (state ``"exact"``)."""
         return self.state == EXACT
+
+    @property
+    def known(self) -> bool:
+        """Whether the lengths are known (``"exact"`` or ``"degraded"``)."""
+        return self.state in KNOWN_STATES
+
+    @property
+    def offline(self) -> bool:
+        """Whether the source is offline (stopped, or unheard past the follower's timeout)."""
+        return self.state == OFFLINE
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,12 +88,13 @@ class MatchAnswer:
     sources: dict[str, SourceMatch]
 
     def best(self) -> tuple[str, SourceMatch] | None:
-        """The exact source with the longest usable prefix (then the longest cached one; ties
-        go to the first named), or None when no source holds any of it."""
+        """The source with known lengths (exact or degraded) and the longest usable prefix
+        (then the longest cached one; ties go to the first named), or None when no such source
+        holds any of it. Offline and unknown sources are never offered."""
         best: tuple[str, SourceMatch] | None = None
         best_key = (-1, -1)
         for name, found in self.sources.items():
-            if not found.exact:
+            if not found.known:
                 continue
             key = (found.usable_tokens or 0, found.cached_tokens or 0)
             if key > best_key:
@@ -106,7 +128,12 @@ def parse_sources(raw: Mapping[str, Mapping[str, Any]]) -> dict[str, SourceMatch
     made: dict[tuple[Any, ...], SourceMatch] = {}
     sources: dict[str, SourceMatch] = {}
     for name, found in raw.items():
-        key = (found["cached_tokens"], found["usable_tokens"], found["state"])
+        key = (
+            found["cached_tokens"],
+            found["usable_tokens"],
+            found["state"],
+            found.get("last_heard_s"),
+        )
         value = made.get(key)
         if value is None:
             value = made[key] = SourceMatch(*key)

@@ -50,7 +50,10 @@ class PublisherConfig:
     epoch opening) over several batches, so no record nears the logs' 16 MiB limit; a retriable
     log error is retried ``append_retries`` times, ``retry_backoff_s`` apart (doubling);
     leaving the publisher's context cleanly flushes within ``close_timeout_s`` (``None``: no
-    limit). A bad value raises ``ValueError`` naming the field.
+    limit). Liveness (``cache.events.liveness``): a publisher that appended nothing for
+    ``heartbeat_s`` seconds appends a heartbeat (``None``: never), and with ``offline_on_close``
+    leaving its context cleanly appends an offline marker after the last batch. A bad value
+    raises ``ValueError`` naming the field.
     """
 
     max_queue_batches: int = 1024
@@ -63,6 +66,8 @@ class PublisherConfig:
     append_retries: int = 3
     retry_backoff_s: float = 0.05
     close_timeout_s: float | None = 30.0
+    heartbeat_s: float | None = None
+    offline_on_close: bool = False
 
     def __post_init__(self) -> None:
         # A str names a policy ("block"); store the enum so the config compares and prints alike.
@@ -79,3 +84,10 @@ class PublisherConfig:
         at_least("append_retries", self.append_retries, 0)
         non_negative_seconds("retry_backoff_s", self.retry_backoff_s)
         non_negative_seconds("close_timeout_s", self.close_timeout_s, optional=True)
+        non_negative_seconds("heartbeat_s", self.heartbeat_s, optional=True)
+        if self.heartbeat_s is not None and not 0 < self.heartbeat_s < float("inf"):
+            raise ValueError(
+                f"heartbeat_s: expected a positive finite number, got {self.heartbeat_s!r}"
+            )
+        if type(self.offline_on_close) is not bool:
+            raise ValueError(f"offline_on_close: expected a bool, got {self.offline_on_close!r}")

@@ -40,11 +40,13 @@ serving loop stepping every 100 µs) still share rounds and wake the loop less."
 @dataclass(slots=True, eq=False)
 class QueuedBatch:
     """One batch on its way to the log: ``payload`` is None until the worker has written it;
-    ``ticket`` is set by the publisher when it queues the batch."""
+    ``ticket`` is set by the publisher when it queues the batch. ``liveness``: an offline
+    marker queued in order with the batches (``cache.events.liveness``), not a batch."""
 
     events: int
     payload: bytes | None
     ticket: int = 0
+    liveness: bool = False
 
 
 @runtime_checkable
@@ -68,6 +70,12 @@ class Feed(Protocol):
 
     def start(self) -> None:
         """Start what runs beside the serving loop (the publisher is starting)."""
+
+    @property
+    def last_seq(self) -> int:
+        """The seq of the last batch handed out in the current epoch (liveness records name
+        it)."""
+        ...
 
     def pending(self) -> bool:
         """Whether the next ``step()`` has events to publish."""
@@ -125,11 +133,18 @@ class RecorderFeed:
         self._jobs: dict[int, list[QueuedBatch]] = {}
         self._clock = clock
         self._last_step = -math.inf
+        # batches numbered in the current epoch (the encoder numbers them; this counts along)
+        self._numbered = 0
 
     @property
     def upstream(self) -> bool:
         """No: the tree is the source of its own events."""
         return False
+
+    @property
+    def last_seq(self) -> int:
+        """The seq of the last batch numbered in the current epoch."""
+        return self._numbered - 1
 
     def reopen_unknown(self) -> list[QueuedBatch]:
         """Refused: the tree's state is always known."""
@@ -171,6 +186,7 @@ class RecorderFeed:
         if cut is None:
             return []
         job, counts = cut
+        self._numbered += len(counts)
         batches = [QueuedBatch(count, None) for count in counts]
         self._jobs[job] = batches
         now = self._clock()
@@ -195,6 +211,7 @@ class RecorderFeed:
         )
         builder.opened(len(records))
         self._running().begin_epoch(epoch, len(records))
+        self._numbered = len(records)
         return [QueuedBatch(events, payload) for payload, events in records]
 
     def writing(self) -> bool:
@@ -267,6 +284,11 @@ class EventListFeed:
     def upstream(self) -> bool:
         """Yes: the events come from ``take_events()`` (an engine's stream, for a bridge)."""
         return True
+
+    @property
+    def last_seq(self) -> int:
+        """The seq of the last batch built in the current epoch."""
+        return self._builder.next_seq - 1
 
     def reopen(self) -> list[QueuedBatch]:
         """Drop the waiting events (the snapshot covers them) and open a new epoch."""

@@ -17,7 +17,9 @@ class PublisherMetrics:
     ``discarded_events`` (dropped by a resync and superseded by the new epoch), ``resyncs``
     (epochs opened by an overflow), ``backpressure`` (``Backpressure`` raised).
     ``queue_depth`` is the number of batches not yet handed to the log, out of
-    ``max_queue_batches``; ``failed`` turns true when the append task died.
+    ``max_queue_batches``; ``failed`` turns true when the append task died. Liveness records
+    (``cache.events.liveness``) are not batches: ``heartbeats`` and ``offline_markers`` count
+    those appended, ``liveness_errors`` the heartbeats the log refused (logged, not fatal).
     """
 
     source: str
@@ -37,6 +39,9 @@ class PublisherMetrics:
     append_errors: int = 0
     append_retries: int = 0
     queue_depth: int = 0
+    heartbeats: int = 0
+    offline_markers: int = 0
+    liveness_errors: int = 0
     failed: bool = False
 
     def as_dict(self) -> dict[str, str | int | bool]:

@@ -9,12 +9,18 @@ signals and appends the encoded batches to the log, several per ``append_batch``
 in queue order (one task rather than a collector waking an appender: a task switch fewer per
 round). The queue is bounded; when it is full the overflow policy decides (see
 ``OverflowPolicy``), and every overflow is counted.
+
+Liveness (``cache.events.liveness``): the append task appends a heartbeat when it appended
+nothing for ``PublisherConfig.heartbeat_s`` (only while the queue is empty, so the heartbeat's
+seq is that of the last durable batch), and ``mark_offline`` queues an offline marker in order
+with the batches; heartbeats then pause until the next batch or ``mark_online``.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from types import TracebackType
@@ -23,6 +29,7 @@ from typing import Any, Self
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
+from cache.events.liveness import encode_liveness, heartbeat, offline
 from log import EventLog, LogError
 from swa_es.publish.batching import BatchBuilder, PublishedCache, cache_meta
 from swa_es.publish.config import PublisherConfig
@@ -103,6 +110,10 @@ class Publisher:
         self._running = False
         self._closing = False
         self._task_group: TaskGroup | None = None
+        # liveness: whether heartbeats are on (off after mark_offline until the next batch),
+        # and when the append task last appended anything (time.monotonic)
+        self._online = True
+        self._last_append_mono = time.monotonic()
 
     # --- public API -----------------------------------------------------------------------
 
@@ -115,6 +126,11 @@ class Publisher:
     def metrics(self) -> PublisherMetrics:
         """The live counters (one object, updated as the publisher works)."""
         return self._metrics
+
+    @property
+    def online(self) -> bool:
+        """False after ``mark_offline`` until the next batch or ``mark_online``."""
+        return self._online
 
     @property
     def ready(self) -> bool:
@@ -146,6 +162,32 @@ class Publisher:
         cache with a native recorder, which has no upstream to lose events from."""
         self._check_usable()
         self._enqueue(self._feed.gap())
+
+    def mark_offline(self, reason: str) -> None:
+        """Queue an offline marker after every batch queued so far (it is durable once
+        ``flush()`` returns) and pause heartbeats until the next batch or ``mark_online()``.
+        Followers then answer the source as offline. Nothing when already marked offline."""
+        self._check_usable()
+        if not self._online:
+            return
+        self._online = False
+        marker = offline(self.source, self.epoch, self._feed.last_seq, reason)
+        self._last_ticket += 1
+        self._pending.append(
+            QueuedBatch(0, encode_liveness(marker), ticket=self._last_ticket, liveness=True)
+        )
+        self._metrics.queue_depth = len(self._pending)
+        self._wake_worker()
+
+    def mark_online(self) -> None:
+        """Resume heartbeats after ``mark_offline`` (the source is alive though it publishes
+        nothing); the next one is appended as soon as the queue is empty."""
+        self._check_usable()
+        if self._online:
+            return
+        self._online = True
+        self._last_append_mono = -math.inf  # a heartbeat is due at once
+        self._wake_worker()
 
     async def flush(self, timeout_s: float | None = None) -> None:
         """Return once every batch queued so far is durable (or superseded by a durable resync).
@@ -204,6 +246,8 @@ class Publisher:
             if exc_type is None:
                 with anyio.fail_after(self.config.close_timeout_s):
                     await self._final_step()
+                    if self.config.offline_on_close:
+                        self.mark_offline("stopped")
                     await self.flush()
         finally:
             self._stop(task_group, abandon=exc_type is not None)
@@ -252,6 +296,7 @@ class Publisher:
         for batch in batches:
             self._last_ticket += 1
             batch.ticket = self._last_ticket
+        self._online = True
         self._pending.extend(batches)
         self._metrics.batches_queued += len(batches)
         self._metrics.queue_depth = len(self._pending)
@@ -279,7 +324,7 @@ class Publisher:
             # The events stay where they are (the recorder, or the feed's carry) for later.
             metrics.backpressure += 1
             raise Backpressure(self.source, len(self._pending), self.config.max_queue_batches)
-        discarded = list(self._pending)
+        discarded = [item for item in self._pending if not item.liveness]
         self._pending.clear()
         metrics.discarded_batches += len(discarded)
         metrics.discarded_events += sum(item.events for item in discarded)
@@ -364,13 +409,53 @@ class Publisher:
                 elif self._feed.writing():
                     await self._feed.wait_written()
                     self._feed.collect()
+                elif self._heartbeat_due():
+                    await self._append_heartbeat()
                 else:
                     # No await between the checks and the wait: a step cannot slip in between.
                     self._work = anyio.Event()
-                    await self._work.wait()
+                    wait_s = self._heartbeat_wait_s()
+                    if not wait_s:  # None (no heartbeat due ever) or 0 (due once idle)
+                        await self._work.wait()
+                    else:
+                        with anyio.move_on_after(wait_s):
+                            await self._work.wait()
         except Exception as exc:
             logger.error("publisher %r: append task died: %r", self.source, exc)
             self._fail(exc)
+
+    def _heartbeat_wait_s(self) -> float | None:
+        """How long the idle append task may sleep before a heartbeat is due (None: never)."""
+        every = self.config.heartbeat_s
+        if every is None or not self._online:
+            return None
+        return max(0.0, self._last_append_mono + every - time.monotonic())
+
+    def _heartbeat_due(self) -> bool:
+        """Whether a heartbeat goes now: on, idle for ``heartbeat_s``, nothing queued (so the
+        last batch numbered is durable and the heartbeat's seq is its seq)."""
+        every = self.config.heartbeat_s
+        return (
+            every is not None
+            and self._online
+            and not self._closing
+            and not self._pending
+            and not self._feed.writing()
+            and time.monotonic() - self._last_append_mono >= every
+        )
+
+    async def _append_heartbeat(self) -> None:
+        """Append one heartbeat; a log error is counted and logged, never fatal (the next
+        batch meets the same log and fails loudly)."""
+        record = heartbeat(self.source, self.epoch, self._feed.last_seq)
+        self._last_append_mono = time.monotonic()
+        try:
+            await self.log.append(self.source, encode_liveness(record))
+        except LogError as exc:
+            self._metrics.liveness_errors += 1
+            logger.warning("publisher %r: heartbeat not appended: %r", self.source, exc)
+            return
+        self._metrics.heartbeats += 1
 
     async def _append_group(self, group: Sequence[tuple[QueuedBatch, bytes]]) -> None:
         records = [(self.source, payload) for _, payload in group]
@@ -387,9 +472,12 @@ class Publisher:
                 logger.warning("publisher %r: retrying append after %r", self.source, exc)
                 await anyio.sleep(self.config.retry_backoff_s * math.pow(2, attempt))
                 attempt += 1
+        self._last_append_mono = time.monotonic()
         metrics = self._metrics
         metrics.appends += 1
-        metrics.batches_published += len(group)
+        markers = sum(1 for item, _ in group if item.liveness)
+        metrics.offline_markers += markers
+        metrics.batches_published += len(group) - markers
         metrics.events_published += sum(item.events for item, _ in group)
         metrics.bytes_published += sum(len(payload) for _, payload in group)
         self._durable_ticket = group[-1][0].ticket

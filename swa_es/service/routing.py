@@ -1,9 +1,20 @@
 """The routing API's answers, read from a follower's views (``/v1/match``, ``/v1/sources``).
 
-``state`` is ``"exact"`` when the follower holds the source's stream without a gap and
-``"unknown"`` when it does not (diverged: a gap, an unknown epoch start, a digest mismatch);
-unknown lengths are ``null``, never guessed. ``usable_tokens`` is also ``null`` for a source
-whose stream carries no tombstones (an engine bridged from ZMQ: meta ``swa_events`` false).
+Every answer names the source's ``state`` (defined for users in docs/routing.md):
+
+- ``"exact"``: the follower holds the source's stream without a gap and is not lagging;
+- ``"degraded"``: as exact, but the follower is more than ``degraded_lag_records`` records
+  behind the log's end, so the lengths may be stale;
+- ``"offline"``: the source marked itself offline (a clean stop, a bridge whose engine is
+  gone) or was unheard for the follower's ``source_timeout_s``; lengths ``null``, and it is
+  answered whether or not it holds any of the prompt;
+- ``"unknown"``: the follower does not hold the stream (diverged: a gap, an unknown epoch
+  start, a digest mismatch); lengths ``null``, never guessed.
+
+``last_heard_s`` is how long ago the follower last heard from the source (a batch or a
+heartbeat, on its own clock; null for a source it holds no cursor for). ``usable_tokens`` is
+also ``null`` for a source whose stream carries no tombstones (an engine bridged from ZMQ: meta
+``swa_events`` false).
 A prompt sent as block hashes can only be matched against sources of the same page size;
 the others answer ``"page_size_mismatch"`` with ``null`` lengths.
 
@@ -21,15 +32,45 @@ from typing import Any, Final
 
 from cache.events import chain_block_hashes, namespace_prior
 from consumers import Follower
+from consumers.follower import SourceLiveness
 from swa_es.service.match_query import HashQuery, Query
 from swa_es.service.views import StandardViews
 
 EXACT: Final = "exact"
+DEGRADED: Final = "degraded"
+OFFLINE: Final = "offline"
 UNKNOWN: Final = "unknown"
+STATES: Final = (EXACT, DEGRADED, OFFLINE, UNKNOWN)
+"""Every state a source is in; a match by block hashes may also answer ``PAGE_SIZE_MISMATCH``."""
 PAGE_SIZE_MISMATCH: Final = "page_size_mismatch"
 
 SourceAnswers = dict[str, dict[str, Any]]
+Lengths = tuple[int | None, int | None]
+"""A source's cached and usable tokens before liveness is applied."""
 _NO_NAMESPACE: Final = namespace_prior(None)
+_MISMATCH: Final[Lengths] = (-1, -1)
+"""The lengths of a source whose pages are of another size (never real lengths)."""
+_UNKNOWN: Final[Lengths] = (None, None)
+
+
+class _Liveness:
+    """Every source's liveness at one moment: who is offline, when each was heard, and
+    whether the follower lags past the bound."""
+
+    __slots__ = ("heard", "lagging", "offline")
+
+    def __init__(self, found: dict[str, SourceLiveness], lagging: bool) -> None:
+        self.heard = {source: round(live.last_heard_s, 3) for source, live in found.items()}
+        self.offline = {source: live.offline for source, live in found.items() if live.offline}
+        self.lagging = lagging
+
+    def state(self, source: str, diverged: bool) -> str:
+        """The state of ``source`` (see the module docstring)."""
+        if source in self.offline:
+            return OFFLINE
+        if diverged:
+            return UNKNOWN
+        return DEGRADED if self.lagging else EXACT
 
 
 class _Kind(Enum):
@@ -43,26 +84,66 @@ class _Kind(Enum):
 class FollowerRouting:
     """``RoutingBackend`` over one follower and its standard views."""
 
-    def __init__(self, follower: Follower, views: StandardViews) -> None:
+    def __init__(
+        self, follower: Follower, views: StandardViews, *, degraded_lag_records: int | None = None
+    ) -> None:
         self.follower = follower
         self.views = views
-        # answers are few distinct values (the native match shares equal ones): one dict each
-        self._answer_dicts: dict[tuple[int | None, int | None], dict[str, Any]] = {}
-        self._mismatch = {"cached_tokens": None, "usable_tokens": None, "state": PAGE_SIZE_MISMATCH}
+        self.degraded_lag_records = degraded_lag_records
         self._as_of_key: tuple[int, ...] | None = None
         self._kinds_key: tuple[int, ...] | None = None
         self._kinds: dict[str, _Kind] = {}
         self._as_of: dict[str, Any] = {}
 
+    def liveness(self) -> _Liveness:
+        """Every source's liveness now."""
+        bound = self.degraded_lag_records
+        lagging = bound is not None and self.follower.metrics.lag_records > bound
+        return _Liveness(self.follower.liveness(), lagging)
+
+    def _finish(self, found: dict[str, Lengths]) -> SourceAnswers:
+        """The answers: lengths with each source's state and ``last_heard_s``; every offline
+        source answers offline with null lengths, whether or not it holds any of the prompt."""
+        live = self.liveness()
+        heard, offline, lagging = live.heard, live.offline, live.lagging
+        answers: SourceAnswers = {}
+        for source, (cached, usable) in found.items():
+            if source in offline:
+                continue
+            if (cached, usable) == _MISMATCH:
+                state, cached, usable = PAGE_SIZE_MISMATCH, None, None
+            elif cached is None:
+                state = UNKNOWN
+            else:
+                state = DEGRADED if lagging else EXACT
+            answers[source] = {
+                "cached_tokens": cached,
+                "usable_tokens": usable,
+                "state": state,
+                "last_heard_s": heard.get(source),
+            }
+        for source in offline:
+            answers[source] = {
+                "cached_tokens": None,
+                "usable_tokens": None,
+                "state": OFFLINE,
+                "last_heard_s": heard[source],
+            }
+        return answers
+
     def match(self, token_ids: Sequence[int], extra_key: str | None) -> SourceAnswers:
-        """Per source holding part of the prompt (or unknown): cached and usable tokens."""
+        """Per source holding part of the prompt (or unknown, or offline): cached and usable
+        tokens, state and ``last_heard_s``."""
+        return self._finish(self._match_lengths(token_ids, extra_key))
+
+    def _match_lengths(self, token_ids: Sequence[int], extra_key: str | None) -> dict[str, Lengths]:
         found = self.views.prefix.match(token_ids, extra_key)
         # The native match shares one instance between sources with equal answers: convert
         # each distinct one once, then map the sources onto them in C (no Python per source).
         matches = list(found.values())
         ids = list(map(id, matches))
         distinct = dict(zip(ids, matches, strict=True))
-        converted = {key: self._known(m.full_tokens, m.swa_tokens) for key, m in distinct.items()}
+        converted = {key: (m.full_tokens, m.swa_tokens) for key, m in distinct.items()}
         return dict(zip(found, map(converted.__getitem__, ids), strict=True))
 
     def match_hashes(self, block_hashes: Sequence[int], page_size: int) -> SourceAnswers:
@@ -77,13 +158,13 @@ class FollowerRouting:
         tokens = self._tokens_of(block_hashes, page_size, kinds)
         if tokens is None:
             return self.walk_hashes(block_hashes, page_size)
-        answers = self.match(tokens, None) if tokens else {}
+        found = self._match_lengths(tokens, None) if tokens else {}
         for source, kind in kinds.items():
             if kind is _Kind.OTHER_PAGE_SIZE:
-                answers[source] = self._mismatch
+                found[source] = _MISMATCH
             elif kind is _Kind.UNKNOWN:
-                answers[source] = self._known(None, None)
-        return answers
+                found[source] = _UNKNOWN
+        return self._finish(found)
 
     def walk_hashes(self, block_hashes: Sequence[int], page_size: int) -> SourceAnswers:
         """``match_hashes`` by a walk over each source's blocks: a page held as a tombstone
@@ -91,13 +172,13 @@ class FollowerRouting:
         walk. One lookup per source and page."""
         replicas = self.views.replicas
         store = replicas.store
-        answers: SourceAnswers = {}
+        found: dict[str, Lengths] = {}
         for source, kind in self._source_kinds(page_size).items():
             if kind is _Kind.UNKNOWN:
-                answers[source] = self._known(None, None)
+                found[source] = _UNKNOWN
                 continue
             if kind is _Kind.OTHER_PAGE_SIZE:
-                answers[source] = self._mismatch
+                found[source] = _MISMATCH
                 continue
             meta = replicas.meta_of(source)
             assert meta is not None
@@ -112,8 +193,8 @@ class FollowerRouting:
                 pages += 1
             if pages:
                 usable = swa.usable(pages) * page_size if meta.swa_events else None
-                answers[source] = self._known(pages * page_size, usable)
-        return answers
+                found[source] = (pages * page_size, usable)
+        return self._finish(found)
 
     def _state_key(self) -> tuple[int, ...]:
         """Changes whenever the follower applies a record, marks a divergence or restores."""
@@ -202,8 +283,9 @@ class FollowerRouting:
         return self._as_of
 
     def sources(self) -> SourceAnswers:
-        """Per source: epoch, seq, blocks, tombstones, lag and digest state."""
+        """Per source: epoch, seq, state, liveness, blocks, tombstones, lag and digest state."""
         lag_records = self.follower.metrics.lag_records
+        live = self.liveness()
         answers: SourceAnswers = {}
         for source in self.views.replicas.sources():
             tree = self.views.replicas[source]
@@ -212,7 +294,9 @@ class FollowerRouting:
             answers[source] = {
                 "epoch": None if cursor is None else cursor.epoch,
                 "seq": None if cursor is None else cursor.seq,
-                "state": EXACT if tree.diverged is None else UNKNOWN,
+                "state": live.state(source, tree.diverged is not None),
+                "last_heard_s": live.heard.get(source),
+                "offline": live.offline.get(source),
                 "diverged": tree.diverged,
                 "blocks": len(tree),
                 "tombstones": tree.tombstone_count,
@@ -223,18 +307,14 @@ class FollowerRouting:
             }
         return answers
 
-    def _known(self, cached: int | None, usable: int | None) -> dict[str, Any]:
-        key = (cached, usable)
-        shared = self._answer_dicts.get(key)
-        if shared is None:
-            if len(self._answer_dicts) > 4096:
-                self._answer_dicts.clear()
-            shared = self._answer_dicts[key] = {
-                "cached_tokens": cached,
-                "usable_tokens": usable,
-                "state": EXACT if cached is not None else UNKNOWN,
-            }
-        return shared
+    def source_states(self) -> dict[str, str]:
+        """Every source's state now (for metrics)."""
+        live = self.liveness()
+        diverged = self.follower.cursors.diverged()
+        return {
+            source: live.state(source, source in diverged)
+            for source in self.follower.cursors.sources()
+        }
 
 
 class SwaTrack:

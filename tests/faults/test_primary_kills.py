@@ -24,6 +24,7 @@ import anyio
 import pytest
 
 from cache.events import AllBlocksCleared, decode_batch
+from cache.events.liveness import is_liveness
 from consumers import Follower, ReplicaSet
 from log import open_log
 from tests.compose.scenarios import final_primary_status, wait_converged
@@ -41,6 +42,8 @@ async def _read_log(log_url: str) -> tuple[list[tuple[str, int, bool]], int]:
     batches = []
     async with await open_log(log_url, readonly=True) as log:
         async for record in log.read():
+            if is_liveness(record.payload):  # a heartbeat or the final offline marker
+                continue
             batch = decode_batch(record.payload)
             starts_cleared = bool(batch.events) and isinstance(batch.events[0], AllBlocksCleared)
             batches.append((batch.epoch, batch.seq, starts_cleared))

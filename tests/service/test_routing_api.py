@@ -72,6 +72,7 @@ async def test_match_sources_and_bad_requests(tmp_path) -> None:  # type: ignore
                         "cached_tokens": expected["w0"].full_tokens,
                         "usable_tokens": expected["w0"].swa_tokens,
                         "state": "exact",
+                        "last_heard_s": reply.json()["sources"]["w0"]["last_heard_s"],
                     }
                 }
             }

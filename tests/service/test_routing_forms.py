@@ -43,6 +43,12 @@ OTHER = [9, 8, 7, 6, 5, 4]
 MAX_REQUEST_BYTES = 64 * 1024
 
 
+def frozen_clock() -> float:
+    """The follower's liveness clock, stopped: every answer says ``last_heard_s`` 0.0, so
+    answers to the same prompt are byte-equal."""
+    return 0.0
+
+
 @dataclass
 class Served:
     """A follower serving the routing API over HTTP, and what it was built from."""
@@ -83,7 +89,7 @@ async def serving(tmp_path: Path) -> AsyncIterator[Served]:
     async with await open_log(f"file://{tmp_path}/log") as log:
         await log.append_batch([record(b) for b in _batches(models)])
         views = StandardViews.create()
-        follower = Follower(log, views.all)
+        follower = Follower(log, views.all, clock=frozen_clock)
         await follower.catch_up()
         health = {"ok": True}
         parts = AppParts(
@@ -104,6 +110,7 @@ def expected(served: Served, token_ids: Sequence[int], extra_key: str | None = N
             "cached_tokens": found.full_tokens,
             "usable_tokens": found.swa_tokens,
             "state": "exact" if found.known else "unknown",
+            "last_heard_s": 0.0,
         }
         for source, found in served.views.prefix.match(token_ids, extra_key).items()
     }
@@ -129,7 +136,12 @@ async def test_every_form_answers_as_the_in_process_index(tmp_path: Path) -> Non
     in-process answers, which show tombstones, prefixes and namespaces."""
     async with serving(tmp_path) as served:
         full = expected(served, PROMPT)
-        assert full["a"] == {"cached_tokens": 24, "usable_tokens": 20, "state": "exact"}
+        assert full["a"] == {
+            "cached_tokens": 24,
+            "usable_tokens": 20,
+            "state": "exact",
+            "last_heard_s": 0.0,
+        }
         assert full["b"]["cached_tokens"] == 10 and full["c"]["cached_tokens"] == 24
         assert "d" not in full and expected(served, PROMPT, "tenant")["d"]["cached_tokens"] == 24
         url = served.url + "/v1/match"
@@ -188,6 +200,7 @@ async def test_block_hashes_answer_as_tokens_for_their_page_size(tmp_path: Path)
                         "cached_tokens": None,
                         "usable_tokens": None,
                         "state": "page_size_mismatch",
+                        "last_heard_s": 0.0,
                     }
                     hashes = a.hashes(token_ids, extra_key)
                     got = await client.match_hashes(hashes, 2)
@@ -216,6 +229,7 @@ async def test_batches_are_answered_in_order(tmp_path: Path) -> None:
             "cached_tokens": None,
             "usable_tokens": None,
             "state": "page_size_mismatch",
+            "last_heard_s": 0.0,
         }
         wants.append(hashed_want)
         async with AsyncRoutingClient(served.url) as client:
