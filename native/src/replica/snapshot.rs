@@ -282,18 +282,30 @@ fn read_replica(reader: &mut Reader<'_>) -> Result<Replica, SnapshotError> {
 
 /// The arrays fit together: every slot named is in range, free slots are exactly the ones
 /// marked free, the index names each live slot, and the counts agree.
+///
+/// Liveness is read from a bitmap of the slots (one bit each, built in one pass over the
+/// blocks), so checking the parents, the free list and the index (whose slots come in hash
+/// order) touches that small bitmap at random, not the block array.
 fn check_table(table: &BlockTable) -> Result<(), String> {
     let blocks = &table.blocks;
     let slots = blocks.len();
+    let mut live_slots = vec![0u64; slots.div_ceil(64)];
+    for (slot, block) in blocks.iter().enumerate() {
+        if block.parent != FREE {
+            live_slots[slot / 64] |= 1 << (slot % 64);
+        }
+    }
+    let is_live = |slot: u32| {
+        let slot = slot as usize;
+        slot < slots && live_slots[slot / 64] & (1 << (slot % 64)) != 0
+    };
     let mut live = 0usize;
     let mut tombstones = 0u64;
     for block in blocks {
         if block.parent == FREE {
             continue;
         }
-        if block.parent != NO_PARENT
-            && (block.parent as usize >= slots || blocks[block.parent as usize].parent == FREE)
-        {
+        if block.parent != NO_PARENT && !is_live(block.parent) {
             return Err(format!("parent slot {} is not a block", block.parent));
         }
         if block.state & !TOMBSTONE >= 1 << 30 {
@@ -309,16 +321,11 @@ fn check_table(table: &BlockTable) -> Result<(), String> {
         || table
             .free
             .iter()
-            .any(|&slot| slot as usize >= slots || blocks[slot as usize].parent != FREE)
+            .any(|&slot| slot as usize >= slots || is_live(slot))
     {
         return Err("free slots do not match the blocks".to_owned());
     }
-    if table.index.len() != live
-        || table
-            .index
-            .slots()
-            .any(|slot| slot as usize >= slots || blocks[slot as usize].parent == FREE)
-    {
+    if table.index.len() != live || table.index.slots().any(|slot| !is_live(slot)) {
         return Err("index does not match the blocks".to_owned());
     }
     Ok(())
