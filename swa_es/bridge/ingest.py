@@ -464,6 +464,10 @@ class Bridge:
     # --- epochs -------------------------------------------------------------------------------
 
     async def _step(self) -> None:
+        if self._publisher is not None and self.mirror.meta_stale:
+            # The engine's events changed how its batches read (it began reporting SWA
+            # residency): a new epoch, opened with the mirror's snapshot, carries the new meta.
+            await self._close_publisher()
         if self._publisher is None:
             if not self.mirror.page_size and self.page_size is None:
                 return  # nothing stored yet: the epoch opens once the block size is known

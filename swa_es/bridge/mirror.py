@@ -8,10 +8,14 @@ event into our events, so ``PrefixIndex.match`` finds an engine's blocks from to
 Pages carrying vLLM extra keys a token-only query cannot know (multimodal items, salts,
 embeddings) are chained with those keys too, so no query ever matches them by tokens alone.
 
-The engine says nothing about sliding-window residency, so every block is "resident" here and
-the epoch's meta says ``"swa_events": false`` (``PrefixIndex`` then reports usable lengths as
-unknown). A ``Publisher`` drives it like any cache: ``take_events``, ``snapshot_events``,
-``state_digest``.
+SWA residency. A plain engine says nothing about sliding-window residency: every block is
+"resident" here and the epoch's meta says ``"swa_events": false`` with the reason in
+``"swa_residency"`` (``PrefixIndex`` then reports usable lengths as unknown). An engine that does
+report it (``EngineSWAResidency`` events: sglang with ``swa_es.integrations.sglang``) has its
+tombstones and restores turned into ``BlockSWAEvicted`` / ``BlockSWARestored``, and from its
+first such event on the meta says ``"swa_events": true`` with the engine's window
+(``meta_stale`` tells the bridge to open an epoch with the new meta). A ``Publisher`` drives it
+like any cache: ``take_events``, ``snapshot_events``, ``state_digest``.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from cache.events import (
     BatchMeta,
     BlockRemoved,
     BlockStored,
+    BlockSWAEvicted,
+    BlockSWARestored,
     Event,
     StateDigest,
     digest_to_block_hash,
@@ -47,11 +53,25 @@ TRACKED_MEDIA: Final = frozenset({None, "GPU"})
 """Storage tiers the mirror follows; offload tiers (CPU, disk, ...) are not what a prefix
 match on the engine can reuse."""
 FULL_ATTENTION_KINDS: Final = frozenset({"full_attention", "mla_attention", "sink_full_attention"})
+SWA_RESIDENCY_EVENTS: Final = "events"
+"""``meta.swa_residency`` of a source whose stream reports SWA residency."""
+NO_RESIDENCY_YET: Final = (
+    "none: the engine has reported no SWA residency (no SWA residency event in this epoch)"
+)
 _OPAQUE_TAG: Final = b"swa-es/engine-extra-keys\x00"
 
 
 class MirrorError(Exception):
-    """An engine event the mirror cannot translate without guessing (the source is lost)."""
+    """An engine event the mirror cannot translate without guessing (the source is lost).
+
+    ``field`` names the part of the event that does not fit (``group_idx``,
+    ``kv_cache_spec_sliding_window``, ``block_hashes[3]``, ...), ``reason`` says why.
+    """
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
 
 
 @dataclass(slots=True)
@@ -61,6 +81,8 @@ class _Block:
     parent: BlockKey | None
     our_parent: int | None
     tokens: tuple[int, ...]
+    resident: bool = True
+    children: int = 0
 
 
 @dataclass(slots=True)
@@ -87,6 +109,8 @@ class MirrorCache:
         self._window: int | None = None
         self._group: int | None = None
         self._group_known = False
+        self._rule_window: int | None = None
+        self._published_meta: BatchMeta | None = None
         self.counters = MirrorCounters()
 
     # --- PublishedCache ---------------------------------------------------------------------
@@ -98,8 +122,8 @@ class MirrorCache:
 
     @property
     def sliding_window_size(self) -> int:
-        """The window vLLM reported for the tracked group (0: unknown; sglang does not say)."""
-        return self._window or 0
+        """The window the engine reported (0: unknown; plain sglang does not say)."""
+        return self._rule_window or self._window or 0
 
     def take_events(self) -> list[Event]:
         """Our events since the last call."""
@@ -107,9 +131,10 @@ class MirrorCache:
         return events
 
     def snapshot_events(self) -> list[Event]:
-        """Every block as ``BlockStored``, parents before children (insertion order)."""
+        """Every block as ``BlockStored``, parents before children (insertion order), then one
+        ``BlockSWAEvicted`` naming every tombstone."""
         size = self.page_size
-        return [
+        events: list[Event] = [
             BlockStored(
                 block_hashes=(block.our_hash,),
                 parent_block_hash=block.our_parent,
@@ -118,9 +143,13 @@ class MirrorCache:
             )
             for block in self._blocks.values()
         ]
+        tombstones = tuple(block.our_hash for block in self._blocks.values() if not block.resident)
+        if tombstones:
+            events.append(BlockSWAEvicted(block_hashes=tombstones))
+        return events
 
     def state_digest(self) -> str:
-        """The digest a replica of these blocks has (every block SWA-resident)."""
+        """The digest a replica of these blocks has."""
         return self._digest.hexdigest()
 
     # --- reading ----------------------------------------------------------------------------
@@ -133,41 +162,74 @@ class MirrorCache:
         block = self._blocks.get(engine_hash)
         return None if block is None else block.our_hash
 
+    def resident(self, engine_hash: BlockKey) -> bool | None:
+        """Whether a held engine block keeps its SWA KV (None when not held)."""
+        block = self._blocks.get(engine_hash)
+        return None if block is None else block.resident
+
+    @property
+    def swa_residency(self) -> str:
+        """``"events"`` when the engine reports SWA residency, else ``"none: <reason>"``."""
+        return SWA_RESIDENCY_EVENTS if self._rule_window is not None else NO_RESIDENCY_YET
+
     def meta(self, page_size: int | None = None) -> BatchMeta:
         """The epoch meta of a bridged source (``page_size`` when none was learned yet).
 
-        ``swa_events: false`` makes consumers report SWA-usable lengths as unknown; the window
-        is the one vLLM reported, else the page size as a placeholder that such consumers never
-        use (``sliding_window_known`` says which). An unknown epoch opened before any block was
-        seen carries page size 1 (``page_size_known`` false); followers never apply it.
+        With SWA residency reported, ``swa_events`` is true and ``sliding_window_size`` is the
+        window the SWA rule of docs/design.md §3 applies to this source. Without,
+        ``swa_events: false`` makes consumers report SWA-usable lengths as unknown
+        (``swa_residency`` says why); the window is then the one vLLM reported, else the page
+        size as a placeholder that such consumers never use (``sliding_window_known`` says
+        which). An unknown epoch opened before any block was seen carries page size 1
+        (``page_size_known`` false); followers never apply it. The meta returned is the one
+        ``meta_stale`` compares with.
         """
         size = self._page_size or page_size
-        return BatchMeta(
+        swa = self._rule_window is not None
+        meta = BatchMeta(
             page_size=size or 1,
-            sliding_window_size=self._window or size or 1,
+            sliding_window_size=self._rule_window or self._window or size or 1,
             digest_alg=DIGEST_ALGORITHM,
-            swa_events=False,
+            swa_events=swa,
             device=self.device,
             producer="swa-es bridge",
             extra={
-                "sliding_window_known": self._window is not None,
+                "sliding_window_known": swa or self._window is not None,
                 "page_size_known": size is not None,
+                "swa_residency": self.swa_residency,
             },
+        )
+        self._published_meta = meta
+        return meta
+
+    @property
+    def meta_stale(self) -> bool:
+        """Whether the engine's events changed how its batches must be read (it reported SWA
+        residency since ``meta()`` was last taken): the bridge opens a new epoch."""
+        published = self._published_meta
+        if published is None:
+            return False
+        return (
+            published.swa_events != (self._rule_window is not None)
+            or published.extra.get("swa_residency") != self.swa_residency
         )
 
     # --- applying engine events -------------------------------------------------------------
 
     def clear(self) -> None:
-        """Forget every block (emits ``AllBlocksCleared``)."""
+        """Forget every block (emits ``AllBlocksCleared``); the engine's window is kept."""
         self._blocks.clear()
         self._digest.clear()
         self._events.append(AllBlocksCleared())
 
     def reset(self) -> None:
-        """Forget every block and every pending event, silently (a new engine run)."""
+        """Forget every block, every pending event and the SWA window (a new engine run, or a
+        new epoch after the state was lost); the page size and the tracked group stay."""
         self._blocks.clear()
         self._digest.clear()
         self._events.clear()
+        self._rule_window = None
+        self._published_meta = None
 
     def apply(self, event: EngineEvent) -> None:
         """Translate one engine event; ``MirrorError`` when it cannot be done exactly."""
@@ -179,7 +241,7 @@ class MirrorCache:
             case EngineCleared():
                 self.clear()
             case EngineSWAResidency():
-                raise MirrorError("SWA residency events are not followed yet")
+                self._residency(event)
 
     def _tracked_group(self, group_idx: int | None, kind: str | None) -> bool:
         if group_idx is None:
@@ -211,7 +273,9 @@ class MirrorCache:
         else:
             parent = self._blocks.get(parent_key)
             if parent is None:
-                raise MirrorError(f"BlockStored names parent {parent_key!r}, which is not held")
+                raise MirrorError(
+                    "parent_block_hash", f"BlockStored names parent {parent_key!r}, not held"
+                )
             prior, our_parent = parent.digest, parent.our_hash
         new_hashes: list[int] = []
         new_tokens: list[int] = []
@@ -224,15 +288,18 @@ class MirrorCache:
                 self.counters.opaque_blocks += 1
             held = self._blocks.get(key)
             if held is not None:
+                where = f"block_hashes[{index}]"
                 if held.digest != digest:
-                    raise MirrorError(f"BlockStored re-stores block {key!r} with other content")
+                    raise MirrorError(where, f"BlockStored re-stores {key!r} with other content")
                 self.counters.repeated_stores += 1
                 if new_hashes:
-                    raise MirrorError(f"BlockStored stores held block {key!r} below a new one")
+                    raise MirrorError(where, f"BlockStored stores held {key!r} below a new one")
                 first_parent = held.our_hash
             else:
                 our_hash = digest_to_block_hash(digest)
                 self._blocks[key] = _Block(our_hash, digest, parent_key, our_parent, tokens)
+                if parent_key is not None:
+                    self._blocks[parent_key].children += 1
                 self._digest.add(our_hash, our_parent, True)
                 new_hashes.append(our_hash)
                 new_tokens.extend(tokens)
@@ -255,14 +322,69 @@ class MirrorCache:
         if event.group_idx is not None and event.group_idx != self._group:
             self.counters.other_group += 1
             return
+        self._check_removable(event.block_hashes)
         removed: list[int] = []
         for key in event.block_hashes:
-            block = self._blocks.pop(key, None)
-            if block is None:
-                raise MirrorError(f"BlockRemoved names block {key!r}, which is not held")
-            self._digest.remove(block.our_hash, block.our_parent, True)
+            block = self._blocks.pop(key)
+            if block.parent is not None and block.parent in self._blocks:
+                self._blocks[block.parent].children -= 1
+            self._digest.remove(block.our_hash, block.our_parent, block.resident)
             removed.append(block.our_hash)
         self._events.append(BlockRemoved(block_hashes=tuple(removed)))
+
+    def _check_removable(self, keys: tuple[BlockKey, ...]) -> None:
+        """Every block held, and none keeps a child outside ``keys`` (a replica holds no
+        orphan): checked before anything changes."""
+        leaving = set(keys)
+        children_leaving: dict[BlockKey, int] = {}
+        for index, key in enumerate(keys):
+            block = self._blocks.get(key)
+            if block is None:
+                raise MirrorError(f"block_hashes[{index}]", f"BlockRemoved names {key!r}, not held")
+            if block.parent in leaving:
+                children_leaving[block.parent] = children_leaving.get(block.parent, 0) + 1
+        for index, key in enumerate(keys):
+            if self._blocks[key].children != children_leaving.get(key, 0):
+                raise MirrorError(
+                    f"block_hashes[{index}]", f"BlockRemoved removes {key!r} below held blocks"
+                )
+
+    # --- SWA residency ----------------------------------------------------------------------
+
+    def declare_window(self, window: int, field: str) -> None:
+        """The window (tokens) the SWA rule applies to this source; one per epoch, so a
+        different one is a ``MirrorError`` naming ``field``."""
+        if type(window) is not int or window <= 0:
+            raise MirrorError(field, f"expected a positive window, got {window!r}")
+        if self._rule_window is None:
+            self._rule_window = window
+        elif window != self._rule_window:
+            raise MirrorError(
+                field, f"window {window} differs from {self._rule_window} earlier in this epoch"
+            )
+
+    def set_residency(self, keys: tuple[BlockKey, ...], resident: bool, field: str) -> None:
+        """Tombstone (``resident`` False) or restore held blocks; one event for those that
+        change. ``MirrorError`` naming ``field[i]`` for a block not held, before any change."""
+        blocks: list[_Block] = []
+        for index, key in enumerate(keys):
+            block = self._blocks.get(key)
+            if block is None:
+                raise MirrorError(f"{field}[{index}]", f"block {key!r} is not held")
+            blocks.append(block)
+        changed: list[int] = []
+        for block in blocks:
+            if block.resident != resident:
+                block.resident = resident
+                self._digest.set_residency(block.our_hash, block.our_parent, resident)
+                changed.append(block.our_hash)
+        if changed:
+            kind = BlockSWARestored if resident else BlockSWAEvicted
+            self._events.append(kind(block_hashes=tuple(changed)))
+
+    def _residency(self, event: EngineSWAResidency) -> None:
+        self.declare_window(event.sliding_window_size, "sliding_window_size")
+        self.set_residency(event.block_hashes, event.resident, "block_hashes")
 
 
 def _page_digest(prior: bytes, tokens: tuple[int, ...], extra: Any) -> bytes:
