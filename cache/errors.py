@@ -1,9 +1,22 @@
-"""The cache's errors: one base, so a caller can catch everything the cache raises at once."""
+"""The project's root error, ``SwaEsError``, and the cache's errors.
+
+Every error class of the four packages derives from ``SwaEsError`` (also importable as
+``swa_es.SwaEsError``), so a caller can catch everything the project raises on purpose at once;
+each package's own base (``CacheError``, ``log.LogError``, ``consumers.ConsumerError``,
+``swa_es.PublisherError``, ...) narrows that down. This module imports nothing, so every package
+may import it: it is the one module of ``cache`` that ``log`` and ``swa_es.client`` import
+(docs/design.md §2; the import-linter contracts in pyproject.toml keep it a leaf).
+"""
 
 from __future__ import annotations
 
 
-class CacheError(Exception):
+class SwaEsError(Exception):
+    """Base of every error swa-es raises on purpose (its subclasses may also derive from the
+    built-in they refine, e.g. ``ValueError``)."""
+
+
+class CacheError(SwaEsError):
     """Base of every error the cache raises on purpose."""
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from cache.errors import SwaEsError
 
-class LogError(Exception):
+
+class LogError(SwaEsError):
     """Base class of every log error."""
 
     retriable: bool = False

@@ -5,6 +5,7 @@ The public face: ``Publisher`` (cache events -> ordered batches -> durable log) 
 ``log``, followers and views in ``consumers``. Importing this package does not import torch.
 """
 
+from cache.errors import SwaEsError
 from swa_es.publish.batching import PublishedCache
 from swa_es.publish.config import PublisherConfig
 from swa_es.publish.errors import PublisherClosedError, PublisherError, PublisherFailedError
@@ -13,6 +14,7 @@ from swa_es.publish.overflow import Backpressure, OverflowPolicy
 from swa_es.publish.publisher import Publisher
 
 __all__ = [
+    "SwaEsError",
     "Publisher",
     "PublisherConfig",
     "PublishedCache",

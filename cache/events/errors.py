@@ -3,8 +3,10 @@ shared with its pure-Python reference, the recorder's and the replica store's.""
 
 from __future__ import annotations
 
+from cache.errors import SwaEsError
 
-class DecodeError(ValueError):
+
+class DecodeError(SwaEsError, ValueError):
     """A record is not a valid event batch; ``field`` names the offending part (``""``: whole)."""
 
     def __init__(self, field: str, reason: str) -> None:
@@ -16,12 +18,12 @@ class DecodeError(ValueError):
         return (type(self), (self.field, self.reason))
 
 
-class EventRecorderError(RuntimeError):
+class EventRecorderError(SwaEsError, RuntimeError):
     """The recorded ops do not fit the recorder's node table (the tree and its recorder
     disagree: a bug). Retrying cannot help; the recorder refuses every later read."""
 
 
-class ReplicaConsistencyError(ValueError):
+class ReplicaConsistencyError(SwaEsError, ValueError):
     """An event does not fit a source's replica; the failing event changed nothing."""
 
     def __init__(self, source: str, reason: str) -> None:
@@ -30,7 +32,7 @@ class ReplicaConsistencyError(ValueError):
         super().__init__(f"source {source!r}: {reason}")
 
 
-class ReplicaSnapshotError(ValueError):
+class ReplicaSnapshotError(SwaEsError, ValueError):
     """Bytes that are not a replica snapshot this build can load (corrupt, foreign, truncated)."""
 
     def __init__(self, reason: str) -> None:

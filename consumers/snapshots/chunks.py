@@ -22,6 +22,7 @@ from typing import Any, Final
 import crc32c
 import orjson
 
+from cache.errors import SwaEsError
 from log import Position
 
 CHUNK_MAGIC: Final = b"SWAECHNK"
@@ -35,7 +36,7 @@ _KEY: Final = re.compile(
 )
 
 
-class ChunkError(ValueError):
+class ChunkError(SwaEsError, ValueError):
     """A chunk or manifest record that does not check out (``reason`` says why)."""
 
     def __init__(self, reason: str) -> None:

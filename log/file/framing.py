@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import crc32c
 
+from cache.errors import SwaEsError
+
 FRAME_HEADER = struct.Struct("<II")
 BODY_HEADER = struct.Struct("<QdH")
 OFFSET_FIELD = struct.Struct("<Q")
@@ -30,11 +32,11 @@ MAX_BODY_BYTES = 2**32 - 1
 a smaller limit on a later open never makes older records look damaged."""
 
 
-class FrameIncompleteError(Exception):
+class FrameIncompleteError(SwaEsError):
     """The buffer ends inside the frame: more bytes may still arrive (or a torn write)."""
 
 
-class FrameInvalidError(Exception):
+class FrameInvalidError(SwaEsError):
     """The frame is complete but fails a check; ``reason`` says which."""
 
     def __init__(self, reason: str) -> None:

@@ -11,6 +11,7 @@ import logging
 import os
 from pathlib import Path
 
+from cache.errors import SwaEsError
 from log.file.index import ENTRY, parse_index
 
 logger = logging.getLogger(__name__)
@@ -56,7 +57,7 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-class ShortWriteError(OSError):
+class ShortWriteError(SwaEsError, OSError):
     """A write failed after ``written`` of its bytes reached the file (``errno`` is the cause's)."""
 
     def __init__(self, cause: OSError, written: int) -> None:
@@ -65,7 +66,7 @@ class ShortWriteError(OSError):
         self.written = written
 
 
-class SyncError(Exception):
+class SyncError(SwaEsError):
     """fdatasync failed: what reached the disk is unknown, so the writer must not go on.
 
     Deliberately not an ``OSError``, so no caller mistakes it for a write that can be undone.

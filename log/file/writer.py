@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from cache.errors import SwaEsError
 from log.errors import LogDiskFullError, LogWriteError
 from log.file.index import IndexBuilder
 from log.file.segment import (
@@ -58,7 +59,7 @@ def mount_point_of(directory: Path) -> str:
     return str(path)
 
 
-class RewoundWriteError(Exception):
+class RewoundWriteError(SwaEsError):
     """A write failed part-way and was cut back: its first ``kept_frames`` frames are on disk,
     the rest are not. ``for_call`` builds the public error for one append call."""
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from cache.errors import SwaEsError
+
 EXTRA_OF_MODULE: Final[dict[str, str]] = {
     "torch": "cache",
     "aiokafka": "kafka",
@@ -23,7 +25,7 @@ EXTRA_OF_MODULE: Final[dict[str, str]] = {
 """Top-level module name -> the extra (``pip install 'swa-es[EXTRA]'``) that installs it."""
 
 
-class MissingExtraError(Exception):
+class MissingExtraError(SwaEsError):
     """A command needs a module of an optional extra that is not installed."""
 
     def __init__(self, module: str, extra: str) -> None:

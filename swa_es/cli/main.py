@@ -17,6 +17,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Final, NoReturn
 
+from cache.errors import SwaEsError
 from swa_es.cli.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
 from swa_es.cli.extras import MissingExtraError, missing_extra
 from swa_es.cli.values import SettingError
@@ -35,7 +36,7 @@ COMMANDS: Final[tuple[str, ...]] = (
 """The command modules (``swa_es.cli.<name>``), in the order ``--help`` lists them."""
 
 
-class UsageError(Exception):
+class UsageError(SwaEsError):
     """Bad command-line usage (argparse's complaints, made one line)."""
 
 

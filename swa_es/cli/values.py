@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Final
 from urllib.parse import urlsplit
 
+from cache.errors import SwaEsError
 from log.position import Position
 
 DEVICES: Final = ("cpu", "cuda")
@@ -18,7 +19,7 @@ _TRUE: Final = frozenset({"1", "true", "yes", "on"})
 _FALSE: Final = frozenset({"0", "false", "no", "off", ""})
 
 
-class SettingError(ValueError):
+class SettingError(SwaEsError, ValueError):
     """A flag or ``SWA_ES_*`` variable has a bad value; ``what`` names where it came from."""
 
     def __init__(self, what: str, reason: str) -> None:

@@ -19,6 +19,7 @@ from types import TracebackType
 from typing import Any, Final, Self
 from urllib.parse import urlsplit
 
+from cache.errors import SwaEsError
 from swa_es.client.answers import (
     BatchReply,
     MatchAnswer,
@@ -40,7 +41,7 @@ from swa_es.client.wire import (
 DEFAULT_TIMEOUT_S: Final = 5.0
 
 
-class RoutingError(Exception):
+class RoutingError(SwaEsError):
     """The routing API refused a request: ``status`` and the server's ``message``."""
 
     def __init__(self, status: int, message: str) -> None:
@@ -53,7 +54,7 @@ class RoutingUnavailableError(RoutingError):
     """The follower cannot answer yet (503: restoring)."""
 
 
-class RoutingConnectionError(Exception):
+class RoutingConnectionError(SwaEsError):
     """The routing API could not be reached, or the connection failed mid-request."""
 
 

@@ -18,12 +18,14 @@ from typing import Final
 
 import httptools
 
+from cache.errors import SwaEsError
+
 RECV_BYTES: Final = 64 * 1024
 """Bytes asked of each ``recv`` (kept under malloc's mmap threshold: a larger buffer may be
 mapped and unmapped on every call)."""
 
 
-class ConnectionClosedError(ConnectionError):
+class ConnectionClosedError(SwaEsError, ConnectionError):
     """The server closed the connection; ``replied`` says whether any reply byte had come
     (when none had, on a reused connection, the request may be sent again)."""
 
@@ -32,7 +34,7 @@ class ConnectionClosedError(ConnectionError):
         self.replied = replied
 
 
-class BadReplyError(ConnectionError):
+class BadReplyError(SwaEsError, ConnectionError):
     """The server's reply is not HTTP/1.1 the parser reads."""
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from cache.errors import SwaEsError
 from swa_es.publish.batching import PublishedCache
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ class CacheConfig:
     device: str
 
 
-class DeviceUnavailableError(ValueError):
+class DeviceUnavailableError(SwaEsError, ValueError):
     """The cache's torch device does not exist on this machine (e.g. cuda without a GPU)."""
 
 

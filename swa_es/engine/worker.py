@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from cache.errors import SwaEsError
+
 if TYPE_CHECKING:
     from cache import SWARadixCache
     from swa_es.engine.workload import ChatRequest
@@ -39,7 +41,7 @@ class ServeOutcome:
     swa_evicted_tokens: int
 
 
-class CacheFullError(RuntimeError):
+class CacheFullError(SwaEsError, RuntimeError):
     """The pools cannot hold a request even after evicting everything unlocked."""
 
     def __init__(

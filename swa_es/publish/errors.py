@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from cache.errors import SwaEsError
 
-class PublisherError(Exception):
+
+class PublisherError(SwaEsError):
     """Base class of the publisher's own errors."""
 
 

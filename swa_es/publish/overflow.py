@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from cache.errors import SwaEsError
+
 
 class OverflowPolicy(StrEnum):
     """The choice a full publisher queue makes; never a silent drop.
@@ -26,7 +28,7 @@ class OverflowPolicy(StrEnum):
             raise ValueError(f"overflow: expected one of {names}, got {value!r}") from None
 
 
-class Backpressure(Exception):  # noqa: N818 -- the contract name (docs/design.md §6), not an *Error
+class Backpressure(SwaEsError):  # noqa: N818 -- the contract name (docs/design.md §6), not an *Error
     """The publisher's queue is full under the ``block`` policy; ``await pub.wait_ready()``.
 
     Raised before any event is taken from the cache, so retrying ``step()`` later loses nothing.

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from cache.errors import SwaEsError
 from cache.events import (
     AllBlocksCleared,
     BlockRemoved,
@@ -26,7 +27,7 @@ from cache.events import (
 )
 
 
-class BlockModelError(AssertionError):
+class BlockModelError(SwaEsError, AssertionError):
     """An event a correct stream could not contain (named block, what is wrong)."""
 
 
