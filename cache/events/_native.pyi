@@ -146,6 +146,9 @@ class ReplicaStore:
     def match_into(
         self, token_ids: Sequence[int], extra_key: str | None, result_type: type[_M]
     ) -> dict[str, _M]: ...
+    def match_hashes_into(
+        self, block_hashes: list[int], page_size: int, result_type: type[_M]
+    ) -> dict[str, _M]: ...
 
 @final
 class ReplayCursors:

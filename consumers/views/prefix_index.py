@@ -102,3 +102,14 @@ class PrefixIndex:
     ) -> dict[str, PrefixMatch]:
         """Per source, the held and the SWA-usable prefix lengths of ``token_ids``."""
         return self._replicas.store.match_into(token_ids, extra_key, PrefixMatch)
+
+    def match_hashes(self, block_hashes: Sequence[int], page_size: int) -> dict[str, PrefixMatch]:
+        """``match`` for a prompt given as the block hashes of its pages of ``page_size`` tokens
+        (chained as docs/design.md §4 says; a namespace is in the hashes already), walked without
+        hashing. Sources of another page size are absent (their blocks are other pages);
+        ``ValueError`` for a page size below 1 or a hash that is not a signed 64-bit int."""
+        store = self._replicas.store
+        try:
+            return store.match_hashes_into(list(block_hashes), page_size, PrefixMatch)
+        except OverflowError:
+            raise ValueError("block_hashes: every hash must be a signed 64-bit int") from None

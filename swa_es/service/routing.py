@@ -26,12 +26,10 @@ fresh answer from a stale one.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from enum import Enum
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from cache.events import chain_block_hashes, namespace_prior
-from consumers import Follower
+from consumers import Follower, PrefixMatch
 from consumers.follower import SourceLiveness
 from swa_es.service.match_query import HashQuery, Query
 from swa_es.service.views import StandardViews
@@ -47,7 +45,6 @@ PAGE_SIZE_MISMATCH: Final = "page_size_mismatch"
 SourceAnswers = dict[str, dict[str, Any]]
 Lengths = tuple[int | None, int | None]
 """A source's cached and usable tokens before liveness is applied."""
-_NO_NAMESPACE: Final = namespace_prior(None)
 _MISMATCH: Final[Lengths] = (-1, -1)
 """The lengths of a source whose pages are of another size (never real lengths)."""
 _UNKNOWN: Final[Lengths] = (None, None)
@@ -73,12 +70,15 @@ class _Liveness:
         return DEGRADED if self.lagging else EXACT
 
 
-class _Kind(Enum):
-    """How a source takes part in a match by block hashes."""
-
-    WALK = "walk"
-    UNKNOWN = "unknown"
-    OTHER_PAGE_SIZE = "other_page_size"
+def _lengths(found: Mapping[str, PrefixMatch]) -> dict[str, Lengths]:
+    """Native matches as lengths. The native match shares one instance between sources with
+    equal answers: each distinct one is converted once, then the sources are mapped onto them
+    in C (no Python per source)."""
+    matches = list(found.values())
+    ids = list(map(id, matches))
+    distinct = dict(zip(ids, matches, strict=True))
+    converted = {key: (m.full_tokens, m.swa_tokens) for key, m in distinct.items()}
+    return dict(zip(found, map(converted.__getitem__, ids), strict=True))
 
 
 class FollowerRouting:
@@ -92,7 +92,7 @@ class FollowerRouting:
         self.degraded_lag_records = degraded_lag_records
         self._as_of_key: tuple[int, ...] | None = None
         self._kinds_key: tuple[int, ...] | None = None
-        self._kinds: dict[str, _Kind] = {}
+        self._other_sizes: list[str] = []
         self._as_of: dict[str, Any] = {}
 
     def liveness(self) -> _Liveness:
@@ -137,63 +137,15 @@ class FollowerRouting:
         return self._finish(self._match_lengths(token_ids, extra_key))
 
     def _match_lengths(self, token_ids: Sequence[int], extra_key: str | None) -> dict[str, Lengths]:
-        found = self.views.prefix.match(token_ids, extra_key)
-        # The native match shares one instance between sources with equal answers: convert
-        # each distinct one once, then map the sources onto them in C (no Python per source).
-        matches = list(found.values())
-        ids = list(map(id, matches))
-        distinct = dict(zip(ids, matches, strict=True))
-        converted = {key: (m.full_tokens, m.swa_tokens) for key, m in distinct.items()}
-        return dict(zip(found, map(converted.__getitem__, ids), strict=True))
+        return _lengths(self.views.prefix.match(token_ids, extra_key))
 
     def match_hashes(self, block_hashes: Sequence[int], page_size: int) -> SourceAnswers:
-        """``match`` for a prompt given as the chained block hashes of its pages.
-
-        The native index walks tokens, so the prompt's tokens are read back from the replicas
-        holding its pages and hashed again: when they give exactly these hashes (a prompt
-        without a namespace), the native token walk answers, which walks the same hashes. When
-        they do not (a namespaced prompt), ``walk_hashes`` answers, source by source.
-        """
-        kinds = self._source_kinds(page_size)
-        tokens = self._tokens_of(block_hashes, page_size, kinds)
-        if tokens is None:
-            return self.walk_hashes(block_hashes, page_size)
-        found = self._match_lengths(tokens, None) if tokens else {}
-        for source, kind in kinds.items():
-            if kind is _Kind.OTHER_PAGE_SIZE:
-                found[source] = _MISMATCH
-            elif kind is _Kind.UNKNOWN:
-                found[source] = _UNKNOWN
-        return self._finish(found)
-
-    def walk_hashes(self, block_hashes: Sequence[int], page_size: int) -> SourceAnswers:
-        """``match_hashes`` by a walk over each source's blocks: a page held as a tombstone
-        counts for the held length and limits the usable one by the SWA rule, as in the native
-        walk. One lookup per source and page."""
-        replicas = self.views.replicas
-        store = replicas.store
-        found: dict[str, Lengths] = {}
-        for source, kind in self._source_kinds(page_size).items():
-            if kind is _Kind.UNKNOWN:
-                found[source] = _UNKNOWN
-                continue
-            if kind is _Kind.OTHER_PAGE_SIZE:
-                found[source] = _MISMATCH
-                continue
-            meta = replicas.meta_of(source)
-            assert meta is not None
-            swa = SwaTrack(meta.sliding_window_size, page_size)
-            pages = 0
-            for block_hash in block_hashes:
-                resident = store.residency(source, block_hash)
-                if resident is None:
-                    break
-                if not resident:
-                    swa.tombstone(pages)
-                pages += 1
-            if pages:
-                usable = swa.usable(pages) * page_size if meta.swa_events else None
-                found[source] = (pages * page_size, usable)
+        """``match`` for a prompt given as the chained block hashes of its pages of
+        ``page_size`` tokens: the native index walks the hashes as given, with no hashing. A
+        source holding pages of another size answers ``PAGE_SIZE_MISMATCH``."""
+        found = _lengths(self.views.prefix.match_hashes(block_hashes, page_size))
+        for source in self._other_page_sizes(page_size):
+            found[source] = _MISMATCH
         return self._finish(found)
 
     def _state_key(self) -> tuple[int, ...]:
@@ -201,60 +153,23 @@ class FollowerRouting:
         metrics = self.follower.metrics
         return (metrics.records_read, metrics.divergences, id(self.follower.cursors))
 
-    def _source_kinds(self, page_size: int) -> dict[str, _Kind]:
-        """Per source holding blocks: whether a walk of pages of ``page_size`` applies (kept
+    def _other_page_sizes(self, page_size: int) -> list[str]:
+        """The trusted sources holding blocks of another page size than ``page_size`` (kept
         until the follower's state changes)."""
         key = (*self._state_key(), page_size)
         if key != self._kinds_key:
-            self._kinds = self._read_source_kinds(page_size)
+            replicas = self.views.replicas
+            store = replicas.store
+            self._other_sizes = [
+                source
+                for source in store.sources()
+                if store.diverged(source) is None
+                and store.block_count(source)
+                and (meta := replicas.meta_of(source)) is not None
+                and meta.page_size != page_size
+            ]
             self._kinds_key = key
-        return self._kinds
-
-    def _read_source_kinds(self, page_size: int) -> dict[str, _Kind]:
-        replicas = self.views.replicas
-        store = replicas.store
-        kinds: dict[str, _Kind] = {}
-        for source in store.sources():
-            if store.diverged(source) is not None:
-                kinds[source] = _Kind.UNKNOWN
-            elif store.block_count(source):
-                meta = replicas.meta_of(source)
-                if meta is None:
-                    kinds[source] = _Kind.UNKNOWN
-                elif meta.page_size != page_size:
-                    kinds[source] = _Kind.OTHER_PAGE_SIZE
-                else:
-                    kinds[source] = _Kind.WALK
-        return kinds
-
-    def _tokens_of(
-        self, block_hashes: Sequence[int], page_size: int, kinds: dict[str, _Kind]
-    ) -> list[int] | None:
-        """The tokens of the leading pages some source holds, read back from the replicas;
-        None when they do not hash to ``block_hashes`` without a namespace."""
-        store = self.views.replicas.store
-        holders = [source for source, kind in kinds.items() if kind is _Kind.WALK]
-        tokens: list[int] = []
-        if not holders:
-            return tokens
-        current = holders[0]
-        for block_hash in block_hashes:
-            found = store.block(current, block_hash)
-            if found is None:
-                for source in holders:
-                    found = store.block(source, block_hash)
-                    if found is not None:
-                        current = source
-                        break
-                else:
-                    break
-            page = found[1]
-            if len(page) != page_size:
-                return None
-            tokens.extend(page)
-        pages = len(tokens) // page_size
-        rehashed = chain_block_hashes(_NO_NAMESPACE, tokens, page_size)
-        return tokens if rehashed == list(block_hashes[:pages]) else None
+        return self._other_sizes
 
     def answer(self, query: Query) -> SourceAnswers:
         """The per-source answers to one query of either form."""
@@ -315,30 +230,3 @@ class FollowerRouting:
             source: live.state(source, source in diverged)
             for source in self.follower.cursors.sources()
         }
-
-
-class SwaTrack:
-    """The SWA rule for one source fed only its tombstones, as the native walk applies it.
-
-    After a tombstone at page ``t``, a prefix of ``p`` pages is usable again once
-    ``p >= t + 1 + ceil(window / page_size)``; before the first tombstone every prefix is.
-    """
-
-    __slots__ = ("_last_tombstone", "_pages_needed", "_usable_before")
-
-    def __init__(self, window: int, page_size: int) -> None:
-        self._pages_needed = -(-window // page_size)
-        self._last_tombstone: int | None = None
-        self._usable_before = 0
-
-    def usable(self, pages: int) -> int:
-        """The longest usable prefix (in pages) of the first ``pages`` pages."""
-        last = self._last_tombstone
-        if last is None or pages >= last + 1 + self._pages_needed:
-            return pages
-        return self._usable_before
-
-    def tombstone(self, page: int) -> None:
-        """Page ``page`` (0-based) is held as a tombstone."""
-        self._usable_before = self.usable(page)
-        self._last_tombstone = page

@@ -213,14 +213,13 @@ async def test_degraded_while_the_follower_lags() -> None:
 
 
 async def test_every_match_form_carries_the_state() -> None:
-    """Token ids, block hashes (native and per-source walk) answer the same states."""
+    """Token ids and block hashes answer the same states."""
     fleet = Fleet()
     await fleet.start()
     await fleet.read(live(offline("b", fleet.b.epoch, fleet.b.seq, "stopped")))
     hashes = fleet.a.hashes(PROMPT)
     by_tokens = fleet.routing.match(PROMPT, None)
     assert fleet.routing.match_hashes(hashes, 4) == by_tokens
-    assert fleet.routing.walk_hashes(hashes, 4) == by_tokens
     assert by_tokens["b"]["state"] == "offline" and by_tokens["a"]["state"] == "exact"
 
 

@@ -358,6 +358,39 @@ impl PyReplicaStore {
         let tokens = prompt_tokens(token_ids)?;
         let prior = namespace_prior(extra_key);
         let answers = self.store.match_prefix(&prior, &tokens);
+        self.answers_into(py, answers, result_type)
+    }
+
+    /// `match_into` for a prompt given as the block hashes of its pages of `page_size` tokens
+    /// (a namespace is in the hashes already), walked without hashing; sources of another page
+    /// size are left out.
+    #[pyo3(signature = (block_hashes, page_size, result_type))]
+    fn match_hashes_into<'py>(
+        &mut self,
+        py: Python<'py>,
+        block_hashes: Vec<i64>,
+        page_size: u32,
+        result_type: &Bound<'py, PyType>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        if page_size == 0 {
+            return Err(PyValueError::new_err(
+                "page_size: expected a positive int, got 0",
+            ));
+        }
+        let answers = self.store.match_hashes(page_size, &block_hashes);
+        self.answers_into(py, answers, result_type)
+    }
+}
+
+impl PyReplicaStore {
+    /// Answers as a dict: source -> an instance of `result_type`, made without a Python call per
+    /// source; sources with equal answers share one instance.
+    fn answers_into<'py>(
+        &mut self,
+        py: Python<'py>,
+        answers: Vec<(u32, Answer)>,
+        result_type: &Bound<'py, PyType>,
+    ) -> PyResult<Bound<'py, PyDict>> {
         let replicas = self.store.replicas();
         while self.names.len() < replicas.len() {
             let name = &replicas[self.names.len()].name;

@@ -116,6 +116,11 @@ impl<'a> PromptChain<'a> {
         }
     }
 
+    /// How many whole pages the prompt has.
+    pub fn page_count(&self) -> usize {
+        self.tokens.len() / self.page_size
+    }
+
     /// The block hash of page `index`; pages are asked for in order, from 0.
     #[inline]
     pub fn hash(&mut self, index: usize) -> i64 {

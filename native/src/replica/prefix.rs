@@ -71,6 +71,113 @@ struct Walker {
     swa_events: bool,
 }
 
+/// The sources taking part in a walk, by page size (a handful of sizes at most), and the
+/// answers of the sources that cannot: `Unknown` for a diverged source or one without meta;
+/// sources holding nothing are left out.
+struct Setup {
+    answers: Vec<(u32, Answer)>,
+    groups: Vec<(u32, Vec<u32>)>,
+    walkers: Vec<Option<Walker>>,
+}
+
+impl Setup {
+    fn new(replicas: &[Replica]) -> Self {
+        let mut setup = Self {
+            answers: Vec::new(),
+            groups: Vec::new(),
+            walkers: Vec::with_capacity(replicas.len()),
+        };
+        for (id, replica) in replicas.iter().enumerate() {
+            let id = id as u32;
+            setup.walkers.push(None);
+            if replica.diverged.is_some() {
+                setup.answers.push((id, Answer::Unknown));
+                continue;
+            }
+            if replica.blocks.is_empty() {
+                continue;
+            }
+            let Some(meta) = &replica.meta else {
+                setup.answers.push((id, Answer::Unknown));
+                continue;
+            };
+            setup.walkers[id as usize] = Some(Walker {
+                swa: SwaTrack::new(
+                    u64::from(meta.sliding_window_size),
+                    u64::from(meta.page_size),
+                ),
+                swa_events: meta.swa_events,
+            });
+            match setup
+                .groups
+                .iter_mut()
+                .find(|(size, _)| *size == meta.page_size)
+            {
+                Some((_, members)) => members.push(id),
+                None => setup.groups.push((meta.page_size, vec![id])),
+            }
+        }
+        setup
+    }
+
+    /// Record the answers of one page-size group's walk: (id, held pages).
+    fn answer(&mut self, page_size: u32, held: Vec<(u32, u64)>) {
+        for (id, pages) in held {
+            if pages == 0 {
+                continue;
+            }
+            let Some(walker) = &self.walkers[id as usize] else {
+                continue;
+            };
+            let size = u64::from(page_size);
+            let usable = walker.swa_events.then(|| walker.swa.usable(pages) * size);
+            self.answers.push((
+                id,
+                Answer::Held {
+                    tokens: pages * size,
+                    usable,
+                },
+            ));
+        }
+    }
+
+    fn finish(mut self) -> Vec<(u32, Answer)> {
+        self.answers.sort_unstable_by_key(|(id, _)| *id);
+        self.answers
+    }
+}
+
+/// The block hashes of a prompt's pages, as a walk reads them: one page at a time, in order.
+trait PageHashes {
+    /// How many whole pages the prompt has.
+    fn pages(&self) -> usize;
+    /// The block hash of page `index` (each index asked once, in order).
+    fn hash(&mut self, index: usize) -> i64;
+}
+
+impl PageHashes for PromptChain<'_> {
+    fn pages(&self) -> usize {
+        self.page_count()
+    }
+
+    fn hash(&mut self, index: usize) -> i64 {
+        PromptChain::hash(self, index)
+    }
+}
+
+/// Hashes a caller already has (the hash form of a query): read as they are.
+struct GivenHashes<'a>(&'a [i64]);
+
+impl PageHashes for GivenHashes<'_> {
+    fn pages(&self) -> usize {
+        self.0.len()
+    }
+
+    fn hash(&mut self, index: usize) -> i64 {
+        self.0[index]
+    }
+}
+
 /// Per source id, what it holds of `tokens` (under the namespace `prior`): sources whose state
 /// is unknown answer `Unknown`; sources holding none of it are absent. Sorted by source id.
 /// `holders` must be the holder index of `replicas` (source id = position); `chains` keeps the
@@ -82,67 +189,37 @@ pub fn match_prefix(
     prior: &[u8],
     tokens: &[u32],
 ) -> Vec<(u32, Answer)> {
-    let mut answers = Vec::new();
-    // (page size, member ids); a handful of page sizes at most
-    let mut groups: Vec<(u32, Vec<u32>)> = Vec::new();
-    let mut walkers: Vec<Option<Walker>> = Vec::with_capacity(replicas.len());
-    for (id, replica) in replicas.iter().enumerate() {
-        let id = id as u32;
-        walkers.push(None);
-        if replica.diverged.is_some() {
-            answers.push((id, Answer::Unknown));
-            continue;
-        }
-        if replica.blocks.is_empty() {
-            continue;
-        }
-        let Some(meta) = &replica.meta else {
-            answers.push((id, Answer::Unknown));
-            continue;
-        };
-        walkers[id as usize] = Some(Walker {
-            swa: SwaTrack::new(
-                u64::from(meta.sliding_window_size),
-                u64::from(meta.page_size),
-            ),
-            swa_events: meta.swa_events,
-        });
-        match groups.iter_mut().find(|(size, _)| *size == meta.page_size) {
-            Some((_, members)) => members.push(id),
-            None => groups.push((meta.page_size, vec![id])),
-        }
-    }
-    for (page_size, members) in groups {
+    let mut setup = Setup::new(replicas);
+    for (page_size, members) in std::mem::take(&mut setup.groups) {
         let mut chain = PromptChain::new(chains, prior, page_size as usize, tokens);
+        let held = walk(holders, &mut chain, &members, &mut setup.walkers);
+        chain.finish();
+        setup.answer(page_size, held);
+    }
+    setup.finish()
+}
+
+/// `match_prefix` for a prompt given as the block hashes of its pages of `page_size` tokens
+/// (chained as docs/design.md §4 says; a namespace is in the hashes already): the same walk,
+/// with no hashing. Sources of another page size are left out (their blocks are other pages).
+pub fn match_hashes(
+    replicas: &[Replica],
+    holders: &HolderIndex,
+    page_size: u32,
+    hashes: &[i64],
+) -> Vec<(u32, Answer)> {
+    let mut setup = Setup::new(replicas);
+    let groups = std::mem::take(&mut setup.groups);
+    if let Some((_, members)) = groups.iter().find(|(size, _)| *size == page_size) {
         let held = walk(
             holders,
-            &mut chain,
-            page_size,
-            &members,
-            tokens,
-            &mut walkers,
+            &mut GivenHashes(hashes),
+            members,
+            &mut setup.walkers,
         );
-        chain.finish();
-        for (id, pages) in held {
-            if pages == 0 {
-                continue;
-            }
-            let Some(walker) = &walkers[id as usize] else {
-                continue;
-            };
-            let size = u64::from(page_size);
-            let usable = walker.swa_events.then(|| walker.swa.usable(pages) * size);
-            answers.push((
-                id,
-                Answer::Held {
-                    tokens: pages * size,
-                    usable,
-                },
-            ));
-        }
+        setup.answer(page_size, held);
     }
-    answers.sort_unstable_by_key(|(id, _)| *id);
-    answers
+    setup.finish()
 }
 
 /// Calls `each(id)` for every source id whose bit is set in `mask` (word `word` of a mask).
@@ -157,10 +234,8 @@ fn for_each_bit(word: usize, mut mask: u64, mut each: impl FnMut(u32)) {
 /// The walk of one page-size group: (id, held pages) of every member.
 fn walk(
     holders: &HolderIndex,
-    chain: &mut PromptChain<'_>,
-    page_size: u32,
+    hashes: &mut impl PageHashes,
     members: &[u32],
-    tokens: &[u32],
     walkers: &mut [Option<Walker>],
 ) -> Vec<(u32, u64)> {
     let words = holders.words();
@@ -171,8 +246,8 @@ fn walk(
     let mut held = Vec::with_capacity(members.len());
     let mut remaining = members.len();
     let mut pages = 0u64;
-    for _ in 0..tokens.len() / page_size as usize {
-        let Some((present, tombstones)) = holders.holders(chain.hash(pages as usize)) else {
+    for _ in 0..hashes.pages() {
+        let Some((present, tombstones)) = holders.holders(hashes.hash(pages as usize)) else {
             break;
         };
         for (word, alive_word) in alive.iter_mut().enumerate() {
@@ -251,6 +326,46 @@ mod tests {
         };
         assert_eq!(answers, vec![(0, held(10)), (1, held(8)), (2, held(3))]);
         assert_eq!(store.match_prefix(&[], &[99, 1]), vec![]);
+    }
+
+    #[test]
+    fn given_hashes_answer_as_the_token_walk_does() {
+        let mut store = ReplicaStore::new();
+        let prompt: Vec<u32> = (0..12).collect();
+        hold(&mut store, "small", &prompt, 1, 3);
+        hold(&mut store, "short", &prompt[..5], 1, 3);
+        hold(&mut store, "large", &prompt, 4, 4);
+        let chain = hashes(&[], &prompt, 1);
+        let tombstone = Event::SwaEvicted {
+            hashes: vec![chain[4]].into(),
+        };
+        store.apply_events("small", &[tombstone]).unwrap();
+        store.replica_mut("gone").mark_diverged("gap");
+        for length in [0, 1, 4, 5, 6, 9, 12] {
+            let by_tokens = store.match_prefix(&[], &prompt[..length]);
+            let small: Vec<_> = by_tokens
+                .iter()
+                .filter(|(id, _)| *id != 2)
+                .copied()
+                .collect();
+            assert_eq!(
+                store.match_hashes(1, &chain[..length]),
+                small,
+                "{length} tokens"
+            );
+            let large_chain = hashes(&[], &prompt[..length], 4);
+            let large: Vec<_> = by_tokens
+                .iter()
+                .filter(|(id, answer)| *id == 2 || *answer == Answer::Unknown)
+                .copied()
+                .collect();
+            assert_eq!(
+                store.match_hashes(4, &large_chain),
+                large,
+                "{length} tokens"
+            );
+        }
+        assert_eq!(store.match_hashes(1, &[7, 8]), vec![(3, Answer::Unknown)]);
     }
 
     #[test]

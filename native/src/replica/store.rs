@@ -13,7 +13,7 @@ use std::collections::{BinaryHeap, HashMap};
 use super::chains::ChainCache;
 use super::holders::HolderIndex;
 use super::prefetch::prefetch;
-use super::prefix::{match_prefix, Answer};
+use super::prefix::{match_hashes, match_prefix, Answer};
 use super::source::Replica;
 use super::ConsistencyError;
 use crate::events::{Batch, Event, Hashes, Stored};
@@ -233,6 +233,17 @@ impl ReplicaStore {
         } = self;
         let holders = holders.get_or_insert_with(|| HolderIndex::build(replicas));
         match_prefix(replicas, holders, chains, prior, tokens)
+    }
+
+    /// Per source id, what it holds of a prompt given as the block hashes of its pages of
+    /// `page_size` tokens (`super::prefix::match_hashes`); enables the holder index first when
+    /// it is not kept yet.
+    pub fn match_hashes(&mut self, page_size: u32, hashes: &[i64]) -> Vec<(u32, Answer)> {
+        let Self {
+            replicas, holders, ..
+        } = self;
+        let holders = holders.get_or_insert_with(|| HolderIndex::build(replicas));
+        match_hashes(replicas, holders, page_size, hashes)
     }
 
     /// Total bytes the block tables hold.
