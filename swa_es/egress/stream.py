@@ -1,20 +1,25 @@
 """``ZmqEgress``: the log's batches on a ZMQ PUB socket, replays answered from the durable log.
 
-Each record appended to the log after the egress starts is republished as the engine frames
-``(topic, seq, payload)``: the topic is the batch's source, the seq is the record's offset in
-the log (so the stream needs a single-partition log: the FileLog, or a one-partition Kafka
-topic), the payload is the batch in the engine's format (``encode``). A record that does not
-decode is skipped (counted), which a subscriber sees as a seq hole.
+A stream run numbers its messages as an engine's publisher does: seq 0 is the run's first
+message. A run may start with the follower's state (``StreamStart``): one batch per source,
+``AllBlocksCleared`` then every block it holds, parent before child (what a fresh engine would
+have published to reach that cache), at seqs ``0..k-1``. Each record appended to the log from
+the run's start offset on follows as the engine frames ``(topic, seq, payload)``: the topic is
+the batch's source, the seq is ``k`` plus the record's offset minus the start offset (so the
+stream needs a single-partition log: the FileLog, or a one-partition Kafka topic), the payload
+is the batch in the engine's format (``encode``). A record that does not decode is skipped
+(counted), which a subscriber sees as a seq hole.
 
-The ROUTER socket answers a replay request (8-byte big-endian start seq) with every record
-still in the log from that seq on, then seq -1: ``(seq, payload)`` messages for sglang,
-``(topic, seq, payload)`` for vLLM, as their publishers do. Any seq still in the log is
-served, not a fixed in-memory ring.
+The ROUTER socket answers a replay request (8-byte big-endian start seq) as the engine's
+publisher does: every message of the run from that seq on that the log still holds, then the
+end marker (seq -1): ``(seq, payload)`` messages for sglang, ``(topic, seq, payload)`` for vLLM
+(whose end marker has an empty topic). Any seq still in the log is served, not a fixed ring.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
@@ -24,7 +29,7 @@ import zmq
 import zmq.asyncio
 from anyio.abc import TaskGroup
 
-from cache.events import DecodeError, decode_batch
+from cache.events import DecodeError, EventBatch, decode_batch
 from log import EventLog, Position, Record
 from swa_es.bridge.wire import END_SEQ_FRAME, FrameError, decode_seq, encode_seq
 from swa_es.egress.encode import EngineFormat, TombstonePolicy, encode_engine_batch
@@ -48,6 +53,15 @@ class EgressConfig:
     tombstones: TombstonePolicy | str = TombstonePolicy.KEEP
 
 
+@dataclass(frozen=True, slots=True)
+class StreamStart:
+    """Where a stream run starts: the log offset of its first live record, and the state
+    before it as one batch per source (``bootstrap.state_batches``)."""
+
+    offset: int
+    state: Sequence[EventBatch] = ()
+
+
 @dataclass(slots=True)
 class EgressMetrics:
     """Counters of the stream out."""
@@ -57,24 +71,67 @@ class EgressMetrics:
     replay_requests: int = 0
     replayed: int = 0
     bad_requests: int = 0
+    replay_unavailable: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Message:
+    topic: bytes
+    seq: int
+    payload: bytes
 
 
 class ZmqEgress:
-    """See the module docstring (an async context manager owning its two tasks)."""
+    """See the module docstring (an async context manager owning its tasks).
 
-    def __init__(self, log: EventLog, config: EgressConfig) -> None:
+    A run starts at the log's end with no state batches, or, ``deferred``, when ``begin`` is
+    called (a follower calls it once restored, with its state and position).
+    """
+
+    def __init__(self, log: EventLog, config: EgressConfig, *, deferred: bool = False) -> None:
         self.log = log
         self.config = config
         self.wire_format = EngineFormat(config.wire_format)
         self.tombstones = TombstonePolicy(config.tombstones)
         self.metrics = EgressMetrics()
+        self._deferred = deferred
+        self._start: StreamStart | None = None
+        self._state: list[_Message] = []
+        self._started = anyio.Event()
         self._context = zmq.asyncio.Context()
         self._pub: zmq.asyncio.Socket | None = None
         self._router: zmq.asyncio.Socket | None = None
         self._group: TaskGroup | None = None
 
+    @property
+    def start_offset(self) -> int | None:
+        """The log offset of the run's first live record (None until the run has started)."""
+        return None if self._start is None else self._start.offset
+
+    def seq_of(self, offset: int) -> int:
+        """The stream seq of the record at log ``offset`` (the run must have started)."""
+        assert self._start is not None
+        return len(self._state) + offset - self._start.offset
+
+    def offset_of(self, seq: int) -> int | None:
+        """The log offset of stream ``seq`` (None: one of the run's state batches)."""
+        assert self._start is not None
+        if seq < len(self._state):
+            return None
+        return self._start.offset + seq - len(self._state)
+
+    def encode(self, batch: EventBatch) -> bytes:
+        """``batch`` in the stream's engine format."""
+        return encode_engine_batch(batch, self.wire_format, self.tombstones)
+
     def frames(self, record: Record) -> list[bytes] | None:
-        """The engine frames ``(topic, seq, payload)`` of one record (None: undecodable)."""
+        """The engine frames ``(topic, seq, payload)`` of one live record (None: undecodable)."""
+        message = self._message(record)
+        if message is None:
+            return None
+        return [message.topic, encode_seq(message.seq), message.payload]
+
+    def _message(self, record: Record) -> _Message | None:
         try:
             batch = decode_batch(record.payload)
         except DecodeError as exc:
@@ -83,8 +140,13 @@ class ZmqEgress:
                 "egress: skipping undecodable record at offset %d: %s", record.offset, exc
             )
             return None
-        payload = encode_engine_batch(batch, self.wire_format, self.tombstones)
-        return [batch.source.encode(), encode_seq(record.offset), payload]
+        return _Message(batch.source.encode(), self.seq_of(record.offset), self.encode(batch))
+
+    async def wait_started(self) -> StreamStart:
+        """The run's start, once it has one."""
+        await self._started.wait()
+        assert self._start is not None
+        return self._start
 
     async def __aenter__(self) -> Self:
         end = await self.log.end()
@@ -104,10 +166,12 @@ class ZmqEgress:
             router.setsockopt(zmq.SNDHWM, _REPLAY_SNDHWM)
             router.bind(self.config.replay_endpoint)
             self._router = router
+        if not self._deferred:
+            self.begin(StreamStart(end.get(0)))
         group = anyio.create_task_group()
         await group.__aenter__()
         self._group = group
-        group.start_soon(self._tail, end)
+        group.start_soon(self._run)
         if self._router is not None:
             group.start_soon(self._serve_replays)
         return self
@@ -127,13 +191,33 @@ class ZmqEgress:
                 socket.close(linger=0)
         self._context.term()
 
-    async def _tail(self, start: Position) -> None:
+    def begin(self, start: StreamStart) -> None:
+        """Start the run: ``start.state`` at seqs ``0..k-1``, then the log from
+        ``start.offset``. Once only."""
+        if self._start is not None:
+            raise EgressError("the stream run has started already")
+        self._start = start
+        self._state = [
+            _Message(batch.source.encode(), seq, self.encode(batch))
+            for seq, batch in enumerate(start.state)
+        ]
+        self._started.set()
+
+    async def _run(self) -> None:
+        await self._started.wait()
+        assert self._start is not None
+        for message in self._state:
+            await self._publish(message)
+        position = Position.of({0: self._start.offset})
+        async for record in self.log.read(position, follow=True):
+            live = self._message(record)
+            if live is not None:
+                await self._publish(live)
+
+    async def _publish(self, message: _Message) -> None:
         assert self._pub is not None
-        async for record in self.log.read(start, follow=True):
-            frames = self.frames(record)
-            if frames is not None:
-                await self._pub.send_multipart(frames)
-                self.metrics.published += 1
+        await self._pub.send_multipart([message.topic, encode_seq(message.seq), message.payload])
+        self.metrics.published += 1
 
     async def _serve_replays(self) -> None:
         router = self._router
@@ -150,30 +234,46 @@ class ZmqEgress:
                 logger.warning("egress: bad replay request: %s", exc)
                 continue
             self.metrics.replay_requests += 1
+            await self._started.wait()
             try:
                 await self._replay(router, identity, start)
             except zmq.ZMQError as exc:  # the client went away (ROUTER_MANDATORY)
                 logger.info("egress: replay to a departed client stopped: %s", exc)
 
+    def _reply(self, identity: bytes, message: _Message) -> list[bytes]:
+        seq = encode_seq(message.seq)
+        if self.wire_format is EngineFormat.VLLM:
+            return [identity, b"", message.topic, seq, message.payload]
+        return [identity, b"", seq, message.payload]
+
     async def _replay(self, router: zmq.asyncio.Socket, identity: bytes, start: int) -> None:
+        for message in self._state[start:]:
+            await router.send_multipart(self._reply(identity, message))
+            self.metrics.replayed += 1
+        first = self.offset_of(max(start, len(self._state)))
+        assert first is not None
         end = (await self.log.end()).get(0)
-        vllm = self.wire_format is EngineFormat.VLLM
-        if start < end:
-            async for record in self.log.read(Position.of({0: start}), follow=False):
+        if first < end:
+            async for record in self.log.read(Position.of({0: first}), follow=False):
                 if record.offset >= end:
                     break
-                frames = self.frames(record)
-                if frames is None:
+                if record.offset > first:  # retention removed the start of what was asked
+                    self.metrics.replay_unavailable += 1
+                    logger.info(
+                        "egress: replay from seq %d: the log no longer holds offsets %d..%d",
+                        start,
+                        first,
+                        record.offset - 1,
+                    )
+                first = end
+                logged = self._message(record)
+                if logged is None:
                     continue
-                topic, seq, payload = frames
-                reply = (
-                    [identity, b"", topic, seq, payload] if vllm else [identity, b"", seq, payload]
-                )
-                await router.send_multipart(reply)
+                await router.send_multipart(self._reply(identity, logged))
                 self.metrics.replayed += 1
         closing = (
             [identity, b"", b"", END_SEQ_FRAME, b""]
-            if vllm
+            if self.wire_format is EngineFormat.VLLM
             else [identity, b"", END_SEQ_FRAME, b""]
         )
         await router.send_multipart(closing)

@@ -54,14 +54,14 @@ async def fill(log: EventLog, start: int, stop: int) -> None:
     ],
 )
 async def test_replay_from_seq_0_after_100k_batches(tmp_path: Path, engine: str) -> None:
-    """Every batch still in the log is replayed from seq 0 and decodes with the engine's own
-    decoder; live batches follow on the PUB socket with their log offsets as seqs."""
+    """Every batch of the run is replayed from seq 0 and decodes with the engine's own
+    decoder; live batches follow on the PUB socket with the next seqs."""
     python = require_sglang() if engine == "sglang" else require_vllm()
     pub, replay = f"ipc://{tmp_path}/out.pub", f"ipc://{tmp_path}/out.replay"
     async with await open_log(f"file://{tmp_path}/log?fsync=never") as log:
-        await fill(log, 0, BATCHES)
         config = EgressConfig(publish_endpoint=pub, replay_endpoint=replay, wire_format=engine)
         async with ZmqEgress(log, config) as egress:
+            await fill(log, 0, BATCHES)
             reader = subprocess.Popen(  # noqa: ASYNC220 -- read through a thread below
                 [
                     str(python),
@@ -117,11 +117,11 @@ async def test_tombstone_policy(tmp_path: Path, engine: str, tombstones: str) ->
     pub, replay = f"ipc://{tmp_path}/out.pub", f"ipc://{tmp_path}/out.replay"
     batches = 200
     async with await open_log(f"file://{tmp_path}/log") as log:
-        await fill(log, 0, batches)
         config = EgressConfig(
             publish_endpoint=pub, replay_endpoint=replay, wire_format=engine, tombstones=tombstones
         )
         async with ZmqEgress(log, config):
+            await fill(log, 0, batches)
             command = [str(python), "-W", "ignore", "-m", "tests.peers.kv_stream_reader"]
             command += ["--engine", engine, "--pub", pub, "--replay", replay]
             done = await anyio.run_process(command, cwd=ROOT, stderr=subprocess.DEVNULL)

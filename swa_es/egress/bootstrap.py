@@ -1,0 +1,67 @@
+"""A follower's state as the batches a fresh engine would have published to reach it.
+
+``state_batches`` turns every source of a ``ReplicaSet`` into one batch: ``AllBlocksCleared``
+then a ``BlockStored`` per block, parent before child (so a consumer that checks parents, such
+as sgl-model-gateway's index, accepts every store). ``swa-es follow --zmq-publish`` starts its run
+with ``follower_state`` once the follower has restored: at the follower's position with that
+state, so seq ``k`` onwards continues exactly where the state stops. The capture is synchronous:
+the follower applies a record and advances its position without yielding between the two, so
+the position and the replicas read here agree.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+from cache.events import AllBlocksCleared, BlockStored, BlockSWAEvicted, Event, EventBatch
+from consumers.views.replica import ReplicaBlock, ReplicaSet
+from swa_es.egress.stream import StreamStart
+
+
+def _parent_first(blocks: Iterable[ReplicaBlock]) -> list[ReplicaBlock]:
+    by_hash = {block.block_hash: block for block in blocks}
+    children: dict[int | None, list[ReplicaBlock]] = {}
+    for block in by_hash.values():
+        parent = block.parent_block_hash if block.parent_block_hash in by_hash else None
+        children.setdefault(parent, []).append(block)
+    ordered: list[ReplicaBlock] = []
+    stack = sorted(children.get(None, []), key=lambda b: b.block_hash, reverse=True)
+    while stack:
+        block = stack.pop()
+        ordered.append(block)
+        stack.extend(
+            sorted(children.get(block.block_hash, []), key=lambda b: b.block_hash, reverse=True)
+        )
+    return ordered
+
+
+def source_state(source: str, blocks: Iterable[ReplicaBlock], ts: float) -> EventBatch:
+    """One source's blocks as a batch: a clear, a store per block (parent first), then the
+    tombstoned ones as one ``BlockSWAEvicted``."""
+    events: list[Event] = [AllBlocksCleared()]
+    tombstoned: list[int] = []
+    for block in _parent_first(blocks):
+        tokens = block.token_ids
+        events.append(
+            BlockStored((block.block_hash,), block.parent_block_hash, tokens, len(tokens))
+        )
+        if not block.swa_resident:
+            tombstoned.append(block.block_hash)
+    if tombstoned:  # the stream's tombstone policy decides what a consumer hears of them
+        events.append(BlockSWAEvicted(tuple(tombstoned)))
+    return EventBatch(source, "", 0, ts, tuple(events))
+
+
+def state_batches(replicas: ReplicaSet, ts: float | None = None) -> list[EventBatch]:
+    """Every source of ``replicas`` that holds blocks as one batch (``source_state``), in name
+    order (a source holding nothing has nothing to say: engines start empty)."""
+    now = time.time() if ts is None else ts
+    batches = (source_state(s, replicas[s].blocks(), now) for s in sorted(replicas.sources()))
+    return [batch for batch in batches if len(batch.events) > 1]
+
+
+def follower_state(offset: int, replicas: ReplicaSet) -> StreamStart:
+    """A run that starts at the follower's log ``offset`` (partition 0) with its replicas'
+    state; call it where the two agree (between two applied records)."""
+    return StreamStart(offset, tuple(state_batches(replicas)))
