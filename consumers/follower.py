@@ -40,7 +40,6 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
 
 import anyio
 from anyio.abc import TaskStatus
@@ -65,6 +64,7 @@ from consumers.views.view import DigestView, View, WireView
 from log import (
     BatchReader,
     EventLog,
+    KnowsItsBeginning,
     LogError,
     LogUnavailableError,
     Position,
@@ -76,15 +76,6 @@ logger = logging.getLogger(__name__)
 
 PIN_NAME = "snapshots"
 _RETENTION_RACES = 5
-
-
-@runtime_checkable
-class KnowsItsBeginning(Protocol):
-    """A log that can say where each partition starts now (after retention)."""
-
-    async def beginning(self) -> Position:
-        """The first offset each partition still holds."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)

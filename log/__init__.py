@@ -1,10 +1,10 @@
 """Ordered, durable logs of keyed opaque records: embedded files (default) or Kafka.
 
 ``await open_log("file:///dir?fsync=batch")`` or ``await open_log("kafka://host:9092/topic")``.
-This package imports nothing of the rest of the project.
+This package imports nothing of the rest of the project but its root error (``cache.errors``).
 """
 
-from log.base import BatchReader, EventLog
+from log.base import BatchReader, EventLog, KnowsItsBeginning
 from log.errors import (
     ConfigError,
     CorruptRecordError,
@@ -16,13 +16,17 @@ from log.errors import (
     LogWriteError,
 )
 from log.memory import MemoryLog
-from log.opening import open_log
+from log.opening import LogScheme, log_schemes, open_log, register_scheme
 from log.position import Position, Record, StartAt
 
 __all__ = [
     "BatchReader",
     "EventLog",
+    "KnowsItsBeginning",
     "open_log",
+    "LogScheme",
+    "log_schemes",
+    "register_scheme",
     "MemoryLog",
     "Position",
     "Record",

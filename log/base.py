@@ -63,6 +63,16 @@ class EventLog(Protocol):
 
 
 @runtime_checkable
+class KnowsItsBeginning(Protocol):
+    """A log that can say where each partition starts now (after retention): a capability a
+    backend may add to ``EventLog`` (``KafkaLog`` has it)."""
+
+    async def beginning(self) -> Position:
+        """The first offset each partition still holds."""
+        ...
+
+
+@runtime_checkable
 class BatchReader(Protocol):
     """A log that can also hand over records a poll at a time (a reader that handles many
     records in one call uses it; ``read`` yields the same records one by one)."""

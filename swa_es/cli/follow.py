@@ -27,11 +27,10 @@ from consumers import Follower
 from swa_es.cli import settings
 from swa_es.cli.exit_codes import EXIT_OK
 from swa_es.cli.progress import terminal_progress
-from swa_es.cli.snapshot import open_snapshots
 from swa_es.service.event_loop import fast_loop_options
 from swa_es.service.http_app import AppParts
 from swa_es.service.http_server import start_http_server
-from swa_es.service.log_access import open_reader
+from swa_es.service.log_access import open_reader, open_snapshots
 from swa_es.service.routing import STATES, FollowerRouting
 from swa_es.service.service_metrics import follower_families, registry_of
 from swa_es.service.signals import cancel_on_signal

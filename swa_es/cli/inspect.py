@@ -25,12 +25,10 @@ import orjson
 from cache.events import DecodeError, EventBatch, batch_to_dict, decode_batch
 from cache.events.liveness import decode_liveness, is_liveness
 from consumers import SnapshotInfo
-from consumers.follower import KnowsItsBeginning
-from log import CorruptRecordError, EventLog, Position, Record
+from log import CorruptRecordError, EventLog, KnowsItsBeginning, Position, Record
 from swa_es.cli import settings
 from swa_es.cli.exit_codes import EXIT_FAILED, EXIT_OK
-from swa_es.cli.snapshot import open_snapshots
-from swa_es.service.log_access import open_reader, redact
+from swa_es.service.log_access import open_reader, open_snapshots, redact
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

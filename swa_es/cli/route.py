@@ -8,18 +8,18 @@ diverged source), and ``best``, the source a router would send the request to.
 from __future__ import annotations
 
 import sys
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TextIO
 
 import anyio
 import orjson
 
-from consumers import Follower, PrefixMatch, SnapshotStore
+from consumers import Follower, PrefixMatch
 from swa_es.cli import settings
 from swa_es.cli.exit_codes import EXIT_OK
 from swa_es.cli.progress import terminal_progress
-from swa_es.service.log_access import open_reader
+from swa_es.service.log_access import open_reader, open_snapshots
 from swa_es.service.views import StandardViews
 
 
@@ -30,7 +30,7 @@ class RouteConfig:
     log_url: str
     tokens: tuple[int, ...]
     extra_key: str | None
-    snapshot_dir: Path | None
+    snapshots: str | None
     open_timeout_s: float
 
 
@@ -40,7 +40,7 @@ def add_parser(subparsers: Any) -> None:
         subparsers,
         "route",
         help="answer a prefix query from the log's views",
-        description="Restore views from the log (and snapshots), then print per source the "
+        description="Restore views from the log (and a snapshot store), then print per source the "
         "cached and SWA-usable prefix length of --tokens.",
         config_type=RouteConfig,
         run=run,
@@ -83,9 +83,13 @@ def answer(tokens: tuple[int, ...], matches: dict[str, PrefixMatch]) -> dict[str
 async def route(config: RouteConfig, out: TextIO) -> int:
     """Restore views (snapshot + tail, or the whole log), query, print; the exit status."""
     views = StandardViews.create()
-    store = None if config.snapshot_dir is None else SnapshotStore(config.snapshot_dir)
-    log = await open_reader(config.log_url, config.open_timeout_s)
-    async with log:
+    async with AsyncExitStack() as stack:
+        store = None
+        if config.snapshots is not None:
+            store = await open_snapshots(config.snapshots, config.open_timeout_s)
+            stack.push_async_callback(store.close)
+        log = await open_reader(config.log_url, config.open_timeout_s)
+        await stack.enter_async_context(log)
         follower = Follower(log, views.all, snapshots=store, progress=terminal_progress())
         await follower.restore()
     matches = views.prefix.match(config.tokens, extra_key=config.extra_key)

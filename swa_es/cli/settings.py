@@ -328,19 +328,10 @@ SETTINGS: Final[tuple[Setting[Any], ...]] = (
         v.snapshot_store,
         None,
         "snapshot store, a directory or kafka://HOST:PORT/TOPIC?group=NAME (a compacted topic "
-        "shared by followers on any machine): follow restores from it first and writes there",
-        ("follow",),
+        "shared by followers on any machine): follow and route restore from it first, follow "
+        "writes there",
+        ("follow", "route"),
         metavar="STORE",
-        shown_default="none",
-    ),
-    Setting(
-        "snapshots",
-        v.path,
-        None,
-        "snapshot directory: route restores from it first",
-        ("route",),
-        metavar="DIR",
-        attr="snapshot_dir",
         shown_default="none",
     ),
     Setting(

@@ -16,12 +16,11 @@ from typing import Any, Literal, TextIO
 import anyio
 import orjson
 
-from consumers import Follower, SnapshotInfo, SnapshotStorage, open_snapshot_store
-from log import LogUnavailableError
+from consumers import Follower, SnapshotInfo
 from swa_es.cli import settings
 from swa_es.cli.exit_codes import EXIT_OK
 from swa_es.cli.progress import terminal_progress
-from swa_es.service.log_access import open_reader, redact
+from swa_es.service.log_access import open_reader, open_snapshots
 from swa_es.service.views import StandardViews
 
 Action = Literal["snapshot", "restore"]
@@ -58,19 +57,6 @@ def add_parser(subparsers: Any, action: Action = "snapshot") -> None:
 def run(config: SnapshotConfig, action: Action = "snapshot") -> int:
     """Run ``snapshot`` (or ``restore``), printing to stdout; the exit status."""
     return anyio.run(rebuild, config, sys.stdout, action, backend="asyncio")
-
-
-async def open_snapshots(url: str, timeout_s: float, *, keep: int = 3) -> SnapshotStorage:
-    """The snapshot store ``url`` names, opened within ``timeout_s`` (a Kafka topic is created
-    unless it exists)."""
-    try:
-        with anyio.fail_after(timeout_s):
-            return await open_snapshot_store(url, keep=keep)
-    except TimeoutError:
-        raise LogUnavailableError(
-            f"could not open the snapshot store {redact(url)} within {timeout_s:g} s "
-            "(is the broker up?)"
-        ) from None
 
 
 def summary(

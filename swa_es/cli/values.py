@@ -12,6 +12,7 @@ from typing import Final
 from urllib.parse import urlsplit
 
 from cache.errors import SwaEsError
+from log.opening import log_schemes
 from log.position import Position
 
 DEVICES: Final = ("cpu", "cuda")
@@ -84,14 +85,17 @@ def path(text: str, where: str) -> Path:
 
 
 def log_url(text: str, where: str) -> str:
-    """A log URL (``file://``, ``kafka://``, ``memory://``), or a directory path meaning a
-    FileLog there."""
+    """A log URL of a scheme ``open_log`` knows (``log.log_schemes()``: ``file://``,
+    ``kafka://``, ``memory://``), or a directory path meaning a FileLog there."""
     text = text_value(text, where)
     scheme = urlsplit(text).scheme
     if not scheme:
         return Path(text).expanduser().resolve().as_uri()
-    if scheme not in ("file", "kafka", "memory"):
-        raise SettingError(where, f"unknown log scheme {scheme!r} in {text!r} (file, kafka)")
+    names = [registered.name for registered in log_schemes()]
+    if scheme not in names:
+        raise SettingError(
+            where, f"unknown log scheme {scheme!r} in {text!r} (one of {', '.join(names)})"
+        )
     return text
 
 

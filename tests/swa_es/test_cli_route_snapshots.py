@@ -93,3 +93,23 @@ def test_restore_without_snapshots_replays_everything(
     assert restored["snapshot"] is None
     assert restored["records_replayed"] > 0
     assert restored["sources"]["worker-0"]["digest"] == twin.cache.state_digest()
+
+
+def test_route_takes_a_snapshot_store_url_like_every_command(
+    served: tuple[Path, SyntheticEngine], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``route --snapshots`` takes what ``snapshot`` writes to, as a ``file://`` URL or a path,
+    and answers as it does from the whole log; a store of an unknown scheme is a usage error."""
+    directory, twin = served
+    store = directory / "route-store"
+    tokens = ",".join(map(str, [*twin.workload.system_prompts[0], 1, 2, 3]))
+    log = str(directory / "log")
+    assert main(["snapshot", log, "--snapshots", store.as_uri()]) == 0
+    capsys.readouterr()
+    assert main(["route", log, "--tokens", tokens]) == 0
+    from_log = last_json(capsys.readouterr().out)
+    for given in (store.as_uri(), str(store)):
+        assert main(["route", log, "--tokens", tokens, "--snapshots", given]) == 0
+        assert last_json(capsys.readouterr().out) == from_log
+    assert main(["route", log, "--tokens", tokens, "--snapshots", "ftp://host/x"]) == 2
+    assert "unknown snapshot store scheme 'ftp'" in capsys.readouterr().err
