@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,6 +98,7 @@ class FollowerService:
             follower, views, degraded_lag_records=config.degraded_lag_records
         )
         self.restored = False
+        self.on_restored: list[Callable[[], None]] = []  # called once restored, before following
         self.metrics_port: int | None = None
         self.http_port: int | None = None
 
@@ -169,6 +171,8 @@ class FollowerService:
             with following:
                 await self.follower.restore()
                 self.restored = True
+                for hook in self.on_restored:
+                    hook()
                 await self.follower.run(follow=True)
             background.cancel_scope.cancel()
         if self.follower.store is not None and self.restored:
@@ -219,6 +223,7 @@ async def follow(config: FollowConfig) -> int:
             port=config.http_port,
         )
         if config.zmq_publish is not None:
+            from swa_es.egress.bootstrap import follower_state
             from swa_es.egress.stream import EgressConfig, ZmqEgress
 
             egress = ZmqEgress(
@@ -229,6 +234,11 @@ async def follow(config: FollowConfig) -> int:
                     wire_format=config.zmq_format,
                     tombstones=config.zmq_tombstones,
                 ),
+                deferred=True,
+            )
+            # the run starts once restored: the follower's state, then the log from its position
+            service.on_restored.append(
+                lambda: egress.begin(follower_state(follower.position.get(0), views.replicas))
             )
             await stack.enter_async_context(egress)
         await service.follow()
