@@ -9,13 +9,15 @@ marks a source diverged whenever its stream cannot be trusted (gap, bad epoch st
 mismatch, an event naming an unknown block). Nothing it reads can crash it: undecodable
 records are counted, logged with their position and skipped.
 
-When its views are one ``ReplicaSet`` (and ``PrefixIndex`` views reading it) and the log hands
-over records a poll at a time (``log.BatchReader``), the follower takes a fast lane: one native
-call (``cache.events.replica_store.apply_records``) decodes and applies the poll's records while
-each is the plain next batch of a trusted source (no meta, no digest, the next seq of its epoch),
-and stops at the first record that is not; that record goes through the path above, which stays
-the one that judges (gaps, epochs, digests, undecodable records), and the lane resumes after it.
-The lane's cursors (``ReplayCursors``) mirror the trusted sources' cursors.
+When every view declares its part in it (``consumers.views.view.LaneRole``: one ``ReplicaSet``,
+views reading it such as ``PrefixIndex``, views counting what it applied such as ``Stats``) and
+the log hands over records a poll at a time (``log.BatchReader``), the follower takes a fast
+lane: one native call (``cache.events.replica_store.apply_records``) decodes and applies the
+poll's records while each is the plain next batch of a trusted source (no meta, no digest, the
+next seq of its epoch), and stops at the first record that is not; that record goes through the
+path above, which stays the one that judges (gaps, epochs, digests, undecodable records), and
+the lane resumes after it. The lane's cursors (``ReplayCursors``) mirror the trusted sources'
+cursors.
 
 Snapshots hold the views, the cursors, the log position and every source's digest together, so
 a restarted follower loads the newest valid one and replays only the tail.
@@ -36,6 +38,7 @@ follower's own clock and whether it is offline: by its own marker, or unheard fo
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -58,9 +61,8 @@ from consumers.errors import ConsumerError, ViewConsistencyError, ViewStateError
 from consumers.metrics import FollowerMetrics
 from consumers.progress import ADVANCE_EVERY_RECORDS, LoggedProgress, ReplayProgress
 from consumers.snapshots import Snapshot, SnapshotInfo, SnapshotStorage
-from consumers.views.prefix_index import PrefixIndex
 from consumers.views.replica import ReplicaSet
-from consumers.views.view import DigestView, View, WireView
+from consumers.views.view import DigestView, LaneCounter, LaneRole, View, WireView, lane_role
 from log import (
     BatchReader,
     EventLog,
@@ -105,13 +107,19 @@ def _check_views(views: Sequence[View]) -> None:
             )
 
 
-def _lane_replicas(views: Sequence[View]) -> ReplicaSet | None:
-    """The ``ReplicaSet`` the fast lane applies to: when it is the only view that applies
-    batches (the others are ``PrefixIndex`` views, which apply nothing)."""
-    # exact types: a subclass may apply batches its own way
-    replicas = [view for view in views if type(view) is ReplicaSet]
-    others = [view for view in views if type(view) not in (ReplicaSet, PrefixIndex)]
-    return replicas[0] if len(replicas) == 1 and not others else None
+def _lane_views(views: Sequence[View]) -> tuple[ReplicaSet, list[LaneCounter]] | None:
+    """The ``ReplicaSet`` the fast lane applies to and the views that count what it applied:
+    when every view declares a lane role, exactly one of them the replicas' (``LaneRole``)."""
+    roles = [lane_role(view) for view in views]
+    if None in roles:
+        return None
+    targets = [v for v, role in zip(views, roles, strict=True) if role is LaneRole.REPLICAS]
+    counters = [v for v, role in zip(views, roles, strict=True) if role is LaneRole.COUNTS]
+    if len(targets) != 1 or not isinstance(target := targets[0], ReplicaSet):
+        return None
+    if not all(isinstance(view, LaneCounter) for view in counters):
+        raise ValueError("a view of lane role COUNTS must have count_lane")
+    return target, [view for view in counters if isinstance(view, LaneCounter)]
 
 
 class Follower:
@@ -175,7 +183,9 @@ class Follower:
         self._snapshot_lock = anyio.Lock()
         self._initial_views = {view.name: view.snapshot() for view in self.views}
         # the fast lane (see the module docstring): not with on_applied, which needs each batch
-        self._lane_set = _lane_replicas(self.views) if on_applied is None else None
+        lane = _lane_views(self.views) if on_applied is None else None
+        self._lane_set: ReplicaSet | None = None if lane is None else lane[0]
+        self._lane_counters: list[LaneCounter] = [] if lane is None else lane[1]
         self._lane = ReplayCursors()
         self.lost_history: dict[int, tuple[int, int]] = {}
         """Per partition, the ``[first, end)`` offsets this follower needed but the log had
@@ -386,11 +396,13 @@ class Follower:
         limit = len(records) - at
         if self.store is not None:  # stop exactly where a snapshot falls due, as _handle does
             limit = min(limit, max(1, self._snapshot_every_batches - self._batches_since_snapshot))
-        consumed, pages, last_ts, advanced, failure = apply_records(
+        consumed, pages, last_ts, advanced, failure, churn = apply_records(
             replicas.store, payloads, at, limit, self._max_record_bytes, self._lane
         )
         if not consumed:
             return 0
+        for counter in self._lane_counters:
+            counter.count_lane(churn)
         last = records[at + consumed - 1]  # a poll's records are one partition's, in order
         self._offsets[last.partition] = last.offset + 1
         self.cursors.advance(advanced)
@@ -499,23 +511,26 @@ class Follower:
         follow: bool,
         progress: ReplayProgress | None,
     ) -> None:
-        """``_read`` through the fast lane: a poll's records at a time."""
+        """``_read`` through the fast lane: a poll's records at a time. A replay to the end
+        (not following) keeps the prefix index's holder index out of step until it ends, then
+        builds it once (``ReplicaSet.prefix_index_deferred``)."""
         done = 0
         self._reset_lane()
-        async for records in log.read_batches(start, follow=follow):
-            payloads = [record.payload for record in records]
-            at, count = 0, len(records)
-            while at < count:
-                took = self._run_lane(replicas, records, payloads, at)
-                if not took:  # this one needs the follower's judgement
-                    self._handle(records[at])
-                    took = 1
-                at += took
-                before, done = done, done + took
-                if progress is not None:
-                    _advance(progress, before, done)
-                if self.store is not None and self._snapshot_due():
-                    await self.snapshot()
+        with contextlib.nullcontext() if follow else replicas.prefix_index_deferred():
+            async for records in log.read_batches(start, follow=follow):
+                payloads = [record.payload for record in records]
+                at, count = 0, len(records)
+                while at < count:
+                    took = self._run_lane(replicas, records, payloads, at)
+                    if not took:  # this one needs the follower's judgement
+                        self._handle(records[at])
+                        took = 1
+                    at += took
+                    before, done = done, done + took
+                    if progress is not None:
+                        _advance(progress, before, done)
+                    if self.store is not None and self._snapshot_due():
+                        await self.snapshot()
 
     def _lag_to(self, end: Position) -> int:
         return sum(max(0, end.get(p) - self._offsets.get(p, 0)) for p in end.partitions())
