@@ -147,8 +147,15 @@ impl Setup {
     }
 }
 
+/// The most pages a walk reads ahead (see `PageHashes::AHEAD`).
+const LOOKAHEAD_MAX: usize = 8;
+
 /// The block hashes of a prompt's pages, as a walk reads them: one page at a time, in order.
 trait PageHashes {
+    /// How many pages ahead of the one being looked up the walk asks for hashes, so that their
+    /// holder-index buckets are loaded (prefetched) by the time it looks them up. At most
+    /// `LOOKAHEAD_MAX`.
+    const AHEAD: usize;
     /// How many whole pages the prompt has.
     fn pages(&self) -> usize;
     /// The block hash of page `index` (each index asked once, in order).
@@ -156,6 +163,9 @@ trait PageHashes {
 }
 
 impl PageHashes for PromptChain<'_> {
+    // Hashing the next page takes about as long as a bucket's cache miss: one ahead hides it.
+    const AHEAD: usize = 1;
+
     fn pages(&self) -> usize {
         self.page_count()
     }
@@ -169,6 +179,8 @@ impl PageHashes for PromptChain<'_> {
 struct GivenHashes<'a>(&'a [i64]);
 
 impl PageHashes for GivenHashes<'_> {
+    const AHEAD: usize = LOOKAHEAD_MAX;
+
     fn pages(&self) -> usize {
         self.0.len()
     }
@@ -232,9 +244,9 @@ fn for_each_bit(word: usize, mut mask: u64, mut each: impl FnMut(u32)) {
 }
 
 /// The walk of one page-size group: (id, held pages) of every member.
-fn walk(
+fn walk<H: PageHashes>(
     holders: &HolderIndex,
-    hashes: &mut impl PageHashes,
+    hashes: &mut H,
     members: &[u32],
     walkers: &mut [Option<Walker>],
 ) -> Vec<(u32, u64)> {
@@ -246,8 +258,21 @@ fn walk(
     let mut held = Vec::with_capacity(members.len());
     let mut remaining = members.len();
     let mut pages = 0u64;
-    for _ in 0..hashes.pages() {
-        let Some((present, tombstones)) = holders.holders(hashes.hash(pages as usize)) else {
+    let total = hashes.pages();
+    // hashes of the pages from `pages` on, asked for (and their buckets prefetched) ahead
+    let mut ahead = [0i64; LOOKAHEAD_MAX];
+    for (index, slot) in ahead.iter_mut().enumerate().take(H::AHEAD.min(total)) {
+        *slot = hashes.hash(index);
+        holders.prefetch(*slot);
+    }
+    for page in 0..total {
+        let hash = ahead[page % LOOKAHEAD_MAX];
+        if page + H::AHEAD < total {
+            let next = hashes.hash(page + H::AHEAD);
+            ahead[(page + H::AHEAD) % LOOKAHEAD_MAX] = next;
+            holders.prefetch(next);
+        }
+        let Some((present, tombstones)) = holders.holders(hash) else {
             break;
         };
         for (word, alive_word) in alive.iter_mut().enumerate() {
