@@ -1,0 +1,120 @@
+"""NVIDIA Dynamo's standalone KV indexer (ai-dynamo-runtime 1.6.1, its own code in
+bench/.venv-dynamo) subscribed to ``swa-es follow --zmq-publish ... --zmq-format vllm`` holds
+what the follower holds: for sampled prompts its ``/query`` agrees with our ``/v1/match``, from
+a follower started on a log with history, after the indexer restarts, and after the follower
+restarts (Dynamo's documented step for a restarted publisher: ``/unregister``, ``/register``).
+
+Dynamo registers the worker with our replay endpoint: its first live batch is above seq 0, so
+it asks for the run from seq 0, which starts with the follower's state."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from cache.events import EventBatch, encode_batch
+from log import open_log
+from tests.bridge.stream_out_workload import PAGE, Workload
+from tests.compose.services import Service, follow_service
+from tests.peers.dynamo_indexer import DynamoIndexer, free_port, require_dynamo
+
+pytestmark = pytest.mark.dynamo
+
+SOURCE = "worker-0"
+WORKER = 0  # Dynamo's instance id for SOURCE
+AGREE_TIMEOUT_S = 60.0
+
+
+async def _append(log_url: str, batches: list[EventBatch]) -> int:
+    async with await open_log(log_url) as log:
+        await log.append_batch([(batch.source, encode_batch(batch)) for batch in batches])
+        return (await log.end()).get(0)
+
+
+def append(log_url: str, batches: list[EventBatch]) -> int:
+    """Append ``batches`` to the log; the log's end offset after them."""
+    return anyio.run(_append, log_url, batches)
+
+
+def ours(base: str, prompts: list[list[int]]) -> list[int]:
+    """``/v1/match``'s cached tokens of SOURCE for each prompt."""
+    out: list[int] = []
+    for prompt in prompts:
+        reply = httpx.post(f"{base}/v1/match", json={"token_ids": prompt}, timeout=10).json()
+        answer = reply["sources"].get(SOURCE)  # absent: it holds none of the prompt
+        out.append(0 if answer is None else int(answer["cached_tokens"]))
+    return out
+
+
+def theirs(dynamo: DynamoIndexer, prompts: list[list[int]]) -> list[int]:
+    """Dynamo's matched device-tier tokens of WORKER for each prompt."""
+    return [dynamo.matched(prompt).get(WORKER, 0) for prompt in prompts]
+
+
+def assert_agree(
+    follow: Service, dynamo: DynamoIndexer, workload: Workload, end: int, base: str
+) -> None:
+    """Once the follower has applied the log up to ``end``, Dynamo comes to answer every
+    sampled prompt as ``/v1/match`` does (the stream is asynchronous: wait for it, then
+    compare)."""
+    follow.wait_for("applied", lambda s: s["position"].get("0") == end, 60)
+    prompts = workload.samples(60)
+    expected = ours(base, prompts)
+    assert any(expected), "the samples hit nothing: the workload is wrong"
+    deadline = time.monotonic() + AGREE_TIMEOUT_S
+    while (got := theirs(dynamo, prompts)) != expected and time.monotonic() < deadline:
+        time.sleep(0.3)
+    differ = [(i, e, g) for i, (e, g) in enumerate(zip(expected, got, strict=True)) if e != g]
+    assert not differ, f"(prompt, ours, Dynamo's) differ: {differ[:10]}\n{dynamo.log_tail()}"
+
+
+def start_follower(follow: Service) -> str:
+    """Start the follower; the base URL of its routing API once restored."""
+    status: dict[str, Any] = follow.start().wait_for(
+        "restore", lambda s: s["restored"] and s["http_port"], 120
+    )
+    return f"http://127.0.0.1:{status['http_port']}"
+
+
+def test_dynamo_indexer_holds_what_the_follower_holds(tmp_path: Path) -> None:
+    require_dynamo()
+    log_url = f"file://{tmp_path}/log"
+    workload = Workload(SOURCE, seed=7)
+    append(log_url, workload.batches(150))  # history from before the follower's run
+    pub, replay = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
+    follow = follow_service(
+        tmp_path,
+        log_url,
+        "router",
+        *("--http-port", "0", "--zmq-publish", pub, "--zmq-replay", replay),
+        *("--zmq-format", "vllm"),
+    )
+    dynamo: DynamoIndexer | None = None
+    try:
+        base = start_follower(follow)
+        dynamo = DynamoIndexer(tmp_path)
+        dynamo.register(WORKER, pub, replay, PAGE)
+        end = append(log_url, workload.batches(20))  # live traffic
+        assert_agree(follow, dynamo, workload, end, base)
+
+        dynamo.close()  # the indexer restarts: a fresh one replays the run from seq 0
+        dynamo = DynamoIndexer(tmp_path)
+        dynamo.register(WORKER, pub, replay, PAGE)
+        end = append(log_url, workload.batches(20))
+        assert_agree(follow, dynamo, workload, end, base)
+
+        assert follow.stop() == 0, follow.stderr_tail()  # the follower restarts: a new run
+        base = start_follower(follow)
+        dynamo.unregister(WORKER)
+        dynamo.register(WORKER, pub, replay, PAGE)
+        end = append(log_url, workload.batches(20))
+        assert_agree(follow, dynamo, workload, end, base)
+    finally:
+        if dynamo is not None:
+            dynamo.close()
+        follow.close()
