@@ -3,7 +3,7 @@ benchmark, each with the command that produced it, its baseline from the same ru
 machine row (load and steal share while it ran).
 
     .venv/bin/python bench/report.py run [--out bench/results] [--kafka HOST:PORT]
-        [--sglang-python PATH] [--only NAME ...]
+        [--sglang-python PATH] [--dynamo-python PATH] [--only NAME ...]
     .venv/bin/python bench/report.py render bench/results/*.json [--output bench/RESULTS.md]
 
 ``run`` runs each benchmark of ``BENCHMARKS`` in turn, with the modest sizes written there, and
@@ -39,7 +39,8 @@ X = "\N{MULTIPLICATION SIGN}"
 @dataclass(frozen=True)
 class Benchmark:
     """How to run one benchmark script: its arguments (``{out}`` is a JSON file it writes,
-    ``{kafka}`` a broker, ``{sglang}`` sglang's interpreter); without ``{out}`` the script prints
+    ``{kafka}`` a broker, ``{sglang}`` sglang's, ``{dynamo}`` Dynamo's interpreter); without
+    ``{out}`` the script prints
     its JSON on stdout."""
 
     name: str
@@ -144,8 +145,15 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         ),
         needs_kafka=True,
     ),
+    Benchmark(
+        "dynamo",
+        "The follower's index beside NVIDIA Dynamo's KV-router index, on the same blocks",
+        ("bench/dynamo_bench.py", "--dynamo-python", "{dynamo}", "--json", "{out}"),
+    ),
 )
 BY_NAME = {b.name: b for b in BENCHMARKS}
+PEER_PLACEHOLDERS = {"{sglang}": "SGLANG_PYTHON", "{dynamo}": "DYNAMO_PYTHON"}
+"""A peer's interpreter in a benchmark's arguments, and how the command shows it."""
 
 
 # ---------------------------------------------------------------------------------------- run
@@ -165,18 +173,16 @@ def parse_stdout_json(text: str) -> Any:
         return json.loads(text[start + 1 :] if start >= 0 else text[text.index("{") :])
 
 
-def run_one(bench: Benchmark, out_dir: Path, kafka: str | None, sglang: str) -> Path:
-    """Run ``bench`` and write ``out_dir/NAME.json``; the file."""
+def run_one(bench: Benchmark, out_dir: Path, kafka: str | None, peers: Mapping[str, str]) -> Path:
+    """Run ``bench`` and write ``out_dir/NAME.json``; the file. ``peers``: each peer's
+    interpreter by its placeholder's name (``sglang``, ``dynamo``)."""
     with tempfile.TemporaryDirectory() as scratch:
         raw = Path(scratch) / "result.json"
         args = [
-            a.format(out=raw, kafka=kafka or "", sglang=sglang) if "{" in a else a
-            for a in bench.args
+            a.format(out=raw, kafka=kafka or "", **peers) if "{" in a else a for a in bench.args
         ]
-        shown = [
-            {"{out}": "OUT.json", "{kafka}": "HOST:PORT", "{sglang}": "SGLANG_PYTHON"}.get(a, a)
-            for a in bench.args
-        ]
+        shown_as = {"{out}": "OUT.json", "{kafka}": "HOST:PORT", **PEER_PLACEHOLDERS}
+        shown = [shown_as.get(a, a) for a in bench.args]
         started = CpuTicks.now()
         done = subprocess.run(
             [sys.executable, *args], cwd=REPO, capture_output=True, text=True, check=False
@@ -647,6 +653,52 @@ def render_snapshot(result: Mapping[str, Any]) -> list[Row]:
     return rows
 
 
+def render_dynamo(result: Mapping[str, Any]) -> list[Row]:
+    """``dynamo_bench.py --json``: each measure of ours against Dynamo's in the same run."""
+    ours, theirs, ratios = (result.get(k) or {} for k in ("ours", "dynamo", "ratios"))
+    blocks = f"{fmt(result.get('held_blocks'))} held blocks of page {fmt(result.get('page_size'))}"
+    workers = f"{fmt(result.get('workers'))} workers"
+    rows: list[Row] = []
+    for measure, key, unit, ratio_key, bound in (
+        (
+            f"ingest, one event per call, {workers}",
+            "ingest_blocks_per_s",
+            "blocks/s",
+            "ingest",
+            2.0,
+        ),
+        (
+            f"match from token ids ({fmt(result.get('prompt_tokens'))} tokens), p50",
+            "token_match_p50_us",
+            "µs",
+            "token_match_p50",
+            0.5,
+        ),
+        ("match with the page hashes given, p50", "hash_match_p50_us", "µs", "hash_match_p50", 1.0),
+        (
+            f"resident memory per held block ({blocks})",
+            "rss_bytes_per_held_block",
+            "B",
+            "rss_per_held_block",
+            0.5,
+        ),
+    ):
+        mine, peer, value = ours.get(key), theirs.get(key), ratios.get(ratio_key)
+        at_least = unit == "blocks/s"  # a rate: higher is better; the rest: lower is better
+        met = value is not None and (value >= bound if at_least else value <= bound)
+        shown = per_s if at_least else (lambda v, u: f"{fmt(v)} {u}")
+        rows.append(
+            (
+                measure,
+                shown(mine, unit if not at_least else "blocks"),
+                "Dynamo `RadixTree`: " + shown(peer, unit if not at_least else "blocks"),
+                ratio(value),
+                f"{'≥' if at_least else '≤'} {bound}{X}: " + ("met" if met else "**missed**"),
+            )
+        )
+    return rows
+
+
 RENDERERS: dict[str, Callable[[Mapping[str, Any]], list[Row]]] = {
     "cache": render_cache,
     "codec": render_codec,
@@ -655,6 +707,7 @@ RENDERERS: dict[str, Callable[[Mapping[str, Any]], list[Row]]] = {
     "replica": render_replica,
     "http": render_http,
     "snapshot": render_snapshot,
+    "dynamo": render_dynamo,
 }
 
 
@@ -742,6 +795,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=str(BENCH / ".venv-sglang" / "bin" / "python"),
         help="sglang's interpreter (bash bench/setup_sglang.sh)",
     )
+    run.add_argument(
+        "--dynamo-python",
+        default=str(BENCH / ".venv-dynamo" / "bin" / "python"),
+        help="NVIDIA Dynamo's interpreter (bash bench/setup_dynamo.sh)",
+    )
     run.add_argument("--only", nargs="+", choices=list(BY_NAME), help="these benchmarks only")
     draw = sub.add_parser("render", help="write RESULTS.md from saved JSON")
     draw.add_argument("json", nargs="+", type=Path)
@@ -755,10 +813,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             if bench.needs_kafka and not args.kafka:
                 print(f"{bench.name}: skipped (no --kafka)", file=sys.stderr)
                 continue
-            if bench.name == "cache" and not os.path.exists(args.sglang_python):
-                sys.stderr.write(f"cache: no {args.sglang_python}: bash bench/setup_sglang.sh\n")
-                return 1
-            print(f"{bench.name}: {run_one(bench, args.out, args.kafka, args.sglang_python)}")
+            peers = {"sglang": args.sglang_python, "dynamo": args.dynamo_python}
+            for name, python in peers.items():
+                if any(f"{{{name}}}" in a for a in bench.args) and not os.path.exists(python):
+                    sys.stderr.write(f"{bench.name}: no {python}: bash bench/setup_{name}.sh\n")
+                    return 1
+            print(f"{bench.name}: {run_one(bench, args.out, args.kafka, peers)}")
         return 0
     args.output.write_text(render(args.json))
     print(f"wrote {args.output}")

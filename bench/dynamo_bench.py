@@ -1,0 +1,275 @@
+"""swa-es's follower index beside NVIDIA Dynamo's KV-router index, on the same blocks, in one run.
+
+One workload (``--workers`` engines of page ``--page-size``; each serves ``--requests`` prompts
+of ``--prompt-tokens`` tokens opening with one of 8 shared system prompts; some requests' tails
+are evicted later) is written once; then each side ingests every engine event into a fresh
+index in a fresh process, one event per call, and answers ``--queries`` prompts (fully cached,
+partly cached, new), first from token ids and then from the page hashes given:
+
+- Dynamo: ``dynamo._core.RadixTree`` (PyPI ``ai-dynamo-runtime``, in its own venv, run by
+  ``bench/dynamo_side.py``): ``apply_event`` of each event's JSON, ``find_matches``;
+- swa-es: a ``ReplicaSet`` with a ``PrefixIndex`` (as a follower holds them): each event is one
+  log record, decoded and applied (``decode_wire`` + ``apply_wire``); ``PrefixIndex.match`` and
+  ``PrefixIndex.match_hashes``.
+
+The sides alternate, ``--rounds`` times each, and each figure is the side's best round. Every
+answer (worker -> matched blocks) must agree, or the run fails. Resident memory is the process's
+growth over the ingest (read from ``/proc/self/statm``) per held block (a block held by two
+workers counts twice)::
+
+    .venv/bin/python bench/dynamo_bench.py --dynamo-python bench/.venv-dynamo/bin/python
+        [--workers 64] [--requests 40] [--prompt-tokens 4096] [--page-size 16] [--queries 256]
+        [--rounds 3] [--json OUT.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import gc
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from machine_load import CpuTicks, machine_row
+
+from cache.events import (
+    DIGEST_ALGORITHM,
+    AllBlocksCleared,
+    BatchMeta,
+    BlockRemoved,
+    BlockStored,
+    EventBatch,
+    chain_block_hashes,
+    decode_wire,
+    encode_batch,
+    namespace_prior,
+)
+from consumers import PrefixIndex, ReplicaSet
+
+BENCH = Path(__file__).resolve().parent
+SYSTEM_PROMPTS = 8
+SYSTEM_TOKENS = 1024
+VOCABULARY = 50_000
+
+
+def make_workload(args: argparse.Namespace) -> dict[str, Any]:
+    """Engine events (stores of the pages a request adds, later evictions of some tails) and
+    the queries, as plain JSON both sides read."""
+    rng = random.Random(args.seed)
+    page = args.page_size
+    prior = namespace_prior(None)
+    systems = [[rng.randrange(VOCABULARY) for _ in range(SYSTEM_TOKENS)] for _ in range(8)]
+    events: list[list[Any]] = []
+    served: list[list[int]] = []
+    for worker in range(args.workers):
+        held: set[int] = set()
+        tails: list[list[int]] = []
+        for _ in range(args.requests):
+            prompt = rng.choice(systems) + [
+                rng.randrange(VOCABULARY) for _ in range(args.prompt_tokens - SYSTEM_TOKENS)
+            ]
+            hashes = chain_block_hashes(prior, prompt, page)
+            first_new = next((i for i, h in enumerate(hashes) if h not in held), len(hashes))
+            if first_new < len(hashes):
+                parent = hashes[first_new - 1] if first_new else None
+                events.append(
+                    ["stored", worker, parent, hashes[first_new:], prompt[first_new * page :]]
+                )
+                held.update(hashes[first_new:])
+                tails.append(hashes[first_new:])
+            if len(served) < args.queries // 2 and rng.random() < 0.2:
+                served.append(prompt)
+            if tails and rng.random() < 0.25:  # evict the last quarter of an older request
+                tail = tails.pop(rng.randrange(len(tails)))
+                gone = tail[len(tail) - len(tail) // 4 :]
+                if gone:
+                    events.append(["removed", worker, gone[::-1]])
+                    held.difference_update(gone)
+    queries = list(served)
+    while len(queries) < args.queries:
+        shared = rng.choice([0, SYSTEM_TOKENS, SYSTEM_TOKENS + 512])
+        base = rng.choice(served) if served else []
+        queries.append(
+            base[:shared]
+            + [
+                rng.randrange(VOCABULARY)
+                for _ in range(args.prompt_tokens - min(shared, len(base)))
+            ]
+        )
+    return {"page_size": page, "workers": args.workers, "events": events, "queries": queries}
+
+
+def held_blocks(workload: dict[str, Any]) -> int:
+    """Blocks held at the end, summed over workers."""
+    held = 0
+    for event in workload["events"]:
+        held += len(event[3]) if event[0] == "stored" else -len(event[2])
+    return held
+
+
+def resident_bytes() -> int:
+    """This process's resident set now (not its peak), after the allocator returned what it
+    holds free to the system (else an index growing into memory freed earlier, e.g. by the
+    parsed workload, would not show)."""
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def our_side(path: Path) -> dict[str, Any]:
+    """swa-es's side, in this (fresh) process: the same measures as ``dynamo_side.py``."""
+    workload = json.loads(path.read_text())
+    page = workload["page_size"]
+    queries = workload["queries"]
+    meta = BatchMeta(page, page * 256, digest_alg=DIGEST_ALGORITHM)
+    seqs = [0] * workload["workers"]
+    opening = [
+        encode_batch(EventBatch(f"w{w}", "e", 0, 0.0, (AllBlocksCleared(),), meta=meta))
+        for w in range(workload["workers"])
+    ]
+    payloads = []
+    for event in workload["events"]:
+        worker = event[1]
+        seqs[worker] += 1
+        if event[0] == "stored":
+            _, _, parent, hashes, tokens = event
+            stored: BlockStored | BlockRemoved = BlockStored(
+                tuple(hashes), parent, tuple(tokens), page
+            )
+        else:
+            stored = BlockRemoved(tuple(event[2]))
+        payloads.append(encode_batch(EventBatch(f"w{worker}", "e", seqs[worker], 0.0, (stored,))))
+    del workload
+    gc.collect()
+    before = resident_bytes()
+    replicas = ReplicaSet()
+    prefix = PrefixIndex(replicas)
+    for payload in opening:
+        replicas.apply_wire(decode_wire(payload))
+    started = time.perf_counter()
+    for payload in payloads:
+        replicas.apply_wire(decode_wire(payload))
+    ingest_s = time.perf_counter() - started
+    gc.collect()
+    after = resident_bytes()  # the payloads are still held: only the index grew
+    del payloads
+    token_us, hash_us, answers = [], [], []
+    for tokens in queries:
+        started = time.perf_counter()
+        found = prefix.match(tokens)
+        token_us.append((time.perf_counter() - started) * 1e6)
+        answers.append({s[1:]: m.full_tokens // page for s, m in found.items() if m.full_tokens})
+    prior = namespace_prior(None)
+    for tokens in queries:
+        hashes = chain_block_hashes(prior, tokens, page)
+        started = time.perf_counter()
+        prefix.match_hashes(hashes, page)
+        hash_us.append((time.perf_counter() - started) * 1e6)
+    return {
+        "ingest_s": ingest_s,
+        "rss_before": before,
+        "rss_after": after,
+        "token_match_us": token_us,
+        "hash_match_us": hash_us,
+        "answers": answers,
+    }
+
+
+def run_side(command: list[str]) -> dict[str, Any]:
+    """One side's process and its JSON."""
+    done = subprocess.run(command, check=True, capture_output=True, text=True)
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def summary(runs: list[dict[str, Any]], blocks: int, stored_blocks: int) -> dict[str, float]:
+    """A side's best round of each figure."""
+    return {
+        "ingest_blocks_per_s": max(stored_blocks / r["ingest_s"] for r in runs),
+        "token_match_p50_us": min(statistics.median(r["token_match_us"]) for r in runs),
+        "token_match_p99_us": min(
+            statistics.quantiles(r["token_match_us"], n=100)[98] for r in runs
+        ),
+        "hash_match_p50_us": min(statistics.median(r["hash_match_us"]) for r in runs),
+        "hash_match_p99_us": min(statistics.quantiles(r["hash_match_us"], n=100)[98] for r in runs),
+        "rss_bytes_per_held_block": min((r["rss_after"] - r["rss_before"]) / blocks for r in runs),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dynamo-python", help="the interpreter of Dynamo's venv")
+    parser.add_argument("--workers", type=int, default=64)
+    parser.add_argument("--requests", type=int, default=40)
+    parser.add_argument("--prompt-tokens", type=int, default=4096)
+    parser.add_argument("--page-size", type=int, default=16)
+    parser.add_argument("--queries", type=int, default=256)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", help="write the result here too")
+    parser.add_argument("--side", choices=["ours"], help=argparse.SUPPRESS)
+    parser.add_argument("--workload", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.side == "ours":
+        json.dump(our_side(args.workload), sys.stdout)
+        return
+    if not args.dynamo_python:
+        parser.error("--dynamo-python is required (bash bench/setup_dynamo.sh makes the venv)")
+    workload = make_workload(args)
+    blocks = held_blocks(workload)
+    stored = sum(len(e[3]) for e in workload["events"] if e[0] == "stored")
+    events = len(workload["events"])
+    ticks = CpuTicks.now()
+    with tempfile.TemporaryDirectory() as work:
+        path = Path(work) / "workload.json"
+        path.write_text(json.dumps(workload))
+        del workload
+        ours_cmd = [sys.executable, __file__, "--side", "ours", "--workload", str(path)]
+        dynamo_cmd = [args.dynamo_python, str(BENCH / "dynamo_side.py"), str(path)]
+        ours_runs, dynamo_runs = [], []
+        for _ in range(args.rounds):
+            dynamo_runs.append(run_side(dynamo_cmd))
+            ours_runs.append(run_side(ours_cmd))
+    disagreements = sum(
+        o != d
+        for run_o, run_d in zip(ours_runs, dynamo_runs, strict=True)
+        for o, d in zip(run_o["answers"], run_d["answers"], strict=True)
+    )
+    if disagreements:
+        raise SystemExit(f"the indexes disagree on {disagreements} answers")
+    ours, dynamo = summary(ours_runs, blocks, stored), summary(dynamo_runs, blocks, stored)
+    result = {
+        "workers": args.workers,
+        "page_size": args.page_size,
+        "prompt_tokens": args.prompt_tokens,
+        "held_blocks": blocks,
+        "stored_blocks": stored,
+        "events": events,
+        "answers_compared": len(ours_runs[0]["answers"]) * args.rounds,
+        "ours": ours,
+        "dynamo": dynamo,
+        "ratios": {
+            "ingest": ours["ingest_blocks_per_s"] / dynamo["ingest_blocks_per_s"],
+            "token_match_p50": ours["token_match_p50_us"] / dynamo["token_match_p50_us"],
+            "hash_match_p50": ours["hash_match_p50_us"] / dynamo["hash_match_p50_us"],
+            "rss_per_held_block": ours["rss_bytes_per_held_block"]
+            / dynamo["rss_bytes_per_held_block"],
+        },
+        "machine": machine_row(ticks),
+    }
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(text)
+
+
+if __name__ == "__main__":
+    main()
