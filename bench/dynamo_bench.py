@@ -25,10 +25,8 @@ workers counts twice)::
 from __future__ import annotations
 
 import argparse
-import ctypes
 import gc
 import json
-import os
 import random
 import statistics
 import subprocess
@@ -38,6 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dynamo_side import resident_bytes
 from machine_load import CpuTicks, machine_row
 
 from cache.events import (
@@ -113,15 +112,6 @@ def held_blocks(workload: dict[str, Any]) -> int:
     for event in workload["events"]:
         held += len(event[3]) if event[0] == "stored" else -len(event[2])
     return held
-
-
-def resident_bytes() -> int:
-    """This process's resident set now (not its peak), after the allocator returned what it
-    holds free to the system (else an index growing into memory freed earlier, e.g. by the
-    parsed workload, would not show)."""
-    ctypes.CDLL("libc.so.6").malloc_trim(0)
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def our_side(path: Path) -> dict[str, Any]:

@@ -9,7 +9,8 @@ nothing else, not even this project)::
 Prints one JSON object: ingest seconds (one ``apply_event`` per engine event, each event's JSON
 made beforehand), resident bytes before and after ingest, per-query latencies of a match from
 token ids (Dynamo's own per-page hashing, then ``find_matches``) and from the page hashes given,
-and every query's answer (worker -> matched blocks).
+and every query's answer (worker -> matched blocks). ``dynamo_bench.py`` imports
+``resident_bytes`` from here, so Dynamo is imported only where it is used.
 """
 
 from __future__ import annotations
@@ -21,8 +22,6 @@ import os
 import sys
 import time
 from typing import Any
-
-from dynamo._core import RadixTree, compute_block_hash_for_seq
 
 U64 = (1 << 64) - 1
 
@@ -39,6 +38,8 @@ def resident_bytes() -> int:
 def event_payloads(workload: dict[str, Any]) -> list[tuple[int, bytes]]:
     """Each engine event as (worker, the JSON ``apply_event`` reads), Dynamo's page hashes
     computed here (its router computes them when it converts an engine event)."""
+    from dynamo._core import compute_block_hash_for_seq  # Dynamo's venv only
+
     page_size = workload["page_size"]
     payloads = []
     for event_id, event in enumerate(workload["events"]):
@@ -63,6 +64,8 @@ def event_payloads(workload: dict[str, Any]) -> list[tuple[int, bytes]]:
 
 
 def main() -> None:
+    from dynamo._core import RadixTree, compute_block_hash_for_seq  # Dynamo's venv only
+
     with open(sys.argv[1]) as source:
         workload = json.load(source)
     page_size = workload["page_size"]
