@@ -4,13 +4,18 @@ some leaves removed, some blocks tombstoned; and prompts sampled from what it ho
 
 ``Workload.batches(n)`` returns the next ``n`` batches of one source (the first carries the
 epoch's meta); ``Workload.samples(k)`` draws prompts: held chains cut at random pages, with
-and without a tail of unknown tokens, plus a few prompts nobody holds.
+and without a tail of unknown tokens, plus a few prompts nobody holds. ``append``,
+``start_follower`` and ``ours`` drive the log and the follower process around it.
 """
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import httpx
 
 from cache.events import (
     AllBlocksCleared,
@@ -20,8 +25,11 @@ from cache.events import (
     BlockSWAEvicted,
     Event,
     EventBatch,
+    encode_batch,
 )
 from cache.events.hashing import chain_block_hashes, namespace_prior
+from log import open_log
+from tests.compose.services import Service
 
 PAGE = 16
 WINDOW = 64
@@ -120,3 +128,32 @@ class Workload:
                 prompt += [self.rng.randrange(1, 50_000) for _ in range(self.page + 5)]
             out.append(prompt)
         return out
+
+
+async def _append(log_url: str, batches: list[EventBatch]) -> int:
+    async with await open_log(log_url) as log:
+        await log.append_batch([(batch.source, encode_batch(batch)) for batch in batches])
+        return (await log.end()).get(0)
+
+
+def append(log_url: str, batches: list[EventBatch]) -> int:
+    """Append ``batches`` to the log; the log's end offset after them."""
+    return anyio.run(_append, log_url, batches)
+
+
+def ours(base: str, source: str, prompts: list[list[int]]) -> list[int]:
+    """``/v1/match``'s cached tokens of ``source`` for each prompt (0: it holds none)."""
+    out: list[int] = []
+    for prompt in prompts:
+        reply = httpx.post(f"{base}/v1/match", json={"token_ids": prompt}, timeout=10).json()
+        answer = reply["sources"].get(source)  # absent: it holds none of the prompt
+        out.append(0 if answer is None else int(answer["cached_tokens"]))
+    return out
+
+
+def start_follower(follow: Service) -> str:
+    """Start the follower; the base URL of its routing API once restored."""
+    status: dict[str, Any] = follow.start().wait_for(
+        "restore", lambda s: s["restored"] and s["http_port"], 120
+    )
+    return f"http://127.0.0.1:{status['http_port']}"

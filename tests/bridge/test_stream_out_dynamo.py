@@ -11,15 +11,10 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
-import anyio
-import httpx
 import pytest
 
-from cache.events import EventBatch, encode_batch
-from log import open_log
-from tests.bridge.stream_out_workload import PAGE, Workload
+from tests.bridge.stream_out_workload import PAGE, Workload, append, ours, start_follower
 from tests.compose.services import Service, follow_service
 from tests.peers.dynamo_indexer import DynamoIndexer, free_port, require_dynamo
 
@@ -28,27 +23,6 @@ pytestmark = pytest.mark.dynamo
 SOURCE = "worker-0"
 WORKER = 0  # Dynamo's instance id for SOURCE
 AGREE_TIMEOUT_S = 60.0
-
-
-async def _append(log_url: str, batches: list[EventBatch]) -> int:
-    async with await open_log(log_url) as log:
-        await log.append_batch([(batch.source, encode_batch(batch)) for batch in batches])
-        return (await log.end()).get(0)
-
-
-def append(log_url: str, batches: list[EventBatch]) -> int:
-    """Append ``batches`` to the log; the log's end offset after them."""
-    return anyio.run(_append, log_url, batches)
-
-
-def ours(base: str, prompts: list[list[int]]) -> list[int]:
-    """``/v1/match``'s cached tokens of SOURCE for each prompt."""
-    out: list[int] = []
-    for prompt in prompts:
-        reply = httpx.post(f"{base}/v1/match", json={"token_ids": prompt}, timeout=10).json()
-        answer = reply["sources"].get(SOURCE)  # absent: it holds none of the prompt
-        out.append(0 if answer is None else int(answer["cached_tokens"]))
-    return out
 
 
 def theirs(dynamo: DynamoIndexer, prompts: list[list[int]]) -> list[int]:
@@ -64,21 +38,13 @@ def assert_agree(
     compare)."""
     follow.wait_for("applied", lambda s: s["position"].get("0") == end, 60)
     prompts = workload.samples(60)
-    expected = ours(base, prompts)
+    expected = ours(base, SOURCE, prompts)
     assert any(expected), "the samples hit nothing: the workload is wrong"
     deadline = time.monotonic() + AGREE_TIMEOUT_S
     while (got := theirs(dynamo, prompts)) != expected and time.monotonic() < deadline:
         time.sleep(0.3)
     differ = [(i, e, g) for i, (e, g) in enumerate(zip(expected, got, strict=True)) if e != g]
     assert not differ, f"(prompt, ours, Dynamo's) differ: {differ[:10]}\n{dynamo.log_tail()}"
-
-
-def start_follower(follow: Service) -> str:
-    """Start the follower; the base URL of its routing API once restored."""
-    status: dict[str, Any] = follow.start().wait_for(
-        "restore", lambda s: s["restored"] and s["http_port"], 120
-    )
-    return f"http://127.0.0.1:{status['http_port']}"
 
 
 def test_dynamo_indexer_holds_what_the_follower_holds(tmp_path: Path) -> None:
