@@ -115,6 +115,7 @@ class Bridge:
         self._engine_heard = time.monotonic()
         self._connected = False
         self._engine_online = True
+        self._same_run = False  # since the engine went offline: its replay proved the same run
         self.metrics = BridgeMetrics()
         self.mirror = MirrorCache()
         self.tracker = StreamTracker()
@@ -225,27 +226,32 @@ class Bridge:
     # --- liveness -----------------------------------------------------------------------------
 
     def _check_engine(self) -> None:
-        """Declare the engine offline in the log once unheard for ``engine_timeout_s``, and
-        online again once heard (called where any restart it showed has been handled)."""
+        """Declare the engine offline in the log once unheard for ``engine_timeout_s``; online
+        again once heard and known to be the same run (its replay still holds the batch last
+        applied) or once a batch was published since (called where any restart it showed has
+        been handled). An engine heard with an empty replay buffer may be a new run that has
+        published nothing yet: it stays offline until it publishes, so the old run's blocks
+        are never offered again."""
         now = time.monotonic()
         if self._dealer is None and self._connected:
             self._engine_heard = now  # nothing else to ask: a live connection is all we know
         timeout = self.engine_timeout_s
         silent = timeout is not None and now - self._engine_heard >= timeout
-        if silent == (not self._engine_online):
-            return
-        self._engine_online = not silent
         publisher = self._publisher
-        if silent:
+        if silent and self._engine_online and publisher is not None:
+            self._engine_online = False
+            self._same_run = False
             self.metrics.engine_offline += 1
             logger.warning(
                 "bridge %r: the engine was not heard for %.1f s: marked offline",
                 self.source,
                 now - self._engine_heard,
             )
-            if publisher is not None:
-                publisher.mark_offline(f"engine unheard for {timeout:g} s")
-        else:
+            publisher.mark_offline(f"engine unheard for {timeout:g} s")
+        elif not silent and not self._engine_online:
+            if publisher is not None and not publisher.online and not self._same_run:
+                return  # heard, but maybe a new run: wait for its batches or its replay
+            self._engine_online = True
             logger.info("bridge %r: the engine is heard again", self.source)
             if publisher is not None:
                 publisher.mark_online()
@@ -341,6 +347,7 @@ class Bridge:
             if not fresh:
                 return []
             if any(f.seq == applied and self.tracker.matches(f.seq, f.payload) for f in fresh):
+                self._same_run = True
                 return [f for f in fresh if f.seq >= applied]  # it got there meanwhile
             await self._restart(
                 f"the replay has no batch {applied} but has {fresh[0].seq}..{fresh[-1].seq}"
@@ -348,6 +355,7 @@ class Bridge:
             return fresh
         first = answer[0]
         if first.seq != applied or self.tracker.matches(first.seq, first.payload):
+            self._same_run = first.seq == applied
             return answer
         await self._restart(f"its batch {applied} is not the one applied")
         return await self._replay(0) or []

@@ -18,7 +18,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from consumers import Follower, ReplicaSet
+from consumers import Follower, PrefixIndex, ReplicaSet
 from log import open_log
 from tests.compose.services import follow_service
 from tests.peers.sglang_venv import ROOT, SGLANG_PYTHON, SglangEngine, require_sglang
@@ -55,6 +55,8 @@ def start_bridge(pub: str, replay: str, log_url: str) -> tuple[subprocess.Popen[
     """A ``swa-es bridge`` process and its metrics port."""
     command = [sys.executable, "-m", "swa_es.cli", "bridge", "--zmq", pub, "--replay", replay]
     command += ["--format", "sglang", "--source", "sg", "--log", log_url]
+    # no heartbeat between the batches: the stream out below numbers records by log offset
+    command += ["--heartbeat-s", "600"]
     bridge = subprocess.Popen(
         [*command, "--metrics-port", "0"],
         cwd=ROOT,
@@ -86,7 +88,7 @@ async def replica_blocks(log_url: str) -> set[int]:
 
 def test_bridge_process_metrics_sigterm_and_routing(tmp_path: Path) -> None:
     """The bridge process counts what it received and replayed, exits 0 on SIGTERM with every
-    batch flushed, and /v1/match then reports the bridged source exact, usable unknown."""
+    batch flushed and the source marked offline, which /v1/match then reports."""
     require_sglang()
     pub, replay = f"ipc://{tmp_path}/kv.pub", f"ipc://{tmp_path}/kv.replay"
     log_url = f"file://{tmp_path}/log"
@@ -115,8 +117,9 @@ def test_bridge_process_metrics_sigterm_and_routing(tmp_path: Path) -> None:
 
 def check_follow_process(tmp_path: Path, log_url: str, blocks: int) -> None:
     """``swa-es follow --http-port --zmq-publish --zmq-replay --zmq-format sglang`` on the
-    bridged log: /v1/match over HTTP says exact, usable unknown; the stream out replays every
-    record from seq 0 to sglang's own decoder."""
+    bridged log: /v1/match over HTTP says offline (the bridge stopped), the replica holds
+    every block, usable unknown; the stream out replays every batch from seq 0 to sglang's own
+    decoder."""
     out_pub, out_replay = f"ipc://{tmp_path}/out.pub", f"ipc://{tmp_path}/out.replay"
     follow = follow_service(
         tmp_path,
@@ -129,15 +132,17 @@ def check_follow_process(tmp_path: Path, log_url: str, blocks: int) -> None:
         status = follow.wait_for("restore", lambda s: s["restored"] and s["http_port"], 60)
         base = f"http://127.0.0.1:{status['http_port']}"
         sources = httpx.get(f"{base}/v1/sources", timeout=10).json()["sources"]
-        assert sources["sg"]["blocks"] == blocks and sources["sg"]["state"] == "exact"
+        assert sources["sg"]["blocks"] == blocks and sources["sg"]["state"] == "offline"
+        assert sources["sg"]["offline"] == "offline marker: the bridge stopped"
         root, records = anyio.run(log_facts, log_url)
         body = {"token_ids": list(root), "extra_key": None}
         reply = httpx.post(f"{base}/v1/match", json=body, timeout=10).json()
-        assert reply["sources"]["sg"] == {
-            "cached_tokens": len(root),
-            "usable_tokens": None,  # the engine's stream carries no tombstones
-            "state": "exact",
-        }
+        found = reply["sources"]["sg"]
+        assert (found["cached_tokens"], found["usable_tokens"], found["state"]) == (
+            None,
+            None,
+            "offline",
+        )
         command = [str(SGLANG_PYTHON), "-W", "ignore", "-m", "tests.peers.kv_stream_reader"]
         reader = subprocess.run(
             [*command, "--engine", "sglang", "--pub", out_pub, "--replay", out_replay],
@@ -156,14 +161,18 @@ def check_follow_process(tmp_path: Path, log_url: str, blocks: int) -> None:
 
 
 async def log_facts(log_url: str) -> tuple[tuple[int, ...], int]:
-    """The tokens of one root page the replica holds, and how many records the log has."""
+    """The tokens of one root page the replica holds (the replica answers it held, usable
+    unknown: the engine's stream carries no tombstones), and how many batches the log has."""
     async with await open_log(log_url) as log:
         replicas = ReplicaSet()
-        follower = Follower(log, [replicas])
+        follower = Follower(log, [replicas, PrefixIndex(replicas)])
         await follower.catch_up()
         tree = replicas["sg"]
         root = next(b.token_ids for b in tree.blocks() if b.parent_block_hash is None)
-        return root, follower.metrics.records_read
+        held = PrefixIndex(replicas).match(list(root))["sg"]
+        assert (held.full_tokens, held.swa_tokens) == (len(root), None)
+        m = follower.metrics
+        return root, m.records_read - m.heartbeats_read - m.offline_markers_read
 
 
 def test_bridge_killed_and_restarted(tmp_path: Path) -> None:
