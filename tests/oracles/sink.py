@@ -58,9 +58,9 @@ class ReferenceSink:
 
     def _parents(self, node: TreeNode) -> list[int | None]:
         """The parent block hash of each of ``node``'s pages."""
-        assert node._parent is not None
+        assert node.parent is not None
         hashes = self._hashes[node.node_id]
-        return [self._chain_end(node._parent)[1], *hashes[:-1]]
+        return [self._chain_end(node.parent)[1], *hashes[:-1]]
 
     def _account(self, node: TreeNode, resident: bool, sign: int) -> None:
         hashes = self._hashes[node.node_id]
@@ -74,9 +74,9 @@ class ReferenceSink:
     def stored(self, node: TreeNode, ids: array[int], start: int) -> None:
         """Hash the node's pages onto its parent's chain; one BlockStored per page (from the
         node's own tokens: ``ids`` is the native sink's)."""
-        assert node._parent is not None, "a namespace root is never stored"
-        prior, parent_hash = self._chain_end(node._parent)
-        tokens = node._token_ids
+        assert node.parent is not None, "a namespace root is never stored"
+        prior, parent_hash = self._chain_end(node.parent)
+        tokens = node.token_ids
         size = self._page_size
         digests = chain_page_digests(prior, tokens, size)
         hashes = block_hashes_of(digests)
@@ -90,7 +90,7 @@ class ReferenceSink:
 
     def removed(self, node: TreeNode) -> None:
         """One BlockRemoved with all the node's pages."""
-        self._account(node, not node._tombstone, -1)
+        self._account(node, not node.swa_tombstone, -1)
         hashes = self._hashes.pop(node.node_id)
         del self._digests[node.node_id]
         self._events.append(BlockRemoved(tuple(hashes)))
@@ -143,19 +143,19 @@ class ReferenceSink:
         tombstones: list[Event] = []
         size = self._page_size
         for root_id in sorted(self._roots):
-            stack = sorted(self._roots[root_id][0]._children.values(), key=_by_id_descending)
+            stack = sorted(self._roots[root_id][0].children.values(), key=_by_id_descending)
             while stack:
                 node = stack.pop()
                 hashes = self._hashes[node.node_id]
-                tokens = node._token_ids
+                tokens = node.token_ids
                 for index, (block_hash, parent) in enumerate(
                     zip(hashes, self._parents(node), strict=True)
                 ):
                     page = tokens[index * size : (index + 1) * size]
                     stored.append(BlockStored((block_hash,), parent, page, size))
-                if node._tombstone:
+                if node.swa_tombstone:
                     tombstones.append(BlockSWAEvicted(tuple(hashes)))
-                stack.extend(sorted(node._children.values(), key=_by_id_descending))
+                stack.extend(sorted(node.children.values(), key=_by_id_descending))
         return stored + tombstones
 
 
@@ -231,7 +231,7 @@ def attach_reference(cache: SWARadixCache) -> ReferenceSink:
     """Give a fresh ``cache`` (nothing inserted yet) a reference twin that sees every change
     from now on, as if it had been its sink from the start (for differential tests)."""
     state = cache._state
-    if any(root._children for root in state.roots.values()):
+    if any(root.children for root in state.roots.values()):
         raise ValueError("attach_reference needs a fresh cache: this one holds nodes already")
     twin = ReferenceSink(state.page_size)
     twin.cleared()
