@@ -178,13 +178,16 @@ def stop_primaries() -> dict[str, dict[str, Any]]:
 
 
 def converged(follower: str, finals: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Wait until a follower's /v1/sources holds every primary's final digest, exact."""
+    """Wait until a follower's /v1/sources holds every primary's final digest, undiverged
+    (exact, or offline once it read the marker a primary appends when it stops)."""
 
     def probe() -> dict[str, Any] | None:
         now = sources(follower)
         for source, final in finals.items():
             replica = now.get(source) or {}
-            if (replica.get("digest"), replica.get("state")) != (final["digest"], "exact"):
+            if replica.get("digest") != final["digest"] or replica.get("diverged") is not None:
+                return None
+            if replica.get("state") not in ("exact", "offline"):
                 return None
         return now
 

@@ -76,23 +76,40 @@ def acked_batches_exactly_once(finals: dict[str, dict[str, Any]]) -> dict[str, i
 
 
 def test_followers_replicate_both_primaries_and_answer_match() -> None:
-    """Two primaries on the 3-broker cluster, two followers: the followers end at the primaries'
-    final digests, and the routing API answers /v1/match from another container."""
+    """Two primaries on the 3-broker cluster, two followers: the routing API answers /v1/match
+    from another container while they serve (exact) and after they stopped (offline, by their
+    markers), and the followers end at the primaries' final digests."""
     stack.start_primaries()
     for follower in stack.FOLLOWERS:
         stack.wait_for(f"{follower} holding both sources", functools.partial(holds_both, follower))
+    url = f"http://{stack.FOLLOWERS[0]}:{stack.ROUTING_PORT}"
+
+    def exact_match() -> tuple[list[int], dict[str, Any]] | None:
+        """A prompt whose first page worker-0 holds now, by the log's own events, and the
+        answer to it once exact (the primary may evict it meanwhile: then ask again)."""
+        epoch = stack.status("primary-0")["epoch"]  # type: ignore[index]
+        tokens = stack.live_root_block(stack.log_batches("worker-0", epoch, brief=False))
+        match = stack.http_from_another_container(url + "/v1/match", {"token_ids": tokens})
+        found = match["sources"].get("worker-0") or {}
+        held = found.get("state") == "exact" and (found.get("cached_tokens") or 0) >= len(tokens)
+        return (tokens, match) if held else None
+
+    tokens, match = stack.wait_for("an exact /v1/match of a cached prompt", exact_match)
     finals = stack.stop_primaries()
     answers = both_followers_converge(finals)
     counts = acked_batches_exactly_once(finals)
-    # A prompt whose first page worker-0 still holds at the end, by the log's own events.
-    tokens = stack.live_root_block(stack.log_batches("worker-0", finals["worker-0"]["epoch"],
-                                                     brief=False))  # fmt: skip
-    url = f"http://{stack.FOLLOWERS[0]}:{stack.ROUTING_PORT}"
     listed = stack.http_from_another_container(url + "/v1/sources")
     assert set(listed["sources"]) >= set(finals), listed
-    match = stack.http_from_another_container(url + "/v1/match", {"token_ids": tokens})
-    found = match["sources"]["worker-0"]
-    assert found["state"] == "exact" and found["cached_tokens"] >= len(tokens), match
+
+    def offline_answer() -> dict[str, Any] | None:
+        """worker-0's answer to the same prompt once offline (stopped: its marker read)."""
+        match = stack.http_from_another_container(url + "/v1/match", {"token_ids": tokens})
+        found: dict[str, Any] = match["sources"]["worker-0"]
+        return found if found["state"] == "offline" else None
+
+    stopped = stack.wait_for("worker-0 offline by its marker", offline_answer)
+    assert stopped["cached_tokens"] is None and stopped["usable_tokens"] is None, stopped
+    assert listed["sources"]["worker-0"]["state"] in ("exact", "offline"), listed
     print(
         f"scenario converge: batches {counts}; digests "
         f"{ {s: f['digest'] for s, f in finals.items()} } on both followers; "
@@ -193,7 +210,8 @@ def test_bridge_appends_sglangs_own_kv_events() -> None:
     """sglang 0.5.16's own ZmqEventPublisher in its container, ``swa-es bridge`` in another:
     the bridge applies every batch sglang published (those before it came from sglang's replay
     socket), appends its source's batches once each with no seq gap, and both followers end
-    holding exactly as many blocks as sglang's tree, the source exact."""
+    holding exactly as many blocks as sglang's tree, the source offline by the marker the
+    bridge appends when it stops."""
     source = "sglang-0"
     label = f'{{source="{source}"}}'
     engine = stack.SglangContainer()
@@ -225,14 +243,17 @@ def test_bridge_appends_sglangs_own_kv_events() -> None:
     def holds_sglangs_tree(follower: str) -> dict[str, Any] | None:
         """The follower's view of the source once it applied the bridge's last batch."""
         replica = stack.sources(follower).get(source)
-        return replica if replica is not None and replica["seq"] == max(seqs) else None
+        if replica is None or replica["seq"] != max(seqs) or replica["state"] != "offline":
+            return None
+        return replica
 
     for follower in stack.FOLLOWERS:
         replica = stack.wait_for(
             f"{follower} at the bridge's last batch",
             functools.partial(holds_sglangs_tree, follower),
         )
-        assert replica["state"] == "exact" and replica["diverged"] is None, (follower, replica)
+        assert replica["offline"] == "offline marker: the bridge stopped", (follower, replica)
+        assert replica["diverged"] is None, (follower, replica)
         assert replica["blocks"] == len(blocks), (follower, replica, len(blocks))
     print(
         f"scenario sglang bridge: sglang published {published} batches ({before} before the "
