@@ -28,6 +28,7 @@ from consumers import Follower
 from swa_es.cli import settings
 from swa_es.cli.exit_codes import EXIT_OK
 from swa_es.cli.progress import terminal_progress
+from swa_es.cli.values import SettingError
 from swa_es.service.event_loop import fast_loop_options
 from swa_es.service.http_app import AppParts
 from swa_es.service.http_server import start_http_server
@@ -63,6 +64,7 @@ class FollowConfig:
     zmq_replay: str | None
     zmq_format: str
     zmq_tombstones: str
+    zmq_snapshot: str | None
     source_timeout_s: float
     degraded_lag_records: int
 
@@ -183,6 +185,8 @@ class FollowerService:
 
 async def follow(config: FollowConfig) -> int:
     """Restore, follow until the duration or a signal, snapshot, report; the exit status."""
+    if config.zmq_snapshot is not None and config.zmq_publish is None:
+        raise SettingError("--zmq-snapshot", "answers for the stream out: give --zmq-publish too")
     views = StandardViews.create()
     async with AsyncExitStack() as stack:
         store = None
@@ -241,5 +245,14 @@ async def follow(config: FollowConfig) -> int:
                 lambda: egress.begin(follower_state(follower.position.get(0), views.replicas))
             )
             await stack.enter_async_context(egress)
+            if config.zmq_snapshot is not None:
+                from swa_es.egress.bootstrap import follower_capture
+                from swa_es.egress.snapshot import SnapshotServer
+
+                capture = follower_capture(
+                    lambda: service.restored, lambda: follower.position.get(0), views.replicas
+                )
+                snapshots = SnapshotServer(egress, config.zmq_snapshot, capture)
+                await stack.enter_async_context(snapshots)
         await service.follow()
     return EXIT_OK

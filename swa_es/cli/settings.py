@@ -537,6 +537,16 @@ SETTINGS: Final[tuple[Setting[Any], ...]] = (
         ("follow",),
         metavar="MODE",
     ),
+    Setting(
+        "zmq-snapshot",
+        v.zmq_endpoint,
+        None,
+        "ROUTER endpoint answering routers' snapshot requests (vLLM's proposed \"snapshot\") "
+        "for the --zmq-publish stream: the follower's state with a cut on that stream's seq",
+        ("follow",),
+        metavar="ENDPOINT",
+        shown_default="off",
+    ),
 )
 
 

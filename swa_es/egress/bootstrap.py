@@ -12,7 +12,7 @@ the position and the replicas read here agree.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from cache.events import AllBlocksCleared, BlockStored, BlockSWAEvicted, Event, EventBatch
 from consumers.views.replica import ReplicaBlock, ReplicaSet
@@ -65,3 +65,17 @@ def follower_state(offset: int, replicas: ReplicaSet) -> StreamStart:
     """A run that starts at the follower's log ``offset`` (partition 0) with its replicas'
     state; call it where the two agree (between two applied records)."""
     return StreamStart(offset, tuple(state_batches(replicas)))
+
+
+def follower_capture(
+    restored: Callable[[], bool], offset: Callable[[], int], replicas: ReplicaSet
+) -> Callable[[], tuple[int, list[EventBatch]] | None]:
+    """The ``StateCapture`` of a snapshot socket: None until ``restored()``, then the
+    follower's log ``offset()`` and its replicas' state, read together."""
+
+    def capture() -> tuple[int, list[EventBatch]] | None:
+        if not restored():
+            return None
+        return offset(), state_batches(replicas)
+
+    return capture

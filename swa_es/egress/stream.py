@@ -19,6 +19,7 @@ end marker (seq -1): ``(seq, payload)`` messages for sglang, ``(topic, seq, payl
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -94,6 +95,7 @@ class ZmqEgress:
         self.wire_format = EngineFormat(config.wire_format)
         self.tombstones = TombstonePolicy(config.tombstones)
         self.metrics = EgressMetrics()
+        self.epoch = uuid.uuid4().bytes  # names this run (16 bytes), for snapshot replies
         self._deferred = deferred
         self._start: StreamStart | None = None
         self._state: list[_Message] = []

@@ -1,0 +1,147 @@
+"""``SnapshotServer``: a router asks for the follower's state instead of replaying history.
+
+One ROUTER socket (``swa-es follow --zmq-snapshot ENDPOINT``, beside ``--zmq-publish``) answers
+the snapshot request of vLLM's proposed snapshot service (vllm-project/vllm#57789, consumed by
+llm-d-router's ``pkg/kvevents/snapshot.go``) for the stream that ``ZmqEgress`` publishes:
+
+- request: a REQ (or DEALER with an empty delimiter) sends the single frame ``snapshot``;
+- reply: ``[cut, epoch, chunk_1, ..., chunk_n]``: ``cut`` the stream seq (8-byte big-endian,
+  signed) of the last message the chunks include, so the client applies live messages from
+  ``cut + 1`` on; ``epoch`` 16 bytes naming the stream run (a new run, a new epoch); each chunk
+  an engine batch in the stream's format (the state of one source, a clear then stores, parent
+  before child, at most ``CHUNK_EVENTS`` events a chunk). ``cut`` -1: nothing to apply (no
+  state, nothing published yet); ``cut`` -2 or lower: unavailable, no chunks (the follower has
+  not restored yet, or the request was not ``snapshot``: the protocol's refusal, counted).
+
+The cut is consistent with the live stream: the state is read from the follower's replicas at
+its position ``P`` (synchronously: the follower applies a record and advances its position
+without yielding between the two), and every record below ``P`` has stream seq at most
+``seq_of(P) - 1``. A live message the client buffered before the cut is skipped, one after it
+applied; the stream goes on meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Self
+
+import anyio
+import zmq
+import zmq.asyncio
+from anyio.abc import TaskGroup
+
+from cache.events import EventBatch
+from swa_es.egress.stream import ZmqEgress
+
+logger = logging.getLogger(__name__)
+
+REQUEST = b"snapshot"
+CUT_EMPTY = -1
+CUT_UNAVAILABLE = -2
+CHUNK_EVENTS = 4096
+
+StateCapture = Callable[[], tuple[int, Sequence[EventBatch]] | None]
+"""The follower's log position (partition 0) and its state as one batch per source; None
+while it restores."""
+
+
+@dataclass(slots=True)
+class SnapshotMetrics:
+    """Counters of the snapshot socket."""
+
+    served: int = 0
+    unavailable: int = 0
+    bad_requests: int = 0
+
+
+def chunks(batch: EventBatch, limit: int = CHUNK_EVENTS) -> list[EventBatch]:
+    """``batch`` cut into batches of at most ``limit`` events, in order."""
+    events = batch.events
+    return [
+        EventBatch(batch.source, batch.epoch, batch.seq, batch.ts, events[at : at + limit])
+        for at in range(0, max(len(events), 1), limit)
+    ]
+
+
+def encode_cut(cut: int) -> bytes:
+    """The 8-byte big-endian signed cut frame."""
+    return cut.to_bytes(8, "big", signed=True)
+
+
+class SnapshotServer:
+    """See the module docstring (an async context manager owning its task)."""
+
+    def __init__(self, egress: ZmqEgress, endpoint: str, capture: StateCapture) -> None:
+        self.egress = egress
+        self.endpoint = endpoint
+        self.capture = capture
+        self.metrics = SnapshotMetrics()
+        self._context = zmq.asyncio.Context()
+        self._router: zmq.asyncio.Socket | None = None
+        self._group: TaskGroup | None = None
+
+    async def __aenter__(self) -> Self:
+        router = self._context.socket(zmq.ROUTER)
+        router.setsockopt(zmq.LINGER, 0)
+        router.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        router.bind(self.endpoint)
+        self._router = router
+        group = anyio.create_task_group()
+        await group.__aenter__()
+        self._group = group
+        group.start_soon(self._serve)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        group, self._group = self._group, None
+        if group is not None:
+            group.cancel_scope.cancel()
+            await group.__aexit__(None, None, None)
+        if self._router is not None:
+            self._router.close(linger=0)
+        self._context.term()
+
+    def answer(self, request: bytes) -> list[bytes]:
+        """The reply frames (after the envelope) to one request."""
+        epoch = self.egress.epoch
+        if request != REQUEST:
+            self.metrics.bad_requests += 1
+            logger.warning(
+                "snapshot: refused request %r (%d refused so far)",
+                request[:40],
+                self.metrics.bad_requests,
+            )
+            return [encode_cut(CUT_UNAVAILABLE), epoch]
+        captured = self.capture() if self.egress.start_offset is not None else None
+        if captured is None:
+            self.metrics.unavailable += 1
+            return [encode_cut(CUT_UNAVAILABLE), epoch]
+        offset, state = captured
+        cut = self.egress.seq_of(offset) - 1
+        payloads = [
+            self.egress.encode(chunk) for batch in state for chunk in chunks(batch) if batch.events
+        ]
+        self.metrics.served += 1
+        if cut < 0 and not payloads:
+            return [encode_cut(CUT_EMPTY), epoch]
+        return [encode_cut(cut), epoch, *payloads]
+
+    async def _serve(self) -> None:
+        router = self._router
+        assert router is not None
+        while True:
+            parts = await router.recv_multipart()
+            identity, request = parts[0], parts[-1]
+            envelope = [identity, b""] if len(parts) > 2 else [identity]
+            try:
+                await router.send_multipart([*envelope, *self.answer(request)])
+            except zmq.ZMQError as exc:  # the client went away (ROUTER_MANDATORY)
+                logger.info("snapshot: reply to a departed client dropped: %s", exc)

@@ -1,0 +1,138 @@
+"""A router bootstraps from ``swa-es follow --zmq-snapshot`` instead of replaying history.
+
+The client here is written from the protocol text of vLLM's proposed snapshot service
+(vllm-project/vllm#57789, as /work/shared/ENGINE_PROTOCOLS.md §4 and docs/routing.md describe
+it), not from its code, which is not released: subscribe to the live stream first, send the
+single frame ``snapshot`` on a REQ socket, read ``[cut, epoch, chunk...]``, apply the chunks
+(engine batches) to a fresh index, then apply live messages strictly in order from ``cut + 1``,
+skipping those at or below the cut. Its index must hold exactly the blocks the workload holds,
+after the snapshot and after live traffic, and again after the follower restarts (a new run: a
+new epoch). A request other than ``snapshot`` gets the protocol's refusal (cut -2) and the
+socket goes on answering."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import zmq
+
+from tests.bridge.stream_out_workload import Workload, append, start_follower
+from tests.compose.services import follow_service
+from tests.peers.dynamo_indexer import free_port
+
+SOURCE = "worker-0"
+RECV_TIMEOUT_MS = 60_000
+
+
+class GapError(AssertionError):
+    """A live message arrived out of order after the cut: the bootstrap is void."""
+
+
+class SnapshotClient:
+    """A router's index of one stream, bootstrapped by vLLM #57789's snapshot request (a
+    client written from the protocol text)."""
+
+    def __init__(self, context: zmq.Context[zmq.Socket[bytes]], pub: str, snapshot: str) -> None:
+        self.sub = context.socket(zmq.SUB)
+        self.sub.setsockopt(zmq.SUBSCRIBE, b"")
+        self.sub.setsockopt(zmq.RCVTIMEO, RECV_TIMEOUT_MS)
+        self.sub.connect(pub)  # live messages are buffered from here on
+        self.req = context.socket(zmq.REQ)
+        self.req.setsockopt(zmq.RCVTIMEO, RECV_TIMEOUT_MS)
+        self.req.connect(snapshot)
+        self.blocks: set[int] = set()
+        self.last = -1
+        self.epoch = b""
+
+    def ask(self, request: bytes) -> tuple[int, bytes, list[bytes]]:
+        """One request: (cut, epoch, chunks)."""
+        self.req.send(request)
+        reply = self.req.recv_multipart()
+        return int.from_bytes(reply[0], "big", signed=True), reply[1], reply[2:]
+
+    def bootstrap(self) -> int:
+        """Ask for the snapshot and apply it to a fresh index; the cut."""
+        cut, epoch, chunks = self.ask(b"snapshot")
+        assert cut >= -1, f"snapshot unavailable (cut {cut})"
+        assert len(epoch) == 16
+        self.blocks, self.epoch, self.last = set(), epoch, cut
+        for chunk in chunks:
+            self.apply(chunk)
+        return cut
+
+    def apply(self, payload: bytes) -> None:
+        """Apply one vLLM batch ``[ts, events, data_parallel_rank]``."""
+        _ts, events, _rank = msgpack.unpackb(payload)
+        for event in events:
+            kind: Any = event["type"]
+            if kind == "BlockStored":
+                self.blocks.update(event["block_hashes"])
+            elif kind == "BlockRemoved":
+                self.blocks.difference_update(event["block_hashes"])
+            else:
+                self.blocks.clear()
+
+    def follow_until(self, seq: int) -> None:
+        """Apply live messages after the cut, in order, until ``seq``."""
+        while self.last < seq:
+            _topic, seq_bytes, payload = self.sub.recv_multipart()
+            got = int.from_bytes(seq_bytes, "big")
+            if got <= self.last:
+                continue  # already in the snapshot
+            if got != self.last + 1:
+                raise GapError(f"live seq {got} after {self.last}")
+            self.apply(payload)
+            self.last = got
+
+    def close(self) -> None:
+        """Close both sockets."""
+        self.sub.close(linger=0)
+        self.req.close(linger=0)
+
+
+def test_a_router_bootstraps_from_the_follower(tmp_path: Path) -> None:
+    log_url = f"file://{tmp_path}/log"
+    workload = Workload(SOURCE, seed=3)
+    end = append(log_url, workload.batches(150))
+    pub, snapshot = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
+    follow = follow_service(
+        tmp_path,
+        log_url,
+        "router",
+        *("--http-port", "0", "--zmq-publish", pub, "--zmq-snapshot", snapshot),
+        *("--zmq-format", "vllm"),
+    )
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    clients: list[SnapshotClient] = []
+    try:
+        start_follower(follow)
+        follow.wait_for("applied", lambda s: s["position"].get("0") == end, 60)
+        client = SnapshotClient(context, pub, snapshot)
+        clients.append(client)
+        # a request the protocol does not know: refused, counted, and the socket goes on
+        cut, epoch, chunks = client.ask(b"snapshot-please")
+        assert (cut, len(epoch), chunks) == (-2, 16, [])
+        # the run started once the follower had restored (the log replayed): seq 0 is its state
+        cut = client.bootstrap()
+        assert cut == 0 and client.blocks == set(workload.held)
+        end = append(log_url, workload.batches(30))
+        client.follow_until(cut + 30)
+        assert client.blocks == set(workload.held)
+
+        assert follow.stop() == 0, follow.stderr_tail()  # a new run, from its snapshot
+        start_follower(follow)
+        fresh = SnapshotClient(context, pub, snapshot)
+        clients.append(fresh)
+        cut = fresh.bootstrap()
+        assert fresh.epoch != client.epoch
+        assert cut == 0 and fresh.blocks == set(workload.held)
+        end = append(log_url, workload.batches(30))
+        fresh.follow_until(cut + 30)
+        assert fresh.blocks == set(workload.held)
+    finally:
+        for each in clients:
+            each.close()
+        follow.close()
+        context.term()
