@@ -11,6 +11,10 @@ Accepted forms (any of them in ``auto``; see ``WireFormat``):
 - vLLM's older positional events: ``BlockStored`` arrays continuing with ``lora_name``,
   ``extra_keys``, ``group_idx``, ``kv_cache_spec_kind``, ``kv_cache_spec_sliding_window``;
   ``BlockRemoved`` with ``group_idx``.
+- vLLM's per-group stores of a hybrid model: a group whose ``kv_cache_spec_kind`` is not full
+  attention (sliding window, Mamba) may be sparse (``token_ids`` span the request's new blocks,
+  ``block_hashes`` name the few it keeps, or none); vLLM's CPU-offload placeholders have
+  ``block_size`` 0, no tokens and no parent (``swa_es.bridge.vllm_groups``, the mirror).
 
 - sglang with ``swa_es.integrations.sglang`` installed: its SWA residency extension
   (``swa_es.integrations.sglang.wire``), ``["BlockSWAEvicted" | "BlockSWARestored",
@@ -30,6 +34,7 @@ from typing import Any, Final, TypeAlias
 
 import msgpack
 
+from swa_es.bridge.vllm_groups import FULL_ATTENTION_KINDS
 from swa_es.bridge.wire import FrameError
 from swa_es.integrations.sglang.wire import SWA_EVENT_FIELDS, SWA_EVENT_TAGS, SWA_RESTORED
 
@@ -182,15 +187,42 @@ def _extra_keys(value: object, where: str) -> tuple[Any, ...] | None:
     return tuple(value)
 
 
-def _stored(fields: Mapping[str, Any], where: str) -> EngineStored:
-    block_size = _positive_int(fields.get("block_size"), f"{where}.block_size")
-    hashes = _hashes(fields.get("block_hashes"), f"{where}.block_hashes")
+def _block_shape(
+    fields: Mapping[str, Any], where: str, medium: str | None, kind: str | None
+) -> tuple[int, tuple[BlockKey, ...], tuple[int, ...]]:
+    """(block size, hashes, tokens) of a store, in one of three shapes: dense (a token block
+    per hash); vLLM's sliding-window and other non-full-attention groups, sparse (token_ids span
+    the request's new blocks, hashes name only those the group keeps, maybe none); vLLM's
+    offload placeholders (block size 0, no tokens, no parent, a medium other than GPU)."""
+    raw_size = fields.get("block_size")
     tokens = _tokens(fields.get("token_ids"), f"{where}.token_ids")
+    if type(raw_size) is int and raw_size == 0 and medium not in (None, "GPU"):
+        if tokens or fields.get("parent_block_hash") is not None:
+            raise FrameError(f"{where}.block_size", "0 (a placeholder) with tokens or a parent")
+        return 0, _hashes(fields.get("block_hashes"), f"{where}.block_hashes"), tokens
+    block_size = _positive_int(raw_size, f"{where}.block_size")
+    if kind is not None and kind not in FULL_ATTENTION_KINDS:
+        raw_hashes = fields.get("block_hashes")
+        hashes = () if raw_hashes == [] else _hashes(raw_hashes, f"{where}.block_hashes")
+        if len(tokens) % block_size or len(hashes) > len(tokens) // block_size:
+            raise FrameError(
+                f"{where}.token_ids",
+                f"{len(tokens)} tokens do not span {len(hashes)} block(s) of size {block_size}",
+            )
+        return block_size, hashes, tokens
+    hashes = _hashes(fields.get("block_hashes"), f"{where}.block_hashes")
     if len(tokens) != block_size * len(hashes):
         raise FrameError(
             f"{where}.token_ids",
             f"{len(tokens)} tokens for {len(hashes)} block(s) of size {block_size}",
         )
+    return block_size, hashes, tokens
+
+
+def _stored(fields: Mapping[str, Any], where: str) -> EngineStored:
+    medium = _optional_str(fields.get("medium"), f"{where}.medium")
+    kind = _optional_str(fields.get("kv_cache_spec_kind"), f"{where}.kv_cache_spec_kind")
+    block_size, hashes, tokens = _block_shape(fields, where, medium, kind)
     lora_name = _optional_str(fields.get("lora_name"), f"{where}.lora_name")
     cache_salt = _optional_str(fields.get("cache_salt"), f"{where}.cache_salt")
     metadata = fields.get("metadata")
@@ -212,11 +244,11 @@ def _stored(fields: Mapping[str, Any], where: str) -> EngineStored:
         ),
         token_ids=tokens,
         block_size=block_size,
-        medium=_optional_str(fields.get("medium"), f"{where}.medium"),
+        medium=medium,
         namespace=namespace,
         extra_keys=_strip_lora(extra, lora_name),
         group_idx=_optional_int(fields.get("group_idx"), f"{where}.group_idx"),
-        group_kind=_optional_str(fields.get("kv_cache_spec_kind"), f"{where}.kv_cache_spec_kind"),
+        group_kind=kind,
         sliding_window=_optional_int(
             fields.get("kv_cache_spec_sliding_window"), f"{where}.kv_cache_spec_sliding_window"
         ),
