@@ -14,8 +14,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 
-from cache.events import AllBlocksCleared, BlockStored, BlockSWAEvicted, Event, EventBatch
-from consumers.views.replica import ReplicaBlock, ReplicaSet
+from cache.events import (
+    AllBlocksCleared,
+    BatchMeta,
+    BlockStored,
+    BlockSWAEvicted,
+    Event,
+    EventBatch,
+)
+from consumers.views.replica import ReplicaBlock, ReplicaSet, SourceMeta
 from swa_es.egress.stream import StreamStart
 
 
@@ -36,9 +43,11 @@ def _parent_first(blocks: Iterable[ReplicaBlock]) -> list[ReplicaBlock]:
     return ordered
 
 
-def source_state(source: str, blocks: Iterable[ReplicaBlock], ts: float) -> EventBatch:
+def source_state(
+    source: str, blocks: Iterable[ReplicaBlock], ts: float, meta: BatchMeta | None = None
+) -> EventBatch:
     """One source's blocks as a batch: a clear, a store per block (parent first), then the
-    tombstoned ones as one ``BlockSWAEvicted``."""
+    tombstoned ones as one ``BlockSWAEvicted``; ``meta`` says its page size and window."""
     events: list[Event] = [AllBlocksCleared()]
     tombstoned: list[int] = []
     for block in _parent_first(blocks):
@@ -50,14 +59,23 @@ def source_state(source: str, blocks: Iterable[ReplicaBlock], ts: float) -> Even
             tombstoned.append(block.block_hash)
     if tombstoned:  # the stream's tombstone policy decides what a consumer hears of them
         events.append(BlockSWAEvicted(tuple(tombstoned)))
-    return EventBatch(source, "", 0, ts, tuple(events))
+    return EventBatch(source, "", 0, ts, tuple(events), meta=meta)
+
+
+def _meta(meta: SourceMeta | None) -> BatchMeta | None:
+    if meta is None:
+        return None
+    return BatchMeta(page_size=meta.page_size, sliding_window_size=meta.sliding_window_size)
 
 
 def state_batches(replicas: ReplicaSet, ts: float | None = None) -> list[EventBatch]:
     """Every source of ``replicas`` that holds blocks as one batch (``source_state``), in name
     order (a source holding nothing has nothing to say: engines start empty)."""
     now = time.time() if ts is None else ts
-    batches = (source_state(s, replicas[s].blocks(), now) for s in sorted(replicas.sources()))
+    batches = (
+        source_state(s, replicas[s].blocks(), now, _meta(replicas.meta_of(s)))
+        for s in sorted(replicas.sources())
+    )
     return [batch for batch in batches if len(batch.events) > 1]
 
 

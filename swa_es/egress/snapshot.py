@@ -11,7 +11,12 @@ llm-d-router's ``pkg/kvevents/snapshot.go``) for the stream that ``ZmqEgress`` p
   an engine batch in the stream's format (the state of one source, a clear then stores, parent
   before child, at most ``CHUNK_EVENTS`` events a chunk). ``cut`` -1: nothing to apply (no
   state, nothing published yet); ``cut`` -2 or lower: unavailable, no chunks (the follower has
-  not restored yet, or the request was not ``snapshot``: the protocol's refusal, counted).
+  not restored yet, or the request was not ``snapshot``: the protocol's refusal, counted; an
+  unknown ``snapshot-v*`` kind gets sglang's ``error`` reply, counted alike).
+
+The same socket answers sglang's proposed worker snapshot (``snapshot-v1`` / ``snapshot-v2``
+from a DEALER, replies ``header``, ``chunk``..., ``end`` or ``error``: ``sglang_snapshot``),
+with ``barrier_seq`` our cut and ``resume_seq`` the next seq.
 
 The cut is consistent with the live stream: the state is read from the follower's replicas at
 its position ``P`` (synchronously: the follower applies a record and advances its position
@@ -34,11 +39,13 @@ import zmq.asyncio
 from anyio.abc import TaskGroup
 
 from cache.events import EventBatch
+from swa_es.egress import sglang_snapshot
 from swa_es.egress.stream import ZmqEgress
 
 logger = logging.getLogger(__name__)
 
 REQUEST = b"snapshot"
+SGLANG_PREFIX = b"snapshot-v"
 CUT_EMPTY = -1
 CUT_UNAVAILABLE = -2
 CHUNK_EVENTS = 4096
@@ -110,22 +117,15 @@ class SnapshotServer:
         self._context.term()
 
     def answer(self, request: bytes) -> list[bytes]:
-        """The reply frames (after the envelope) to one request."""
+        """vLLM #57789's reply frames (after the envelope) to one request."""
         epoch = self.egress.epoch
         if request != REQUEST:
-            self.metrics.bad_requests += 1
-            logger.warning(
-                "snapshot: refused request %r (%d refused so far)",
-                request[:40],
-                self.metrics.bad_requests,
-            )
+            self._refused(request)
             return [encode_cut(CUT_UNAVAILABLE), epoch]
-        captured = self.capture() if self.egress.start_offset is not None else None
+        captured = self._capture()
         if captured is None:
-            self.metrics.unavailable += 1
             return [encode_cut(CUT_UNAVAILABLE), epoch]
-        offset, state = captured
-        cut = self.egress.seq_of(offset) - 1
+        cut, state = captured
         payloads = [
             self.egress.encode(chunk) for batch in state for chunk in chunks(batch) if batch.events
         ]
@@ -133,6 +133,37 @@ class SnapshotServer:
         if cut < 0 and not payloads:
             return [encode_cut(CUT_EMPTY), epoch]
         return [encode_cut(cut), epoch, *payloads]
+
+    def answer_sglang(self, request: bytes) -> list[tuple[bytes, bytes]]:
+        """sglang's ``(kind, payload)`` replies to a ``snapshot-v*`` request."""
+        if request not in sglang_snapshot.VERSIONS:
+            self._refused(request)
+            return sglang_snapshot.error(f"unknown snapshot request {request[:40]!r}")
+        captured = self._capture()
+        if captured is None:
+            return sglang_snapshot.error("unavailable: the follower is restoring")
+        cut, state = captured
+        self.metrics.served += 1
+        return sglang_snapshot.replies(
+            request, list(state), cut, self.egress.epoch, self.egress.tombstones
+        )
+
+    def _refused(self, request: bytes) -> None:
+        self.metrics.bad_requests += 1
+        logger.warning(
+            "snapshot: refused request %r (%d refused so far)",
+            request[:40],
+            self.metrics.bad_requests,
+        )
+
+    def _capture(self) -> tuple[int, Sequence[EventBatch]] | None:
+        """(cut, state) now; None (counted) while the run has not started."""
+        captured = self.capture() if self.egress.start_offset is not None else None
+        if captured is None:
+            self.metrics.unavailable += 1
+            return None
+        offset, state = captured
+        return self.egress.seq_of(offset) - 1, state
 
     async def _serve(self) -> None:
         router = self._router
@@ -142,6 +173,10 @@ class SnapshotServer:
             identity, request = parts[0], parts[-1]
             envelope = [identity, b""] if len(parts) > 2 else [identity]
             try:
-                await router.send_multipart([*envelope, *self.answer(request)])
+                if request.startswith(SGLANG_PREFIX):
+                    for kind, payload in self.answer_sglang(request):
+                        await router.send_multipart([*envelope, kind, payload])
+                else:
+                    await router.send_multipart([*envelope, *self.answer(request)])
             except zmq.ZMQError as exc:  # the client went away (ROUTER_MANDATORY)
                 logger.info("snapshot: reply to a departed client dropped: %s", exc)

@@ -1,4 +1,5 @@
-"""A router bootstraps from ``swa-es follow --zmq-snapshot`` instead of replaying history.
+"""A router bootstraps from ``swa-es follow --zmq-snapshot`` instead of replaying history:
+vLLM's proposed snapshot request, and sglang's proposed worker snapshot (versions 1 and 2).
 
 The client here is written from the protocol text of vLLM's proposed snapshot service
 (vllm-project/vllm#57789, as /work/shared/ENGINE_PROTOCOLS.md §4 and docs/routing.md describe
@@ -15,10 +16,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import httpx
 import msgpack
 import zmq
 
-from tests.bridge.stream_out_workload import Workload, append, start_follower
+from tests.bridge.stream_out_workload import PAGE, WINDOW, Workload, append, start_follower
 from tests.compose.services import follow_service
 from tests.peers.dynamo_indexer import free_port
 
@@ -134,5 +136,117 @@ def test_a_router_bootstraps_from_the_follower(tmp_path: Path) -> None:
     finally:
         for each in clients:
             each.close()
+        follow.close()
+        context.term()
+
+
+class SglangSnapshotClient:
+    """A router's index of one worker, bootstrapped by sglang's proposed worker snapshot
+    (sgl-project/sglang#34407: a client written from the protocol text)."""
+
+    def __init__(self, context: zmq.Context[zmq.Socket[bytes]], pub: str, snapshot: str) -> None:
+        self.sub = context.socket(zmq.SUB)
+        self.sub.setsockopt(zmq.SUBSCRIBE, b"")
+        self.sub.setsockopt(zmq.RCVTIMEO, RECV_TIMEOUT_MS)
+        self.sub.connect(pub)
+        self.dealer = context.socket(zmq.DEALER)
+        self.dealer.setsockopt(zmq.RCVTIMEO, RECV_TIMEOUT_MS)
+        self.dealer.connect(snapshot)
+        self.blocks: dict[int, int] = {}  # block hash -> component mask
+        self.last = -1
+
+    def ask(self, kind: bytes) -> list[tuple[bytes, Any]]:
+        """Every ``(kind, payload)`` reply to one request, through ``end`` or ``error``."""
+        self.dealer.send_multipart([b"", kind])
+        replies: list[tuple[bytes, Any]] = []
+        while not replies or replies[-1][0] not in (b"end", b"error"):
+            _empty, reply_kind, payload = self.dealer.recv_multipart()
+            replies.append((reply_kind, msgpack.unpackb(payload)))
+        return replies
+
+    def bootstrap(self, kind: bytes) -> dict[str, Any]:
+        """Ask, check, and apply to a fresh index; the header."""
+        replies = self.ask(kind)
+        assert [k for k, _ in replies[:1]] == [b"header"], replies[:1]
+        header: dict[str, Any] = replies[0][1]
+        assert header["resume_seq"] == header["barrier_seq"] + 1
+        records = [record for k, chunk in replies if k == b"chunk" for record in chunk]
+        assert replies[-1][0] == b"end" and len(records) == header["record_count"]
+        self.blocks = {}
+        for record in records:
+            if header["version"] == 1:
+                assert record["parent_block_hash"] is None or record["parent_block_hash"] in (
+                    self.blocks
+                )
+                for block_hash in record["block_hashes"]:
+                    self.blocks[block_hash] = 1 | 2
+            else:
+                assert record["tier"] == 1 and record["block_size"] == header["page_size"]
+                self.blocks[record["block_hash"]] = record["component_mask"]
+        self.last = header["barrier_seq"]
+        return header
+
+    def follow_until(self, seq: int) -> None:
+        """Apply sglang batches ``[ts, events, attn_dp_rank]`` after the barrier, in order."""
+        while self.last < seq:
+            _topic, seq_bytes, payload = self.sub.recv_multipart()
+            got = int.from_bytes(seq_bytes, "big")
+            if got <= self.last:
+                continue
+            if got != self.last + 1:
+                raise GapError(f"live seq {got} after {self.last}")
+            for event in msgpack.unpackb(payload)[1]:
+                if event[0] == "BlockStored":
+                    self.blocks.update(dict.fromkeys(event[1], 1 | 2))
+                elif event[0] == "BlockRemoved":
+                    for block_hash in event[1]:
+                        self.blocks.pop(block_hash, None)
+                else:
+                    self.blocks.clear()
+            self.last = got
+
+    def close(self) -> None:
+        """Close both sockets."""
+        self.sub.close(linger=0)
+        self.dealer.close(linger=0)
+
+
+def test_sglang_snapshot_v1_and_v2(tmp_path: Path) -> None:
+    log_url = f"file://{tmp_path}/log"
+    workload = Workload(SOURCE, seed=5)
+    end = append(log_url, workload.batches(150))
+    pub, snapshot = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
+    follow = follow_service(
+        tmp_path,
+        log_url,
+        "router",
+        *("--http-port", "0", "--zmq-publish", pub, "--zmq-snapshot", snapshot),
+        *("--zmq-format", "sglang"),
+    )
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    client: SglangSnapshotClient | None = None
+    try:
+        base = start_follower(follow)
+        follow.wait_for("applied", lambda s: s["position"].get("0") == end, 60)
+        client = SglangSnapshotClient(context, pub, snapshot)
+        (kind, payload), *rest = client.ask(b"snapshot-v9")  # unknown: the protocol's error
+        assert (kind, rest) == (b"error", []) and "snapshot-v9" in payload["message"]
+        header = client.bootstrap(b"snapshot-v1")
+        assert header["version"] == 1 and header["barrier_seq"] == 0
+        assert set(client.blocks) == set(workload.held)
+        header = client.bootstrap(b"snapshot-v2")
+        assert header["worker_id"] == SOURCE and header["page_size"] == PAGE
+        assert header["cache_spec"]["swa_window_tokens"] == WINDOW
+        assert set(client.blocks) == set(workload.held)
+        # version 2 carries SWA residency: a tombstoned block holds its full KV only
+        sources = httpx.get(f"{base}/v1/sources", timeout=10).json()["sources"]
+        full_only = sum(1 for mask in client.blocks.values() if mask == 1)
+        assert full_only == sources[SOURCE]["tombstones"] > 0
+        append(log_url, workload.batches(30))
+        client.follow_until(header["barrier_seq"] + 30)
+        assert set(client.blocks) == set(workload.held)
+    finally:
+        if client is not None:
+            client.close()
         follow.close()
         context.term()
