@@ -115,6 +115,7 @@ class MirrorCache:
         self._events: list[Event] = []
         self._evicted: list[int] = []
         self._restored: list[int] = []
+        self._flipped: dict[int, tuple[_Block, bool]] = {}  # our hash -> (block, resident before)
         self._digest = StateDigest()
         self._page_size: int | None = None
         self._window: int | None = None
@@ -258,6 +259,7 @@ class MirrorCache:
         self._digest.clear()
         self._evicted.clear()
         self._restored.clear()
+        self._flipped.clear()
         self._events.append(AllBlocksCleared())
 
     def reset(self) -> None:
@@ -270,6 +272,7 @@ class MirrorCache:
         self._events.clear()
         self._evicted.clear()
         self._restored.clear()
+        self._flipped.clear()
         self._ledger = GroupLedger()
         self._grouped = self._swa_modeled = False
         self._rule_window = None
@@ -549,9 +552,9 @@ class MirrorCache:
             self._flip(block, resident)
 
     def _flip(self, block: _Block, resident: bool) -> None:
+        self._flipped.setdefault(block.our_hash, (block, block.resident))
         block.resident = resident
         self._digest.set_residency(block.our_hash, block.our_parent, resident)
-        (self._restored if resident else self._evicted).append(block.our_hash)
 
     def _groups_changed(self) -> None:
         """A new group may change whether residency is modeled: every block's is re-read."""
@@ -562,6 +565,12 @@ class MirrorCache:
                 self._refresh(key)
 
     def _flush_residency(self) -> None:
+        """One ``BlockSWAEvicted`` and one ``BlockSWARestored`` for the event's net changes (a
+        block flipped there and back within one engine event is left out)."""
+        for block, before in self._flipped.values():
+            if block.resident != before:
+                (self._restored if block.resident else self._evicted).append(block.our_hash)
+        self._flipped.clear()
         if self._evicted:
             self._events.append(BlockSWAEvicted(block_hashes=tuple(self._evicted)))
             self._evicted.clear()
