@@ -51,12 +51,12 @@ def wait_for_counters(port: int, published: int, timeout_s: float = 60.0) -> dic
         time.sleep(0.1)
 
 
-def start_bridge(pub: str, replay: str, log_url: str) -> tuple[subprocess.Popen[str], int]:
-    """A ``swa-es bridge`` process and its metrics port."""
+def start_bridge(
+    pub: str, replay: str, log_url: str, *extra: str
+) -> tuple[subprocess.Popen[str], int]:
+    """A ``swa-es bridge`` process (``extra`` flags added) and its metrics port."""
     command = [sys.executable, "-m", "swa_es.cli", "bridge", "--zmq", pub, "--replay", replay]
-    command += ["--format", "sglang", "--source", "sg", "--log", log_url]
-    # no heartbeat between the batches: the stream out below numbers records by log offset
-    command += ["--heartbeat-s", "600"]
+    command += ["--format", "sglang", "--source", "sg", "--log", log_url, *extra]
     bridge = subprocess.Popen(
         [*command, "--metrics-port", "0"],
         cwd=ROOT,
@@ -96,7 +96,8 @@ def test_bridge_process_metrics_sigterm_and_routing(tmp_path: Path) -> None:
     bridge: subprocess.Popen[str] | None = None
     try:
         before = engine.serve(30)
-        bridge, port = start_bridge(pub, replay, log_url)
+        # no heartbeat between the batches: the stream out below numbers records by log offset
+        bridge, port = start_bridge(pub, replay, log_url, "--heartbeat-s", "600")
         published = engine.serve(30, 1)
         counters = wait_for_counters(port, published)
         assert set(COUNTERS) <= set(counters), counters
