@@ -5,8 +5,9 @@ seeded chat workload under pool pressure (both groups share one small block pool
 each scheduler step through vLLM's own ``ZmqEventPublisher`` (tests/peers/vllm_hybrid_engine.py,
 in bench/.venv-vllm) -> ``Bridge`` -> FileLog -> ``Follower``. After every step, for sampled
 prompts (the running request, the last finished conversation, an older one, an older one cut
-and continued), ``PrefixIndex.match`` must equal what vLLM's own ``get_computed_blocks`` returns:
-``cached_tokens`` its full-attention group's hit, ``usable_tokens`` its hybrid hit. Like for
+and continued), the routing API's answer (what ``POST /v1/match`` serves) must equal what
+vLLM's own ``get_computed_blocks`` returns: ``cached_tokens`` its full-attention group's hit,
+``usable_tokens`` its hybrid hit. Like for
 like: vLLM is asked with ``max_cache_hit_length`` = the prompt's length (a match has no
 ``num_tokens - 1`` cap); its default, capped answer is compared with our usable length of the
 prompt cut to whole blocks below its last token. Windows: 128, 33 (W - 1 a multiple of 16,
@@ -25,9 +26,11 @@ from pathlib import Path
 import anyio
 import pytest
 
-from consumers import Follower, PrefixIndex, ReplicaSet
+from consumers import Follower
 from log import open_log
 from swa_es.bridge.ingest import Bridge
+from swa_es.service.routing import FollowerRouting
+from swa_es.service.views import StandardViews
 from tests.peers.sglang_venv import require_vllm
 from tests.peers.vllm_hybrid_peer import Probe, VllmHybridEngine
 
@@ -87,19 +90,23 @@ async def applied(bridge: Bridge, seq: int) -> None:
     await publisher.flush(timeout_s=30)
 
 
-def ours(index: PrefixIndex, tokens: list[int]) -> tuple[int | None, int | None]:
-    found = index.match(tokens).get(SOURCE)
-    return (0, 0) if found is None else (found.full_tokens, found.swa_tokens)
+def ours(routing: FollowerRouting, tokens: list[int]) -> tuple[int | None, int | None]:
+    """The routing API's answer (``POST /v1/match``) for the source: cached, usable."""
+    found = routing.match(tokens, None).get(SOURCE)
+    if found is None:
+        return 0, 0
+    assert found["state"] == "exact", found
+    return found["cached_tokens"], found["usable_tokens"]
 
 
-def compare(index: PrefixIndex, probe: Probe, kinds: Counter[str]) -> list[str]:
+def compare(routing: FollowerRouting, probe: Probe, kinds: Counter[str]) -> list[str]:
     """The differences between our answers and vLLM's for one probe (empty: equal)."""
     problems: list[str] = []
-    got = ours(index, probe.tokens)
+    got = ours(routing, probe.tokens)
     if got != (probe.full, probe.hybrid):
         problems.append(f"uncapped: ours {got}, vLLM (full, hybrid) {(probe.full, probe.hybrid)}")
     cut = (len(probe.tokens) - 1) // BLOCK * BLOCK
-    capped = ours(index, probe.tokens[:cut])[1] if cut else 0
+    capped = ours(routing, probe.tokens[:cut])[1] if cut else 0
     if capped != probe.capped:
         problems.append(f"capped: ours {capped}, vLLM {probe.capped}")
     if probe.full == 0:
@@ -132,16 +139,17 @@ async def test_follower_answers_what_vllm_hybrid_manager_matches(
                 seed=window,
             )
         )
-        replicas = ReplicaSet()
-        index = PrefixIndex(replicas)
-        follower = Follower(bridge.log, [replicas, index])
+        views = StandardViews.create()
+        follower = Follower(bridge.log, views.all)
+        routing = FollowerRouting(follower, views)
+        replicas = views.replicas
         for step in range(STEPS):
             seq, probes = await anyio.to_thread.run_sync(engine.step)
             if seq is not None:
                 await applied(bridge, seq)
                 await follower.catch_up()
             for probe in probes:
-                for problem in compare(index, probe, kinds):
+                for problem in compare(routing, probe, kinds):
                     divergences.append(f"step {step}: {problem}")
         assert bridge.lost is None and bridge.metrics.undecodable == 0
         assert bridge.metrics.epochs == 1
@@ -151,6 +159,7 @@ async def test_follower_answers_what_vllm_hybrid_manager_matches(
         meta = tree.meta
         assert meta is not None and meta.swa_events
         assert meta.sliding_window_size == max(1, window - 1)
+        assert routing.sources()[SOURCE]["swa_residency"] == "events"
         removed = await anyio.to_thread.run_sync(engine.removed)
     assert divergences == [], f"{len(divergences)} divergence(s), first: {divergences[:5]}"
     # The workload reached every case: evictions from both groups' pools, tombstones that cut

@@ -29,6 +29,8 @@ from log import open_log
 from swa_es.bridge.formats import EngineStored, WireFormat, decode_batch
 from swa_es.bridge.ingest import Bridge
 from swa_es.bridge.mirror import MirrorCache, MirrorError
+from swa_es.service.routing import FollowerRouting
+from swa_es.service.views import StandardViews
 
 BLOCK = 4
 WINDOW = 9  # vLLM needs ceil((9 - 1) / 4) = 2 blocks; the SWA rule's window is 8
@@ -240,6 +242,62 @@ async def test_a_running_bridge_marks_the_source_unknown_and_keeps_what_came_bef
             tree = replicas["vh"]
             assert tree.diverged is not None  # unknown: never guessed
             assert len(tree) == 6  # the first batch is still in the log
+    finally:
+        pub.close(linger=0)
+        context.term()
+
+
+@pytest.mark.parametrize(
+    ("first", "residency", "usable"),
+    [
+        (
+            pack(stored(0, [1, 2], None, TOKENS[: 2 * BLOCK])),
+            "none: vLLM declared no sliding-window KV-cache group",
+            None,
+        ),
+        (
+            pack(
+                stored(0, [1, 2], None, TOKENS[: 2 * BLOCK]),
+                stored(1, [1, 2], None, TOKENS[: 2 * BLOCK]),
+            ),
+            "events",
+            8,
+        ),
+    ],
+    ids=["plain", "hybrid"],
+)
+async def test_sources_say_whether_usable_lengths_are_answered(
+    tmp_path: Path, first: bytes, residency: str, usable: int | None
+) -> None:
+    """``/v1/sources`` says ``swa_residency`` (``events``, or ``none: <reason>``) and
+    ``/v1/match`` answers ``usable_tokens`` accordingly (null for a plain engine)."""
+    endpoint = f"ipc://{tmp_path}/engine.pub"
+    context = zmq.asyncio.Context()
+    pub = context.socket(zmq.PUB)
+    pub.bind(endpoint)
+    try:
+        async with (
+            await open_log(f"file://{tmp_path}/log") as log,
+            Bridge(log, endpoint=endpoint, source="vh", wire_format="vllm") as bridge,
+            anyio.create_task_group() as tasks,
+        ):
+            tasks.start_soon(bridge.run)
+            with anyio.fail_after(30):
+                while bridge.metrics.received == 0:  # the slow joiner
+                    await pub.send_multipart([b"", (0).to_bytes(8, "big"), first])
+                    await anyio.sleep(0.05)
+                await poll_until(lambda: bridge.publisher is not None)
+                assert bridge.publisher is not None
+                await bridge.publisher.flush(timeout_s=30)
+            views = StandardViews.create()
+            follower = Follower(log, views.all)
+            await follower.catch_up()
+            routing = FollowerRouting(follower, views)
+            assert routing.sources()["vh"]["swa_residency"] == residency
+            answer = routing.match(TOKENS, None)["vh"]
+            assert answer["state"] == "exact"
+            assert (answer["cached_tokens"], answer["usable_tokens"]) == (8, usable)
+            tasks.cancel_scope.cancel()
     finally:
         pub.close(linger=0)
         context.term()
