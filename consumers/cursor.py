@@ -163,6 +163,15 @@ class Cursors:
             cursor.diverged = reason
         return Admission(Verdict.GAP, reason)
 
+    def heard_since(self, now: float) -> dict[str, float]:
+        """Per source, seconds from when it was last heard to ``now`` (one pass, for the
+        routing API's hot path)."""
+        return {source: now - cursor.heard for source, cursor in self._by_source.items()}
+
+    def marked_offline(self) -> dict[str, str]:
+        """The sources offline by their own marker, and why."""
+        return {s: c.offline for s, c in self._by_source.items() if c.offline is not None}
+
     def heard_s(self, source: str, now: float | None = None) -> float | None:
         """Seconds since ``source`` was last heard (None: never seen)."""
         cursor = self._by_source.get(source)

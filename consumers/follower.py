@@ -204,21 +204,23 @@ class Follower:
 
     def liveness(self) -> dict[str, SourceLiveness]:
         """Per source seen: how long ago it was last heard, and whether it is offline."""
-        cursors = self.cursors
-        now = self._clock()
+        heard, offline = self.heard_and_offline()
+        return {source: SourceLiveness(s, offline.get(source)) for source, s in heard.items()}
+
+    def heard_and_offline(self) -> tuple[dict[str, float], dict[str, str]]:
+        """``liveness()`` as two maps (what the routing API reads per request: no object per
+        source): seconds since each source was last heard, and the offline ones with why."""
+        heard = self.cursors.heard_since(self._clock())
+        offline = {
+            source: f"offline marker: {reason}"
+            for source, reason in self.cursors.marked_offline().items()
+        }
         timeout = self.source_timeout_s
-        found: dict[str, SourceLiveness] = {}
-        for source in cursors.sources():
-            cursor = cursors.get(source)
-            assert cursor is not None
-            heard_s = max(0.0, now - cursor.heard)
-            offline = cursor.offline
-            if offline is not None:
-                offline = f"offline marker: {offline}"
-            elif timeout is not None and heard_s > timeout:
-                offline = f"unheard for {heard_s:.1f} s (source timeout {timeout:g} s)"
-            found[source] = SourceLiveness(heard_s, offline)
-        return found
+        if timeout is not None:
+            for source, elapsed in heard.items():
+                if elapsed > timeout and source not in offline:
+                    offline[source] = f"unheard for {elapsed:.1f} s (source timeout {timeout:g} s)"
+        return heard, offline
 
     # --- one record -----------------------------------------------------------------------
 
