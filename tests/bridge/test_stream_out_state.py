@@ -1,0 +1,123 @@
+"""The pieces of a stream-out run that need no peer: the follower's state as batches (parent
+before child, tombstones after, sources without blocks left out), the snapshot socket's answers
+(cut on the stream's seq, refusals counted, unavailable before the run starts), chunking."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import msgpack
+
+from cache.events import (
+    AllBlocksCleared,
+    BatchMeta,
+    BlockStored,
+    BlockSWAEvicted,
+    EventBatch,
+    encode_batch,
+)
+from consumers import ReplicaSet
+from log import open_log
+from swa_es.egress import sglang_snapshot
+from swa_es.egress.bootstrap import state_batches
+from swa_es.egress.encode import TombstonePolicy
+from swa_es.egress.snapshot import CUT_EMPTY, CUT_UNAVAILABLE, SnapshotServer, chunks
+from swa_es.egress.stream import EgressConfig, StreamStart, ZmqEgress
+
+
+def replicas_with_tree() -> ReplicaSet:
+    """Source ``a``: a root with two children, one tombstoned; source ``b``: cleared, empty."""
+    replicas = ReplicaSet()
+    meta = BatchMeta(page_size=2, sliding_window_size=4)
+    events = (
+        AllBlocksCleared(),
+        BlockStored((1,), None, (1, 1), 2),
+        BlockStored((2,), 1, (2, 2), 2),
+        BlockStored((3,), 1, (3, 3), 2),
+        BlockStored((4,), 3, (4, 4), 2),
+        BlockSWAEvicted((2,)),
+    )
+    replicas.apply(EventBatch("a", "e", 0, 1.0, events, meta=meta))
+    replicas.apply(EventBatch("b", "e", 0, 1.0, (AllBlocksCleared(),), meta=meta))
+    return replicas
+
+
+def test_state_is_parent_first_with_tombstones_last() -> None:
+    (batch,) = state_batches(replicas_with_tree(), ts=5.0)
+    assert batch.source == "a" and batch.ts == 5.0 and batch.meta is not None
+    assert isinstance(batch.events[0], AllBlocksCleared)
+    stores = [e for e in batch.events if isinstance(e, BlockStored)]
+    seen: set[int] = set()
+    for store in stores:
+        assert store.parent_block_hash is None or store.parent_block_hash in seen
+        seen.update(store.block_hashes)
+    assert seen == {1, 2, 3, 4}
+    assert batch.events[-1] == BlockSWAEvicted((2,))
+
+
+def test_chunks_keep_order_and_limit() -> None:
+    events = tuple(BlockStored((i,), None, (i, i), 2) for i in range(10))
+    batch = EventBatch("a", "", 0, 1.0, events)
+    parts = chunks(batch, limit=4)
+    assert [len(p.events) for p in parts] == [4, 4, 2]
+    assert tuple(e for p in parts for e in p.events) == events
+
+
+async def test_snapshot_answers_cut_refusals_and_sglang(tmp_path: Path) -> None:
+    replicas = replicas_with_tree()
+    state = state_batches(replicas)
+    async with await open_log(f"file://{tmp_path}/log") as log:
+        await log.append_batch([("a", encode_batch(EventBatch("a", "e", 0, 1.0, ())))] * 7)
+        config = EgressConfig(publish_endpoint=f"ipc://{tmp_path}/pub", wire_format="vllm")
+        async with ZmqEgress(log, config, deferred=True) as egress:
+            captured: list[tuple[int, list[EventBatch]]] = []
+            server = SnapshotServer(egress, f"ipc://{tmp_path}/snap", lambda: captured[-1])
+            # before the run starts: unavailable, counted
+            assert server.answer(b"snapshot")[0] == CUT_UNAVAILABLE.to_bytes(8, "big", signed=True)
+            assert server.metrics.unavailable == 1
+            egress.begin(StreamStart(5, tuple(state)))
+            assert egress.seq_of(5) == 1 and egress.offset_of(0) is None
+            captured.append((7, state))  # the follower is at offset 7: seqs 1 and 2 applied
+            cut, epoch, *payloads = server.answer(b"snapshot")
+            assert int.from_bytes(cut, "big", signed=True) == 2 and epoch == egress.epoch
+            _ts, events, rank = msgpack.unpackb(payloads[0])
+            assert rank == 0 and events[0] == {"type": "AllBlocksCleared"}
+            # anything else: the protocol's refusal, counted
+            assert server.answer(b"SNAPSHOT")[0] == CUT_UNAVAILABLE.to_bytes(8, "big", signed=True)
+            assert server.metrics.bad_requests == 1
+            (kind, _payload), *_ = server.answer_sglang(b"snapshot-v7")
+            assert kind == b"error" and server.metrics.bad_requests == 2
+            replies = server.answer_sglang(sglang_snapshot.V2)
+            header = msgpack.unpackb(replies[0][1])
+            assert (header["barrier_seq"], header["resume_seq"], header["record_count"]) == (
+                2,
+                3,
+                4,
+            )
+            records = msgpack.unpackb(replies[1][1])
+            masks = {r["block_hash"]: r["component_mask"] for r in records}
+            assert masks == {1: 3, 2: 1, 3: 3, 4: 3}
+        # an empty follower at the run's start: nothing to apply
+        other = EgressConfig(publish_endpoint=f"ipc://{tmp_path}/pub2", wire_format="vllm")
+        async with ZmqEgress(log, other, deferred=True) as fresh:
+            fresh.begin(StreamStart(5))
+            empty = SnapshotServer(fresh, f"ipc://{tmp_path}/snap2", lambda: (5, []))
+            assert empty.answer(b"snapshot") == [
+                CUT_EMPTY.to_bytes(8, "big", signed=True),
+                fresh.epoch,
+            ]
+
+
+def test_sglang_refuses_a_stream_of_several_sources() -> None:
+    rng = random.Random(0)
+    state = [
+        EventBatch(
+            name, "", 0, 1.0, (AllBlocksCleared(), BlockStored((rng.randrange(9),), None, (1,), 1))
+        )
+        for name in ("a", "b")
+    ]
+    (kind, payload), *_ = sglang_snapshot.replies(
+        sglang_snapshot.V1, state, 3, b"\0" * 16, TombstonePolicy.KEEP
+    )
+    assert kind == b"error" and "2 sources" in msgpack.unpackb(payload)["message"]
