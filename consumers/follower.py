@@ -216,7 +216,7 @@ class Follower:
             for source, reason in self.cursors.marked_offline().items()
         }
         timeout = self.source_timeout_s
-        if timeout is not None:
+        if timeout is not None and heard and max(heard.values()) > timeout:
             for source, elapsed in heard.items():
                 if elapsed > timeout and source not in offline:
                     offline[source] = f"unheard for {elapsed:.1f} s (source timeout {timeout:g} s)"
