@@ -23,7 +23,6 @@ PENDING: frozenset[tuple[str, str]] = frozenset(
         # from it next (the package, not the module, so that a move inside it keeps its entry)
         ("swa_es.bridge.", "MirrorError"),
         ("swa_es.bridge.", "FrameError"),
-        ("swa_es.egress.", "EgressError"),
         ("swa_es.integrations.", "UnsupportedSglangError"),
         ("swa_es.service.match_query", "BadRequestError"),
         ("swa_es.service.match_query", "UnsupportedMediaError"),

@@ -30,6 +30,7 @@ import zmq
 import zmq.asyncio
 from anyio.abc import TaskGroup
 
+from cache.errors import SwaEsError
 from cache.events import DecodeError, EventBatch, decode_batch
 from log import EventLog, Position, Record
 from swa_es.bridge.wire import END_SEQ_FRAME, FrameError, decode_seq, encode_seq
@@ -40,7 +41,7 @@ logger = logging.getLogger(__name__)
 _REPLAY_SNDHWM = 10_000
 
 
-class EgressError(Exception):
+class EgressError(SwaEsError):
     """The stream out cannot run on this log (for example, several partitions)."""
 
 
