@@ -32,6 +32,7 @@ from anyio.abc import TaskGroup
 
 from cache.errors import SwaEsError
 from cache.events import DecodeError, EventBatch, decode_batch
+from cache.events.liveness import decode_liveness, is_liveness
 from log import EventLog, Position, Record
 from swa_es.bridge.wire import END_SEQ_FRAME, FrameError, decode_seq, encode_seq
 from swa_es.egress.encode import EngineFormat, TombstonePolicy, encode_engine_batch
@@ -39,6 +40,19 @@ from swa_es.egress.encode import EngineFormat, TombstonePolicy, encode_engine_ba
 logger = logging.getLogger(__name__)
 
 _REPLAY_SNDHWM = 10_000
+
+
+def _engine_batch(record: Record) -> EventBatch:
+    """What one log record says to an engine's consumer: a batch as it is; a liveness record
+    (heartbeat or offline marker) an empty batch, so that it keeps its place in the stream's
+    numbering and a consumer sees no seq hole. An offline marker is not sent as the engine
+    format's clear: a source may go on in the same epoch after one (a bridge whose engine came
+    back), and a consumer cleared then could not follow its next batches. ``DecodeError`` for
+    anything else."""
+    if not is_liveness(record.payload):
+        return decode_batch(record.payload)
+    live = decode_liveness(record.payload)
+    return EventBatch(live.source, live.epoch, live.seq, record.timestamp, ())
 
 
 class EgressError(SwaEsError):
@@ -136,7 +150,7 @@ class ZmqEgress:
 
     def _message(self, record: Record) -> _Message | None:
         try:
-            batch = decode_batch(record.payload)
+            batch = _engine_batch(record)
         except DecodeError as exc:
             self.metrics.undecodable += 1
             logger.warning(

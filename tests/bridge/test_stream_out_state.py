@@ -17,6 +17,7 @@ from cache.events import (
     EventBatch,
     encode_batch,
 )
+from cache.events.liveness import encode_liveness, heartbeat, offline
 from consumers import ReplicaSet
 from log import open_log
 from swa_es.egress import sglang_snapshot
@@ -121,3 +122,30 @@ def test_sglang_refuses_a_stream_of_several_sources() -> None:
         sglang_snapshot.V1, state, 3, b"\0" * 16, TombstonePolicy.KEEP
     )
     assert kind == b"error" and "2 sources" in msgpack.unpackb(payload)["message"]
+
+
+async def test_liveness_records_keep_their_place_as_empty_batches(tmp_path: Path) -> None:
+    """A heartbeat or offline marker in the log (``cache.events.liveness``) goes out as an empty
+    engine batch at its own seq: the stream has no hole a router would take for lost batches,
+    and nothing is counted undecodable."""
+    stored = EventBatch("a", "e", 0, 1.0, (AllBlocksCleared(), BlockStored((1,), None, (1, 1), 2)))
+    records = [
+        encode_batch(stored),
+        encode_liveness(heartbeat("a", "e", 0)),
+        encode_batch(EventBatch("a", "e", 1, 2.0, (BlockStored((2,), 1, (2, 2), 2),))),
+        encode_liveness(offline("a", "e", 1, "stopped")),
+    ]
+    async with await open_log(f"file://{tmp_path}/log") as log:
+        await log.append_batch([("a", payload) for payload in records])
+        config = EgressConfig(publish_endpoint=f"ipc://{tmp_path}/pub", wire_format="sglang")
+        async with ZmqEgress(log, config, deferred=True) as egress:
+            egress.begin(StreamStart(0))
+            frames = []
+            async for record in log.read("beginning"):
+                frame = egress.frames(record)
+                assert frame is not None
+                frames.append(frame)
+    assert [int.from_bytes(seq, "big") for _topic, seq, _payload in frames] == [0, 1, 2, 3]
+    events = [msgpack.unpackb(payload)[1] for _topic, _seq, payload in frames]
+    assert [len(batch) for batch in events] == [2, 0, 1, 0]
+    assert egress.metrics.undecodable == 0
