@@ -104,6 +104,12 @@ def stop_bridge() -> None:
     stack.compose("--profile", "sglang", "stop", "--timeout", "60", "bridge")
 
 
+def engine_container_gone() -> bool | None:
+    """True once no container of sglang's name is left (its name is free for a new one)."""
+    listed = stack.run("docker", "ps", "-aq", "--filter", f"name=^{stack.SGLANG_CONTAINER}$")
+    return True if not listed.strip() else None
+
+
 def holds_tree(follower: str, blocks: int, epoch_not: str | None = None) -> dict[str, Any] | None:
     """The sglang source in ``follower``'s /v1/sources once exact with ``blocks`` blocks (in an
     epoch other than ``epoch_not``)."""
@@ -130,6 +136,7 @@ def test_sglang_engine_killed_offline_then_restarted_new_epoch() -> None:
         }
         stack.run("docker", "kill", stack.SGLANG_CONTAINER)
         engine.process.wait(timeout=60)
+        stack.wait_for("the killed engine's container removed (--rm)", engine_container_gone)
         offline_everywhere(
             SGLANG_SOURCE, "offline marker: engine unheard", ENGINE_TIMEOUT_S + SLACK_S
         )
