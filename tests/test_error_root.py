@@ -24,8 +24,6 @@ PENDING: frozenset[tuple[str, str]] = frozenset(
         ("swa_es.bridge.", "MirrorError"),
         ("swa_es.bridge.", "FrameError"),
         ("swa_es.integrations.", "UnsupportedSglangError"),
-        ("swa_es.service.match_query", "BadRequestError"),
-        ("swa_es.service.match_query", "UnsupportedMediaError"),
     }
 )
 """Exception classes not yet under the root. The list only shrinks: one that derives from the

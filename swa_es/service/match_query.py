@@ -27,6 +27,8 @@ from urllib.parse import parse_qsl
 import msgpack
 import orjson
 
+from cache.errors import SwaEsError
+
 MAX_TOKEN_ID: Final = 0xFFFFFFFF
 MIN_BLOCK_HASH: Final = -(1 << 63)
 MAX_BLOCK_HASH: Final = (1 << 63) - 1
@@ -50,11 +52,11 @@ _PROMPT_FIELDS: Final = {"token_ids", "extra_key", "block_hashes", "page_size"}
 _BINARY_PARAMETERS: Final = {"extra_key", "page_size"}
 
 
-class BadRequestError(Exception):
+class BadRequestError(SwaEsError):
     """A request body the API cannot serve; the message goes back with status 400."""
 
 
-class UnsupportedMediaError(Exception):
+class UnsupportedMediaError(SwaEsError):
     """A ``Content-Type`` the API does not read; the message goes back with status 415."""
 
 
