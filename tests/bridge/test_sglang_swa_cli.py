@@ -64,8 +64,7 @@ def test_bridged_sglang_swa_engine_answers_usable_prefixes(tmp_path: Path) -> No
             assert got == expected
             source = httpx.get(f"{base}/v1/sources", timeout=10).json()["sources"]["sg"]
             assert source["swa_events"] is True
-            # docs/design.md's /v1/sources field; checked once the routing API reports it
-            assert source.get("swa_residency", "events") == "events"
+            assert source["swa_residency"] == "events"
             assert follow.stop() == 0, follow.stderr_tail()
         finally:
             follow.close()
