@@ -5,13 +5,21 @@ usable lengths for it. Engine batches are built here, in sglang's wire form (tag
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
+import anyio
+import msgpack
 import pytest
+import zmq
+import zmq.asyncio
 
 from cache.events import AllBlocksCleared, BlockSWAEvicted, BlockSWARestored, EventBatch
-from consumers import PrefixIndex, ReplicaSet
+from consumers import Follower, PrefixIndex, ReplicaSet
+from log import open_log
 from swa_es.bridge.formats import EngineRemoved, EngineStored, EngineSWAResidency
+from swa_es.bridge.ingest import Bridge
 from swa_es.bridge.mirror import NO_RESIDENCY_YET, MirrorCache, MirrorError
 
 SOURCE = "sg"
@@ -151,3 +159,76 @@ def test_removing_a_block_below_held_ones_is_refused() -> None:
     assert caught.value.field == "block_hashes[0]"
     mirror.apply(EngineRemoved((4, 3), "GPU"))  # a node's pages together: fine
     assert len(mirror) == 2
+
+
+def frame(seq: int, *events: dict[str, Any]) -> list[bytes]:
+    """One engine message: topic, seq, a tagged-map batch."""
+    payload: bytes = msgpack.packb([float(seq), list(events), 0], use_bin_type=True)
+    return [b"", seq.to_bytes(8, "big"), payload]
+
+
+def swa_event(keys: list[int], resident: bool, window: int = WINDOW) -> dict[str, Any]:
+    tag = "BlockSWARestored" if resident else "BlockSWAEvicted"
+    return {"type": tag, "block_hashes": keys, "medium": "GPU", "sliding_window_size": window}
+
+
+async def poll_until(condition: Callable[[], bool]) -> None:
+    """Poll ``condition`` (the caller's ``fail_after`` bounds the wait)."""
+    while True:
+        if condition():
+            return
+        await anyio.sleep(0.02)
+
+
+async def test_a_running_bridge_opens_an_epoch_that_reports_residency(tmp_path: Path) -> None:
+    """Over ZMQ: a stream without residency, then its first tombstone: the bridge opens an epoch
+    whose meta reports it, and a follower answers usable lengths; a later window change makes
+    the source unknown, naming the engine batch and the field."""
+    endpoint = f"ipc://{tmp_path}/engine.pub"
+    context = zmq.asyncio.Context()
+    pub = context.socket(zmq.PUB)
+    pub.bind(endpoint)
+    store = {
+        "type": "BlockStored",
+        "block_hashes": [1, 2, 3, 4],
+        "parent_block_hash": None,
+        "token_ids": TOKENS,
+        "block_size": PAGE,
+        "lora_id": None,
+        "medium": "GPU",
+    }
+    try:
+        async with (
+            await open_log(f"file://{tmp_path}/log") as log,
+            Bridge(log, endpoint=endpoint, source=SOURCE, wire_format="sglang") as bridge,
+            anyio.create_task_group() as tasks,
+        ):
+            tasks.start_soon(bridge.run)
+            with anyio.fail_after(30):
+                while bridge.metrics.received == 0:  # the slow joiner
+                    await pub.send_multipart(frame(0, store))
+                    await anyio.sleep(0.05)
+                await poll_until(lambda: bridge.metrics.epochs == 1)
+                await pub.send_multipart(frame(1, swa_event([2], resident=False)))
+                await poll_until(
+                    lambda: bridge.metrics.epochs == 2 and bridge.publisher is not None
+                )
+                assert bridge.publisher is not None
+                await bridge.publisher.flush(timeout_s=30)
+                replicas = ReplicaSet()
+                follower = Follower(log, [replicas, PrefixIndex(replicas)])
+                await follower.catch_up()
+                index = PrefixIndex(replicas)
+                found = index.match(TOKENS)[SOURCE]
+                assert (found.full_tokens, found.swa_tokens) == (8, 8)
+                found = index.match(TOKENS[:6])[SOURCE]
+                assert (found.full_tokens, found.swa_tokens) == (6, 2)
+
+                await pub.send_multipart(frame(2, swa_event([3], resident=False, window=8)))
+                await poll_until(lambda: bridge.lost is not None)
+                lost = bridge.lost or ""
+                assert "engine batch 2" in lost and "sliding_window_size" in lost
+            tasks.cancel_scope.cancel()
+    finally:
+        pub.close(linger=0)
+        context.term()
