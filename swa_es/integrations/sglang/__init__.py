@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from cache.errors import SwaEsError
 from swa_es.integrations.sglang.wire import SWA_EVENT_FIELDS, SWA_EVICTED, SWA_RESTORED
 
 SUPPORTED_VERSIONS: Final = ("0.5.16",)
@@ -29,7 +30,7 @@ SUPPORTED_VERSIONS: Final = ("0.5.16",)
 _installed: str | None = None
 
 
-class UnsupportedSglangError(RuntimeError):
+class UnsupportedSglangError(SwaEsError, RuntimeError):
     """The sglang found is not a release ``install()`` knows (or not importable at all)."""
 
 
