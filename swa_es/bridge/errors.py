@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from cache.errors import SwaEsError
 
-class MirrorError(Exception):
+
+class MirrorError(SwaEsError):
     """An engine event the mirror cannot translate without guessing (the source is lost).
 
     ``field`` names the part of the event that does not fit (``group_idx``,
