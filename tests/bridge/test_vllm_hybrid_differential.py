@@ -12,7 +12,9 @@ like: vLLM is asked with ``max_cache_hit_length`` = the prompt's length (a match
 ``num_tokens - 1`` cap); its default, capped answer is compared with our usable length of the
 prompt cut to whole blocks below its last token. Windows: 128, 33 (W - 1 a multiple of 16,
 where vLLM needs one block fewer than ceil(W / 16)) and 64; retention 0 (vLLM's default: a sparse
-sliding-window group) and None (dense); 1500 steps each (``SWA_ES_HYBRID_STEPS`` changes it).
+sliding-window group) and None (dense); and two sliding-window groups of one spec (vLLM looks
+them up jointly: a block is SWA-resident only where both hold it); 1500 steps each
+(``SWA_ES_HYBRID_STEPS`` changes it).
 """
 
 from __future__ import annotations
@@ -40,10 +42,11 @@ SOURCE = "vh"
 BLOCK = 16
 STEPS = int(os.environ.get("SWA_ES_HYBRID_STEPS", "1500"))
 CONFIGS = [
-    pytest.param(128, 0, 80, id="window128-retention0"),
-    pytest.param(33, 0, 64, id="window33-retention0"),
-    pytest.param(64, None, 72, id="window64-dense"),
-    pytest.param(128, None, 80, id="window128-dense"),
+    pytest.param(128, 0, 80, 1, id="window128-retention0"),
+    pytest.param(33, 0, 64, 1, id="window33-retention0"),
+    pytest.param(64, None, 72, 1, id="window64-dense"),
+    pytest.param(128, None, 80, 1, id="window128-dense"),
+    pytest.param(48, 0, 100, 2, id="window48-retention0-two-swa-groups"),
 ]
 
 
@@ -120,9 +123,14 @@ def compare(routing: FollowerRouting, probe: Probe, kinds: Counter[str]) -> list
     return problems
 
 
-@pytest.mark.parametrize(("window", "retention", "num_blocks"), CONFIGS)
+@pytest.mark.parametrize(("window", "retention", "num_blocks", "swa_groups"), CONFIGS)
 async def test_follower_answers_what_vllm_hybrid_manager_matches(
-    engine: VllmHybridEngine, tmp_path: Path, window: int, retention: int | None, num_blocks: int
+    engine: VllmHybridEngine,
+    tmp_path: Path,
+    window: int,
+    retention: int | None,
+    num_blocks: int,
+    swa_groups: int,
 ) -> None:
     pub, replay = f"ipc://{tmp_path}/kv.pub", f"ipc://{tmp_path}/kv.replay"
     log_url = f"file://{tmp_path}/log?fsync=never"
@@ -137,6 +145,7 @@ async def test_follower_answers_what_vllm_hybrid_manager_matches(
                 retention=retention,
                 num_blocks=num_blocks,
                 seed=window,
+                swa_groups=swa_groups,
             )
         )
         views = StandardViews.create()

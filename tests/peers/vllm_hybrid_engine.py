@@ -18,11 +18,12 @@ last finished conversation, an older one, an older one cut at a block and contin
 tokens), vLLM's own ``get_computed_blocks`` asked without the ``num_tokens - 1`` cap
 (``max_cache_hit_length`` = the prompt's length): ``full`` is the full-attention group's hit
 (the shared-prefix boundary when the hybrid hit is shorter, else the hit), ``hybrid`` the hit;
-``capped`` is the hit as the scheduler asks it (default cap). ``{"cmd": "configure",
-"endpoint": ..., "replay_endpoint": ..., "window": W, "retention": 0 | null, "num_blocks": N,
-"seed": S}`` replaces the engine and its publisher by a fresh run of that configuration (the
-process imports vLLM once for several); ``{"cmd": "removed"}`` -> ``{"removed": [BlockRemoved
-events of group 0, of group 1]}``; ``{"cmd": "exit"}`` ends it.
+``capped`` is the hit as the scheduler asks it (default cap). ``{"cmd": "configure", "endpoint":
+..., "replay_endpoint": ..., "window": W, "retention": 0 | null, "num_blocks": N, "seed": S,
+"swa_groups": G}`` (G sliding-window groups of one spec, 1 by default) replaces the engine and its
+publisher by a fresh run of that configuration (the process imports vLLM once for several);
+``{"cmd": "removed"}`` -> ``{"removed": [BlockRemoved events of group 0, of group 1, ...]}``;
+``{"cmd": "exit"}`` ends it.
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ class HybridEngine:
         num_blocks: int,
         retention: int | None,
         seed: int,
+        swa_groups: int = 1,
     ) -> None:
         self.block_size = block_size
         self.publisher = publisher
@@ -80,10 +82,9 @@ class HybridEngine:
             "head_size": 8,
             "dtype": torch.float16,
         }
-        groups = [
-            KVCacheGroupSpec(["layer.0"], FullAttentionSpec(**shape)),
-            KVCacheGroupSpec(["layer.1"], SlidingWindowSpec(**shape, sliding_window=window)),
-        ]
+        swa = SlidingWindowSpec(**shape, sliding_window=window)
+        groups = [KVCacheGroupSpec(["layer.0"], FullAttentionSpec(**shape))]
+        groups += [KVCacheGroupSpec([f"layer.{g + 1}"], swa) for g in range(swa_groups)]
         config = KVCacheConfig(
             num_blocks=num_blocks,
             kv_cache_tensors=[],
@@ -114,7 +115,7 @@ class HybridEngine:
         self.running: Request | None = None
         self.output: list[int] = []
         self.finished: list[list[int]] = []
-        self.removed = [0, 0]  # BlockRemoved events per group
+        self.removed = [0] * len(groups)  # BlockRemoved events per group
 
     def _request(self, tokens: list[int], max_tokens: int = 1) -> Request:
         self.requests += 1
@@ -206,6 +207,7 @@ def start(request: dict[str, Any]) -> tuple[EventPublisher, HybridEngine]:
         num_blocks=int(request.get("num_blocks", 96)),
         retention=None if retention is None else int(retention),
         seed=int(request.get("seed", 0)),
+        swa_groups=int(request.get("swa_groups", 1)),
     )
     return publisher, engine
 

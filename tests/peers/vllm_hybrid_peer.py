@@ -30,7 +30,7 @@ class VllmHybridEngine(PeerEngine):
 
     def configure(self, **config: Any) -> None:
         """A fresh engine run: ``endpoint``, ``replay_endpoint``, ``window``, ``retention``
-        (0 or None), ``num_blocks``, ``seed``."""
+        (0 or None), ``num_blocks``, ``seed``, ``swa_groups``."""
         reply = self.command(cmd="configure", **config)
         assert reply.get("configured"), reply
 
@@ -46,5 +46,6 @@ class VllmHybridEngine(PeerEngine):
         return reply["seq"], probes
 
     def removed(self) -> list[int]:
-        """``BlockRemoved`` events the run published so far, per group (0: full, 1: SWA)."""
+        """``BlockRemoved`` events the run published so far, per group (0: full, then the
+        sliding-window groups)."""
         return [int(count) for count in self.command(cmd="removed")["removed"]]
