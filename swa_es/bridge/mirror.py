@@ -557,12 +557,15 @@ class MirrorCache:
         self._digest.set_residency(block.our_hash, block.our_parent, resident)
 
     def _groups_changed(self) -> None:
-        """A new group may change whether residency is modeled: every block's is re-read."""
-        modeled = self._residency()[0] is not None
-        if modeled != self._swa_modeled:
-            self._swa_modeled = modeled
-            for key in self._blocks:
-                self._refresh(key)
+        """A new group changes which blocks are held (a full-attention one holds none yet),
+        which are SWA-resident (so does a sliding-window one) and maybe whether residency is
+        modeled at all: every block is re-read, children first."""
+        for key in reversed(list(self._blocks)):
+            if not self._ledger.held_by_all(GroupRole.FULL, key):
+                self._unpublish(key, "group_idx")
+        self._swa_modeled = self._residency()[0] is not None
+        for key in self._blocks:
+            self._refresh(key)
 
     def _flush_residency(self) -> None:
         """One ``BlockSWAEvicted`` and one ``BlockSWARestored`` for the event's net changes (a

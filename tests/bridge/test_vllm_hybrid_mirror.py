@@ -301,3 +301,50 @@ async def test_sources_say_whether_usable_lengths_are_answered(
     finally:
         pub.close(linger=0)
         context.term()
+
+
+def test_several_full_groups_hold_a_block_only_together() -> None:
+    """vLLM's lookup needs a hash in every group of a kind: a block is held while every
+    full-attention group holds a copy (here groups 0 and 2; group 1 is the sliding window)."""
+    chain = TOKENS[: 2 * BLOCK]
+    mirror = MirrorCache()
+    apply(
+        mirror,
+        stored(0, [1, 2], None, chain),
+        stored(1, [1, 2], None, chain),
+        {**stored(0, [1, 2], None, chain), "group_idx": 2},
+    )
+    assert len(mirror) == 2
+    index = index_of(mirror)
+    assert answer(index, TOKENS) == (8, 8)
+    apply(mirror, {**removed(0, 2), "group_idx": 2})  # group 2 lost block 2, group 0 holds it
+    assert len(mirror) == 1
+    assert answer(index_of(mirror), TOKENS) == (4, 4)
+    apply(mirror, {**stored(0, [2], 1, TOKENS[BLOCK : 2 * BLOCK]), "group_idx": 2})
+    assert len(mirror) == 2 and mirror.resident(2) is True
+
+
+def test_a_group_of_a_kind_not_modeled_is_reported() -> None:
+    mamba = {**stored(0, [1, 2], None, TOKENS[: 2 * BLOCK]), "group_idx": 2}
+    mamba["kv_cache_spec_kind"] = "mamba"
+    mirror = MirrorCache()
+    prefill(mirror)
+    assert mirror.meta().swa_events
+    apply(mirror, mamba)
+    assert mirror.meta_stale  # the bridge opens an epoch whose meta says why
+    meta = mirror.meta()
+    assert not meta.swa_events
+    assert (
+        meta["swa_residency"] == "none: vLLM KV-cache group(s) 2 (mamba) are of a kind not modeled"
+    )
+    assert mirror.resident(1) is True  # no tombstones where residency is not modeled
+
+
+def test_a_second_sliding_window_group_must_hold_a_block_too() -> None:
+    mirror = MirrorCache()
+    prefill(mirror)
+    apply(mirror, {**stored(1, [], 6, list(range(BLOCK))), "group_idx": 2})  # empty, declares
+    assert mirror.resident(3) is False and mirror.resident(4) is False
+    apply(mirror, {**stored(1, [3, 4], None, TOKENS), "group_idx": 2})
+    assert mirror.resident(3) is True and mirror.resident(4) is True
+    assert answer(index_of(mirror), TOKENS) == (24, 16)
