@@ -17,22 +17,6 @@ from consumers import ViewConsistencyError
 
 PACKAGES = ("cache", "log", "consumers", "swa_es")
 
-PENDING: frozenset[tuple[str, str]] = frozenset(
-    {
-        # (package, class): in code owned by work in flight when the root came; each derives
-        # from it next (the package, not the module, so that a move inside it keeps its entry)
-        ("swa_es.bridge.", "FrameError"),
-    }
-)
-"""Exception classes not yet under the root. The list only shrinks: one that derives from the
-root fails the test until it is taken out."""
-
-
-def _pending(qualified: str) -> bool:
-    module, _, name = qualified.rpartition(".")
-    return any(module.startswith(package) and name == cls for package, cls in PENDING)
-
-
 NEEDS_AN_ENGINE = ("swa_es.integrations.",)
 """Modules that import an engine (sglang) at import time: read as source where it is absent."""
 
@@ -97,17 +81,8 @@ def _outside_the_root() -> set[str]:
 
 
 def test_every_exception_class_derives_from_the_root() -> None:
-    missing = sorted(name for name in _outside_the_root() if not _pending(name))
+    missing = sorted(_outside_the_root())
     assert not missing, f"not derived from SwaEsError: {missing}"
-
-
-def test_the_pending_list_only_shrinks() -> None:
-    outside = _outside_the_root()
-    for package, cls in sorted(PENDING):
-        still = [name for name in outside if name.rpartition(".")[2] == cls]
-        assert any(name.startswith(package) for name in still), (
-            f"{package}...{cls} derives from SwaEsError now (or is gone): take it out of PENDING"
-        )
 
 
 def test_the_root_is_public_and_one_consistency_error() -> None:

@@ -12,12 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+from cache.errors import SwaEsError
+
 SEQ_BYTES: Final = 8
 END_SEQ: Final = -1
 END_SEQ_FRAME: Final = END_SEQ.to_bytes(SEQ_BYTES, "big", signed=True)
 
 
-class FrameError(ValueError):
+class FrameError(SwaEsError, ValueError):
     """A ZMQ message or msgpack batch that cannot be read; ``where`` names the part."""
 
     def __init__(self, where: str, reason: str) -> None:
