@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,15 +54,14 @@ class Admission:
 
 @dataclass(slots=True)
 class SourceCursor:
-    """Where one source stands; ``heard`` is when it was last heard (the cursors' clock),
-    ``offline`` why it is offline by its own marker (None: it is not)."""
+    """Where one source stands (when it was last heard, and whether it is offline by its own
+    marker, the ``Cursors`` keep in maps of their own, which the routing API reads per
+    request)."""
 
     epoch: str
     seq: int
     diverged: str | None = None
     retired: set[str] = field(default_factory=set)
-    heard: float = 0.0
-    offline: str | None = None
 
 
 _APPLY = Admission(Verdict.APPLY)
@@ -83,7 +82,18 @@ class Cursors:
 
     def __init__(self, clock: Clock = time.monotonic) -> None:
         self._by_source: dict[str, SourceCursor] = {}
+        self._heard: dict[str, float] = {}
+        """Per source, when it was last heard (``clock``)."""
+        self._offline: dict[str, str] = {}
+        """The sources offline by their own marker, and why."""
         self.clock = clock
+
+    def _heard_now(self, source: str, offline: str | None = None) -> None:
+        self._heard[source] = self.clock()
+        if offline is not None:
+            self._offline[source] = offline
+        elif self._offline:
+            self._offline.pop(source, None)
 
     def get(self, source: str) -> SourceCursor | None:
         """The cursor of ``source`` (None when never seen)."""
@@ -110,8 +120,7 @@ class Cursors:
             return _DUPLICATE
         expected = cursor.seq + 1
         cursor.seq = seq
-        cursor.heard = self.clock()
-        cursor.offline = None
+        self._heard_now(batch.source)
         if cursor.diverged is not None:
             return _WHILE_DIVERGED
         if seq > expected:
@@ -122,8 +131,9 @@ class Cursors:
 
     def _new_epoch(self, batch: EventBatch | WireBatch, cursor: SourceCursor | None) -> Admission:
         retired = set() if cursor is None else cursor.retired | {cursor.epoch}
-        fresh = SourceCursor(batch.epoch, batch.seq, retired=retired, heard=self.clock())
+        fresh = SourceCursor(batch.epoch, batch.seq, retired=retired)
         self._by_source[batch.source] = fresh
+        self._heard_now(batch.source)
         if _starts_epoch(batch):
             return _APPLY
         fresh.diverged = (
@@ -134,13 +144,13 @@ class Cursors:
     def advance(self, seqs: Iterable[tuple[str, int]]) -> None:
         """Move known sources' cursors to the given seqs in their epochs (the follower's fast
         lane applied those batches, each the next seq of a trusted source)."""
-        by_source = self._by_source
+        by_source, heard, offline = self._by_source, self._heard, self._offline
         now = self.clock()
         for source, seq in seqs:
-            cursor = by_source[source]
-            cursor.seq = seq
-            cursor.heard = now
-            cursor.offline = None
+            by_source[source].seq = seq
+            heard[source] = now
+            if offline:
+                offline.pop(source, None)
 
     def hear(self, record: LivenessRecord) -> Admission:
         """Classify a liveness record against its source's cursor (see the module docstring):
@@ -150,8 +160,8 @@ class Cursors:
         cursor = self._by_source.get(record.source)
         if cursor is None or record.epoch != cursor.epoch or record.seq < cursor.seq:
             return _STALE
-        cursor.heard = self.clock()
-        cursor.offline = record.reason if record.kind is Liveness.OFFLINE else None
+        marker = record.reason if record.kind is Liveness.OFFLINE else None
+        self._heard_now(record.source, marker)
         if record.seq == cursor.seq:
             return _APPLY
         reason = (
@@ -163,21 +173,21 @@ class Cursors:
             cursor.diverged = reason
         return Admission(Verdict.GAP, reason)
 
-    def heard_since(self, now: float) -> dict[str, float]:
-        """Per source, seconds from when it was last heard to ``now`` (one pass, for the
-        routing API's hot path)."""
-        return {source: now - cursor.heard for source, cursor in self._by_source.items()}
+    def heard_at(self) -> dict[str, float]:
+        """Per source, when it was last heard on ``clock`` (the cursors' own map: read it, never
+        change or keep it)."""
+        return self._heard
 
-    def marked_offline(self) -> dict[str, str]:
-        """The sources offline by their own marker, and why."""
-        return {s: c.offline for s, c in self._by_source.items() if c.offline is not None}
+    def marked_offline(self) -> Mapping[str, str]:
+        """The sources offline by their own marker, and why (a live view: read, never keep)."""
+        return self._offline
 
     def heard_s(self, source: str, now: float | None = None) -> float | None:
         """Seconds since ``source`` was last heard (None: never seen)."""
-        cursor = self._by_source.get(source)
-        if cursor is None:
+        heard = self._heard.get(source)
+        if heard is None:
             return None
-        elapsed = (self.clock() if now is None else now) - cursor.heard
+        elapsed = (self.clock() if now is None else now) - heard
         return elapsed if elapsed > 0.0 else 0.0
 
     def mark_diverged(self, source: str, reason: str) -> None:
@@ -188,7 +198,8 @@ class Cursors:
 
     def to_obj(self) -> dict[str, Any]:
         """A JSON-ready form, for snapshots."""
-        return {source: _cursor_obj(c) for source, c in self._by_source.items()}
+        offline = self._offline
+        return {s: _cursor_obj(c, offline.get(s)) for s, c in self._by_source.items()}
 
     @classmethod
     def from_obj(cls, raw: object, clock: Clock = time.monotonic) -> Cursors:
@@ -216,16 +227,17 @@ class Cursors:
                 raise ValueError(f"cursor of {source!r}: bad diverged reason")
             if type(retired) is not list or not all(type(e) is str for e in retired):
                 raise ValueError(f"cursor of {source!r}: bad retired epochs")
-            cursors._by_source[source] = SourceCursor(
-                epoch, seq, diverged, set(retired), heard=now, offline=offline
-            )
+            cursors._by_source[source] = SourceCursor(epoch, seq, diverged, set(retired))
+            cursors._heard[source] = now
+            if offline is not None:
+                cursors._offline[source] = offline
         return cursors
 
 
 _CURSOR_FIELDS = {"epoch", "seq", "diverged", "retired"}
 
 
-def _cursor_obj(cursor: SourceCursor) -> dict[str, Any]:
+def _cursor_obj(cursor: SourceCursor, offline: str | None) -> dict[str, Any]:
     """One cursor's JSON-ready form (``offline`` only when set: older readers know the rest)."""
     obj: dict[str, Any] = {
         "epoch": cursor.epoch,
@@ -233,6 +245,6 @@ def _cursor_obj(cursor: SourceCursor) -> dict[str, Any]:
         "diverged": cursor.diverged,
         "retired": sorted(cursor.retired),
     }
-    if cursor.offline is not None:
-        obj["offline"] = cursor.offline
+    if offline is not None:
+        obj["offline"] = offline
     return obj

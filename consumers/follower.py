@@ -41,7 +41,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import anyio
@@ -204,23 +204,28 @@ class Follower:
 
     def liveness(self) -> dict[str, SourceLiveness]:
         """Per source seen: how long ago it was last heard, and whether it is offline."""
-        heard, offline = self.heard_and_offline()
-        return {source: SourceLiveness(s, offline.get(source)) for source, s in heard.items()}
-
-    def heard_and_offline(self) -> tuple[dict[str, float], dict[str, str]]:
-        """``liveness()`` as two maps (what the routing API reads per request: no object per
-        source): seconds since each source was last heard, and the offline ones with why."""
-        heard = self.cursors.heard_since(self._clock())
-        offline = {
-            source: f"offline marker: {reason}"
-            for source, reason in self.cursors.marked_offline().items()
+        now, heard_at, offline = self.heard_and_offline()
+        return {
+            source: SourceLiveness(max(0.0, now - at), offline.get(source))
+            for source, at in heard_at.items()
         }
+
+    def heard_and_offline(self) -> tuple[float, dict[str, float], Mapping[str, str]]:
+        """``liveness()`` as what the routing API reads per request, with no work per source
+        in the common case: the clock now, when each source was last heard on it (a live view:
+        read, never keep), and the offline sources with why."""
+        now = self._clock()
+        cursors = self.cursors
+        heard_at, offline = cursors.heard_at(), cursors.marked_offline()
         timeout = self.source_timeout_s
-        if timeout is not None and heard and max(heard.values()) > timeout:
-            for source, elapsed in heard.items():
-                if elapsed > timeout and source not in offline:
-                    offline[source] = f"unheard for {elapsed:.1f} s (source timeout {timeout:g} s)"
-        return heard, offline
+        if timeout is not None and heard_at and now - min(heard_at.values()) > timeout:
+            offline = {source: f"offline marker: {reason}" for source, reason in offline.items()}
+            for source, at in heard_at.items():
+                if now - at > timeout and source not in offline:
+                    offline[source] = f"unheard for {now - at:.1f} s (source timeout {timeout:g} s)"
+        elif offline:
+            offline = {source: f"offline marker: {reason}" for source, reason in offline.items()}
+        return now, heard_at, offline
 
     # --- one record -----------------------------------------------------------------------
 

@@ -1,8 +1,8 @@
 """Type stubs of the private compiled module built from native/ (see cache.events)."""
 
 from array import array
-from collections.abc import Iterable, Sequence
-from typing import Final, TypeVar, final
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final, TypeVar, final
 
 from cache.events.meta import BatchMeta
 from cache.events.types import Event, EventBatch
@@ -149,6 +149,16 @@ class ReplicaStore:
     def match_hashes_into(
         self, block_hashes: list[int], page_size: int, result_type: type[_M]
     ) -> dict[str, _M]: ...
+    def match_answers(
+        self,
+        token_ids: Sequence[int],
+        extra_key: str | None,
+        now: float,
+        heard_at: dict[str, float],
+        known_state: str,
+        unknown_state: str,
+        leave_out: Mapping[str, object],
+    ) -> dict[str, dict[str, Any]]: ...
 
 @final
 class ReplayCursors:

@@ -148,7 +148,7 @@ class FollowerService:
         for source, current in self.routing.source_states().items():
             for name in STATES:
                 state.add_metric([source, name], 1.0 if name == current else 0.0)
-            heard.add_metric([source], live.heard.get(source, 0.0))
+            heard.add_metric([source], live.heard_s(source) or 0.0)
         return [*follower_families(self.follower.metrics, self.views), state, heard]
 
     def health(self) -> tuple[bool, str]:

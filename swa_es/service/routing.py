@@ -50,15 +50,23 @@ _UNKNOWN: Final[Lengths] = (None, None)
 
 
 class _Liveness:
-    """Every source's liveness at one moment: who is offline, when each was heard, and
-    whether the follower lags past the bound."""
+    """Every source's liveness at one moment: the follower's clock ``now``, when each source
+    was last heard on it, who is offline, and whether the follower lags past the bound."""
 
-    __slots__ = ("heard", "lagging", "offline")
+    __slots__ = ("heard_at", "lagging", "now", "offline")
 
-    def __init__(self, heard: dict[str, float], offline: dict[str, str], lagging: bool) -> None:
-        self.heard = heard
+    def __init__(
+        self, now: float, heard_at: dict[str, float], offline: Mapping[str, str], lagging: bool
+    ) -> None:
+        self.now = now
+        self.heard_at = heard_at
         self.offline = offline
         self.lagging = lagging
+
+    def heard_s(self, source: str) -> float | None:
+        """Seconds since ``source`` was last heard (None: never)."""
+        at = self.heard_at.get(source)
+        return None if at is None else max(0.0, self.now - at)
 
     def state(self, source: str, diverged: bool) -> str:
         """The state of ``source`` (see the module docstring)."""
@@ -80,16 +88,16 @@ def _lengths(found: Mapping[str, PrefixMatch]) -> dict[str, Lengths]:
     return dict(zip(found, map(converted.__getitem__, ids), strict=True))
 
 
-def _offline_answers(heard: dict[str, float], offline: Mapping[str, str]) -> SourceAnswers:
+def _offline_answers(live: _Liveness) -> SourceAnswers:
     """Every offline source's answer: null lengths."""
     return {
         source: {
             "cached_tokens": None,
             "usable_tokens": None,
             "state": OFFLINE,
-            "last_heard_s": heard.get(source),
+            "last_heard_s": live.heard_s(source),
         }
-        for source in offline
+        for source in live.offline
     }
 
 
@@ -111,14 +119,14 @@ class FollowerRouting:
         """Every source's liveness now."""
         bound = self.degraded_lag_records
         lagging = bound is not None and self.follower.metrics.lag_records > bound
-        heard, offline = self.follower.heard_and_offline()
-        return _Liveness(heard, offline, lagging)
+        now, heard_at, offline = self.follower.heard_and_offline()
+        return _Liveness(now, heard_at, offline, lagging)
 
     def _finish(self, found: dict[str, Lengths]) -> SourceAnswers:
         """The answers: lengths with each source's state and ``last_heard_s``; every offline
         source answers offline with null lengths, whether or not it holds any of the prompt."""
         live = self.liveness()
-        heard, offline = live.heard, live.offline
+        now, heard_at, offline = live.now, live.heard_at, live.offline
         known = DEGRADED if live.lagging else EXACT
         answers: SourceAnswers = {}
         for source, (cached, usable) in found.items():
@@ -132,31 +140,28 @@ class FollowerRouting:
                 "cached_tokens": cached,
                 "usable_tokens": usable,
                 "state": state,
-                "last_heard_s": heard.get(source),
+                "last_heard_s": now - heard_at.get(source, now),
             }
         if offline:
-            answers.update(_offline_answers(heard, offline))
+            answers.update(_offline_answers(live))
         return answers
 
     def match(self, token_ids: Sequence[int], extra_key: str | None) -> SourceAnswers:
         """Per source holding part of the prompt (or unknown, or offline): cached and usable
-        tokens, state and ``last_heard_s``. (The hot path: one pass over the native answers.)"""
-        found = self.views.prefix.match(token_ids, extra_key)
+        tokens, state and ``last_heard_s``. (The hot path: the native store builds the answers
+        of the sources it holds, with no Python code per source.)"""
         live = self.liveness()
-        heard, offline = live.heard, live.offline
-        known = DEGRADED if live.lagging else EXACT
-        answers: SourceAnswers = {
-            source: {
-                "cached_tokens": (cached := m.full_tokens),
-                "usable_tokens": m.swa_tokens,
-                "state": UNKNOWN if cached is None else known,
-                "last_heard_s": heard.get(source),
-            }
-            for source, m in found.items()
-            if source not in offline
-        }
-        if offline:
-            answers.update(_offline_answers(heard, offline))
+        answers: SourceAnswers = self.views.replicas.store.match_answers(
+            token_ids,
+            extra_key,
+            live.now,
+            live.heard_at,
+            DEGRADED if live.lagging else EXACT,
+            UNKNOWN,
+            live.offline,
+        )
+        if live.offline:
+            answers.update(_offline_answers(live))
         return answers
 
     def match_hashes(self, block_hashes: Sequence[int], page_size: int) -> SourceAnswers:
@@ -230,7 +235,7 @@ class FollowerRouting:
                 "epoch": None if cursor is None else cursor.epoch,
                 "seq": None if cursor is None else cursor.seq,
                 "state": live.state(source, tree.diverged is not None),
-                "last_heard_s": live.heard.get(source),
+                "last_heard_s": live.heard_s(source),
                 "offline": live.offline.get(source),
                 "diverged": tree.diverged,
                 "blocks": len(tree),

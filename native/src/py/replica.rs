@@ -380,9 +380,68 @@ impl PyReplicaStore {
         let answers = self.store.match_hashes(page_size, &block_hashes);
         self.answers_into(py, answers, result_type)
     }
+
+    /// `match_into`'s walk, answered as the routing API's per-source answers: source -> a dict
+    /// `{"cached_tokens", "usable_tokens", "state", "last_heard_s"}`, built here with no Python
+    /// code per source. `state` is `known_state` for a source that holds part of the prompt,
+    /// `unknown_state` for one whose state is unknown; `last_heard_s` is `now` minus the
+    /// source's time in `heard_at` (`now` itself when absent: 0). Sources in `leave_out` (the
+    /// caller answers them itself, e.g. offline ones) are left out.
+    #[pyo3(signature = (token_ids, extra_key, now, heard_at, known_state, unknown_state, leave_out))]
+    #[allow(clippy::too_many_arguments)]
+    fn match_answers<'py>(
+        &mut self,
+        py: Python<'py>,
+        token_ids: &Bound<'py, PyAny>,
+        extra_key: Option<&str>,
+        now: f64,
+        heard_at: &Bound<'py, PyDict>,
+        known_state: &Bound<'py, PyString>,
+        unknown_state: &Bound<'py, PyString>,
+        leave_out: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let tokens = prompt_tokens(token_ids)?;
+        let prior = namespace_prior(extra_key);
+        let answers = self.store.match_prefix(&prior, &tokens);
+        self.cache_names(py);
+        let skip = leave_out.len()? > 0;
+        let result = PyDict::new(py);
+        for (id, answer) in answers {
+            let name = self.names[id as usize].bind(py);
+            if skip && leave_out.contains(name)? {
+                continue;
+            }
+            let (held, usable) = held_usable(answer);
+            let heard = match heard_at.get_item(name)? {
+                Some(at) => now - at.extract::<f64>()?,
+                None => 0.0,
+            };
+            let entry = PyDict::new(py);
+            entry.set_item(intern!(py, "cached_tokens"), held)?;
+            entry.set_item(intern!(py, "usable_tokens"), usable)?;
+            let state = if held.is_some() {
+                known_state
+            } else {
+                unknown_state
+            };
+            entry.set_item(intern!(py, "state"), state)?;
+            entry.set_item(intern!(py, "last_heard_s"), heard)?;
+            result.set_item(name, entry)?;
+        }
+        Ok(result)
+    }
 }
 
 impl PyReplicaStore {
+    /// Keep every source's name as a Python string (ids index `names`).
+    fn cache_names(&mut self, py: Python<'_>) {
+        let replicas = self.store.replicas();
+        while self.names.len() < replicas.len() {
+            let name = &replicas[self.names.len()].name;
+            self.names.push(PyString::new(py, name).unbind());
+        }
+    }
+
     /// Answers as a dict: source -> an instance of `result_type`, made without a Python call per
     /// source; sources with equal answers share one instance.
     fn answers_into<'py>(
@@ -391,11 +450,7 @@ impl PyReplicaStore {
         answers: Vec<(u32, Answer)>,
         result_type: &Bound<'py, PyType>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let replicas = self.store.replicas();
-        while self.names.len() < replicas.len() {
-            let name = &replicas[self.names.len()].name;
-            self.names.push(PyString::new(py, name).unbind());
-        }
+        self.cache_names(py);
         let result = PyDict::new(py);
         // Equal answers share one instance (the result type is immutable): a fleet mostly holds
         // a prompt to a few common lengths. Only the first few distinct answers are remembered,
