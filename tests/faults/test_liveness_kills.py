@@ -124,7 +124,18 @@ def test_a_killed_primary_turns_offline_within_the_source_timeout(tmp_path: Path
         # restarted, now idle (one request, then heartbeats only): a new epoch, exact again,
         # and still exact after twice the timeout without a batch
         primary = serve_service(tmp_path, log_url, "w0", "--rate", "0.01", *timing).start()
-        back = poll("the restarted primary exact", lambda: in_state(base, "w0", "exact"), 120)
+        # its one request served (the next is due 100 s later) and applied by the follower:
+        # from here on the primary only heartbeats
+        primary.wait_for("its request served", lambda s: s["requests"] >= 1, STARTUP_TIMEOUT_S)
+
+        def caught_up() -> dict[str, Any] | None:
+            found = in_state(base, "w0", "exact")
+            status = primary.status()
+            if found is None or status is None:
+                return None
+            return found if found["digest"] == status["digest"] else None
+
+        back = poll("the restarted primary exact and caught up", caught_up, 120)
         assert back["epoch"] != before["epoch"]
         beats = follower.status()["metrics"]["heartbeats_read"]  # type: ignore[index]
         follower.wait_for(
