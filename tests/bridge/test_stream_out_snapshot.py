@@ -21,7 +21,7 @@ import msgpack
 import zmq
 
 from tests.bridge.stream_out_workload import PAGE, WINDOW, Workload, append, start_follower
-from tests.compose.services import follow_service
+from tests.compose.services import Service, follow_service
 from tests.peers.dynamo_indexer import free_port
 
 SOURCE = "worker-0"
@@ -32,26 +32,59 @@ class GapError(AssertionError):
     """A live message arrived out of order after the cut: the bootstrap is void."""
 
 
-class SnapshotClient:
+class LiveFollower:
+    """What both protocols' clients do with the live stream: subscribe before asking for the
+    snapshot (live messages are buffered from then on), then apply the messages after the
+    snapshot's cut strictly in order. ``apply`` applies one engine batch; ``request`` is the
+    snapshot socket, of the type ``kind``."""
+
+    def __init__(
+        self, context: zmq.Context[zmq.Socket[bytes]], pub: str, snapshot: str, kind: int
+    ) -> None:
+        self.sub = context.socket(zmq.SUB)
+        self.sub.setsockopt(zmq.SUBSCRIBE, b"")
+        self.sub.setsockopt(zmq.RCVTIMEO, RECV_TIMEOUT_MS)
+        self.sub.connect(pub)
+        self.request = context.socket(kind)
+        self.request.setsockopt(zmq.RCVTIMEO, RECV_TIMEOUT_MS)
+        self.request.connect(snapshot)
+        self.last = -1
+
+    def apply(self, payload: bytes) -> None:
+        """Apply one engine batch to the index."""
+        raise NotImplementedError
+
+    def follow_until(self, seq: int) -> None:
+        """Apply live messages after the cut, in order, until ``seq``."""
+        while self.last < seq:
+            _topic, seq_bytes, payload = self.sub.recv_multipart()
+            got = int.from_bytes(seq_bytes, "big")
+            if got <= self.last:
+                continue  # already in the snapshot
+            if got != self.last + 1:
+                raise GapError(f"live seq {got} after {self.last}")
+            self.apply(payload)
+            self.last = got
+
+    def close(self) -> None:
+        """Close both sockets."""
+        self.sub.close(linger=0)
+        self.request.close(linger=0)
+
+
+class SnapshotClient(LiveFollower):
     """A router's index of one stream, bootstrapped by vLLM #57789's snapshot request (a
     client written from the protocol text)."""
 
     def __init__(self, context: zmq.Context[zmq.Socket[bytes]], pub: str, snapshot: str) -> None:
-        self.sub = context.socket(zmq.SUB)
-        self.sub.setsockopt(zmq.SUBSCRIBE, b"")
-        self.sub.setsockopt(zmq.RCVTIMEO, RECV_TIMEOUT_MS)
-        self.sub.connect(pub)  # live messages are buffered from here on
-        self.req = context.socket(zmq.REQ)
-        self.req.setsockopt(zmq.RCVTIMEO, RECV_TIMEOUT_MS)
-        self.req.connect(snapshot)
+        super().__init__(context, pub, snapshot, zmq.REQ)
         self.blocks: set[int] = set()
-        self.last = -1
         self.epoch = b""
 
     def ask(self, request: bytes) -> tuple[int, bytes, list[bytes]]:
         """One request: (cut, epoch, chunks)."""
-        self.req.send(request)
-        reply = self.req.recv_multipart()
+        self.request.send(request)
+        reply = self.request.recv_multipart()
         return int.from_bytes(reply[0], "big", signed=True), reply[1], reply[2:]
 
     def bootstrap(self) -> int:
@@ -76,27 +109,15 @@ class SnapshotClient:
             else:
                 self.blocks.clear()
 
-    def follow_until(self, seq: int) -> None:
-        """Apply live messages after the cut, in order, until ``seq``."""
-        while self.last < seq:
-            _topic, seq_bytes, payload = self.sub.recv_multipart()
-            got = int.from_bytes(seq_bytes, "big")
-            if got <= self.last:
-                continue  # already in the snapshot
-            if got != self.last + 1:
-                raise GapError(f"live seq {got} after {self.last}")
-            self.apply(payload)
-            self.last = got
 
-    def close(self) -> None:
-        """Close both sockets."""
-        self.sub.close(linger=0)
-        self.req.close(linger=0)
-
-
-def test_a_router_bootstraps_from_the_follower(tmp_path: Path) -> None:
+def router_setup(
+    tmp_path: Path, seed: int, wire_format: str
+) -> tuple[str, Workload, int, tuple[str, str], Service]:
+    """A FileLog holding 150 batches of a workload, and a follower (not started yet) publishing
+    it in ``wire_format`` with a snapshot socket: the log's URL, the workload, the log's end,
+    the publish and snapshot endpoints, the follower."""
     log_url = f"file://{tmp_path}/log"
-    workload = Workload(SOURCE, seed=3)
+    workload = Workload(SOURCE, seed=seed)
     end = append(log_url, workload.batches(150))
     pub, snapshot = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
     follow = follow_service(
@@ -104,8 +125,13 @@ def test_a_router_bootstraps_from_the_follower(tmp_path: Path) -> None:
         log_url,
         "router",
         *("--http-port", "0", "--zmq-publish", pub, "--zmq-snapshot", snapshot),
-        *("--zmq-format", "vllm"),
+        *("--zmq-format", wire_format),
     )
+    return log_url, workload, end, (pub, snapshot), follow
+
+
+def test_a_router_bootstraps_from_the_follower(tmp_path: Path) -> None:
+    log_url, workload, end, (pub, snapshot), follow = router_setup(tmp_path, 3, "vllm")
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     clients: list[SnapshotClient] = []
     try:
@@ -140,27 +166,20 @@ def test_a_router_bootstraps_from_the_follower(tmp_path: Path) -> None:
         context.term()
 
 
-class SglangSnapshotClient:
+class SglangSnapshotClient(LiveFollower):
     """A router's index of one worker, bootstrapped by sglang's proposed worker snapshot
     (sgl-project/sglang#34407: a client written from the protocol text)."""
 
     def __init__(self, context: zmq.Context[zmq.Socket[bytes]], pub: str, snapshot: str) -> None:
-        self.sub = context.socket(zmq.SUB)
-        self.sub.setsockopt(zmq.SUBSCRIBE, b"")
-        self.sub.setsockopt(zmq.RCVTIMEO, RECV_TIMEOUT_MS)
-        self.sub.connect(pub)
-        self.dealer = context.socket(zmq.DEALER)
-        self.dealer.setsockopt(zmq.RCVTIMEO, RECV_TIMEOUT_MS)
-        self.dealer.connect(snapshot)
+        super().__init__(context, pub, snapshot, zmq.DEALER)
         self.blocks: dict[int, int] = {}  # block hash -> component mask
-        self.last = -1
 
     def ask(self, kind: bytes) -> list[tuple[bytes, Any]]:
         """Every ``(kind, payload)`` reply to one request, through ``end`` or ``error``."""
-        self.dealer.send_multipart([b"", kind])
+        self.request.send_multipart([b"", kind])
         replies: list[tuple[bytes, Any]] = []
         while not replies or replies[-1][0] not in (b"end", b"error"):
-            _empty, reply_kind, payload = self.dealer.recv_multipart()
+            _empty, reply_kind, payload = self.request.recv_multipart()
             replies.append((reply_kind, msgpack.unpackb(payload)))
         return replies
 
@@ -186,43 +205,20 @@ class SglangSnapshotClient:
         self.last = header["barrier_seq"]
         return header
 
-    def follow_until(self, seq: int) -> None:
-        """Apply sglang batches ``[ts, events, attn_dp_rank]`` after the barrier, in order."""
-        while self.last < seq:
-            _topic, seq_bytes, payload = self.sub.recv_multipart()
-            got = int.from_bytes(seq_bytes, "big")
-            if got <= self.last:
-                continue
-            if got != self.last + 1:
-                raise GapError(f"live seq {got} after {self.last}")
-            for event in msgpack.unpackb(payload)[1]:
-                if event[0] == "BlockStored":
-                    self.blocks.update(dict.fromkeys(event[1], 1 | 2))
-                elif event[0] == "BlockRemoved":
-                    for block_hash in event[1]:
-                        self.blocks.pop(block_hash, None)
-                else:
-                    self.blocks.clear()
-            self.last = got
-
-    def close(self) -> None:
-        """Close both sockets."""
-        self.sub.close(linger=0)
-        self.dealer.close(linger=0)
+    def apply(self, payload: bytes) -> None:
+        """Apply one sglang batch ``[ts, events, attn_dp_rank]``."""
+        for event in msgpack.unpackb(payload)[1]:
+            if event[0] == "BlockStored":
+                self.blocks.update(dict.fromkeys(event[1], 1 | 2))
+            elif event[0] == "BlockRemoved":
+                for block_hash in event[1]:
+                    self.blocks.pop(block_hash, None)
+            else:
+                self.blocks.clear()
 
 
 def test_sglang_snapshot_v1_and_v2(tmp_path: Path) -> None:
-    log_url = f"file://{tmp_path}/log"
-    workload = Workload(SOURCE, seed=5)
-    end = append(log_url, workload.batches(150))
-    pub, snapshot = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
-    follow = follow_service(
-        tmp_path,
-        log_url,
-        "router",
-        *("--http-port", "0", "--zmq-publish", pub, "--zmq-snapshot", snapshot),
-        *("--zmq-format", "sglang"),
-    )
+    log_url, workload, end, (pub, snapshot), follow = router_setup(tmp_path, 5, "sglang")
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     client: SglangSnapshotClient | None = None
     try:
