@@ -5,13 +5,15 @@ some leaves removed, some blocks tombstoned; and prompts sampled from what it ho
 ``Workload.batches(n)`` returns the next ``n`` batches of one source (the first carries the
 epoch's meta); ``Workload.samples(k)`` draws prompts: held chains cut at random pages, with
 and without a tail of unknown tokens, plus a few prompts nobody holds. ``append``,
-``start_follower`` and ``ours`` drive the log and the follower process around it.
+``start_follower`` and ``ours`` drive the log and the follower process around it;
+``stream_out_follower`` sets both up for one test.
 """
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -29,7 +31,8 @@ from cache.events import (
 )
 from cache.events.hashing import chain_block_hashes, namespace_prior
 from log import open_log
-from tests.compose.services import Service
+from tests.compose.services import Service, follow_service
+from tests.peers.dynamo_indexer import free_port
 
 PAGE = 16
 WINDOW = 64
@@ -157,3 +160,35 @@ def start_follower(follow: Service) -> str:
         "restore", lambda s: s["restored"] and s["http_port"], 120
     )
     return f"http://127.0.0.1:{status['http_port']}"
+
+
+@dataclass(frozen=True)
+class StreamOutSetUp:
+    """A FileLog holding a workload's first batches and a follower (not started) publishing it:
+    ``endpoints`` are its ``--zmq-publish`` one and the second socket's."""
+
+    log_url: str
+    workload: Workload
+    end: int
+    endpoints: tuple[str, str]
+    follow: Service
+
+
+def stream_out_follower(
+    tmp_path: Path, source: str, seed: int, wire_format: str, second_socket: str
+) -> StreamOutSetUp:
+    """150 batches of a fresh workload of ``source`` in a FileLog, and a follower with the
+    routing API that republishes the log in ``wire_format`` with ``second_socket``
+    (``--zmq-replay`` or ``--zmq-snapshot``) on a free loopback port."""
+    log_url = f"file://{tmp_path}/log"
+    workload = Workload(source, seed=seed)
+    end = append(log_url, workload.batches(150))  # history from before the follower's run
+    pub, other = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
+    follow = follow_service(
+        tmp_path,
+        log_url,
+        "router",
+        *("--http-port", "0", "--zmq-publish", pub, second_socket, other),
+        *("--zmq-format", wire_format),
+    )
+    return StreamOutSetUp(log_url, workload, end, (pub, other), follow)

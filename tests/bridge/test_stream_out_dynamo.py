@@ -14,9 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.bridge.stream_out_workload import PAGE, Workload, append, ours, start_follower
-from tests.compose.services import Service, follow_service
-from tests.peers.dynamo_indexer import DynamoIndexer, free_port, require_dynamo
+from tests.bridge.stream_out_workload import (
+    PAGE,
+    Workload,
+    append,
+    ours,
+    start_follower,
+    stream_out_follower,
+)
+from tests.compose.services import Service
+from tests.peers.dynamo_indexer import DynamoIndexer, require_dynamo
 
 pytestmark = pytest.mark.dynamo
 
@@ -49,17 +56,9 @@ def assert_agree(
 
 def test_dynamo_indexer_holds_what_the_follower_holds(tmp_path: Path) -> None:
     require_dynamo()
-    log_url = f"file://{tmp_path}/log"
-    workload = Workload(SOURCE, seed=7)
-    append(log_url, workload.batches(150))  # history from before the follower's run
-    pub, replay = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
-    follow = follow_service(
-        tmp_path,
-        log_url,
-        "router",
-        *("--http-port", "0", "--zmq-publish", pub, "--zmq-replay", replay),
-        *("--zmq-format", "vllm"),
-    )
+    setup = stream_out_follower(tmp_path, SOURCE, 7, "vllm", "--zmq-replay")
+    log_url, workload, follow = setup.log_url, setup.workload, setup.follow
+    pub, replay = setup.endpoints
     dynamo: DynamoIndexer | None = None
     try:
         base = start_follower(follow)

@@ -21,9 +21,7 @@ import httpx
 import pytest
 import zmq
 
-from tests.bridge.stream_out_workload import PAGE, Workload, append, ours, start_follower
-from tests.compose.services import follow_service
-from tests.peers.dynamo_indexer import free_port
+from tests.bridge.stream_out_workload import PAGE, append, ours, start_follower, stream_out_follower
 from tests.peers.sglang_venv import ROOT
 
 SOURCE = "worker-0"
@@ -81,17 +79,9 @@ class KvIndexPeer:
 
 def test_kv_index_agrees_with_match(tmp_path: Path) -> None:
     require_peer()
-    log_url = f"file://{tmp_path}/log"
-    workload = Workload(SOURCE, seed=11)
-    append(log_url, workload.batches(150))  # history from before the follower's run
-    pub, replay = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
-    follow = follow_service(
-        tmp_path,
-        log_url,
-        "router",
-        *("--http-port", "0", "--zmq-publish", pub, "--zmq-replay", replay),
-        *("--zmq-format", "sglang"),
-    )
+    setup = stream_out_follower(tmp_path, SOURCE, 11, "sglang", "--zmq-replay")
+    log_url, workload, follow = setup.log_url, setup.workload, setup.follow
+    pub, replay = setup.endpoints
     context = zmq.Context()
     peer = KvIndexPeer()
     try:

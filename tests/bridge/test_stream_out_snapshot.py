@@ -20,9 +20,13 @@ import httpx
 import msgpack
 import zmq
 
-from tests.bridge.stream_out_workload import PAGE, WINDOW, Workload, append, start_follower
-from tests.compose.services import Service, follow_service
-from tests.peers.dynamo_indexer import free_port
+from tests.bridge.stream_out_workload import (
+    PAGE,
+    WINDOW,
+    append,
+    start_follower,
+    stream_out_follower,
+)
 
 SOURCE = "worker-0"
 RECV_TIMEOUT_MS = 60_000
@@ -110,28 +114,10 @@ class SnapshotClient(LiveFollower):
                 self.blocks.clear()
 
 
-def router_setup(
-    tmp_path: Path, seed: int, wire_format: str
-) -> tuple[str, Workload, int, tuple[str, str], Service]:
-    """A FileLog holding 150 batches of a workload, and a follower (not started yet) publishing
-    it in ``wire_format`` with a snapshot socket: the log's URL, the workload, the log's end,
-    the publish and snapshot endpoints, the follower."""
-    log_url = f"file://{tmp_path}/log"
-    workload = Workload(SOURCE, seed=seed)
-    end = append(log_url, workload.batches(150))
-    pub, snapshot = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
-    follow = follow_service(
-        tmp_path,
-        log_url,
-        "router",
-        *("--http-port", "0", "--zmq-publish", pub, "--zmq-snapshot", snapshot),
-        *("--zmq-format", wire_format),
-    )
-    return log_url, workload, end, (pub, snapshot), follow
-
-
 def test_a_router_bootstraps_from_the_follower(tmp_path: Path) -> None:
-    log_url, workload, end, (pub, snapshot), follow = router_setup(tmp_path, 3, "vllm")
+    setup = stream_out_follower(tmp_path, SOURCE, 3, "vllm", "--zmq-snapshot")
+    log_url, workload, end, follow = setup.log_url, setup.workload, setup.end, setup.follow
+    pub, snapshot = setup.endpoints
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     clients: list[SnapshotClient] = []
     try:
@@ -218,7 +204,9 @@ class SglangSnapshotClient(LiveFollower):
 
 
 def test_sglang_snapshot_v1_and_v2(tmp_path: Path) -> None:
-    log_url, workload, end, (pub, snapshot), follow = router_setup(tmp_path, 5, "sglang")
+    setup = stream_out_follower(tmp_path, SOURCE, 5, "sglang", "--zmq-snapshot")
+    log_url, workload, end, follow = setup.log_url, setup.workload, setup.end, setup.follow
+    pub, snapshot = setup.endpoints
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     client: SglangSnapshotClient | None = None
     try:
