@@ -159,6 +159,16 @@ class ReplicaStore:
         unknown_state: str,
         leave_out: Mapping[str, object],
     ) -> dict[str, dict[str, Any]]: ...
+    def match_hashes_answers(
+        self,
+        block_hashes: list[int],
+        page_size: int,
+        now: float,
+        heard_at: dict[str, float],
+        known_state: str,
+        unknown_state: str,
+        leave_out: Mapping[str, object],
+    ) -> dict[str, dict[str, Any]]: ...
 
 @final
 class ReplayCursors:

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from consumers import Follower, PrefixMatch, SourceMeta
+from consumers import Follower, SourceMeta
 from swa_es.service.match_query import HashQuery, Query
 from swa_es.service.views import StandardViews
 
@@ -42,11 +42,6 @@ STATES: Final = (EXACT, DEGRADED, OFFLINE, UNKNOWN)
 PAGE_SIZE_MISMATCH: Final = "page_size_mismatch"
 
 SourceAnswers = dict[str, dict[str, Any]]
-Lengths = tuple[int | None, int | None]
-"""A source's cached and usable tokens before liveness is applied."""
-_MISMATCH: Final[Lengths] = (-1, -1)
-"""The lengths of a source whose pages are of another size (never real lengths)."""
-_UNKNOWN: Final[Lengths] = (None, None)
 
 
 class _Liveness:
@@ -75,17 +70,6 @@ class _Liveness:
         if diverged:
             return UNKNOWN
         return DEGRADED if self.lagging else EXACT
-
-
-def _lengths(found: Mapping[str, PrefixMatch]) -> dict[str, Lengths]:
-    """Native matches as lengths. The native match shares one instance between sources with
-    equal answers: each distinct one is converted once, then the sources are mapped onto them
-    in C (no Python per source)."""
-    matches = list(found.values())
-    ids = list(map(id, matches))
-    distinct = dict(zip(ids, matches, strict=True))
-    converted = {key: (m.full_tokens, m.swa_tokens) for key, m in distinct.items()}
-    return dict(zip(found, map(converted.__getitem__, ids), strict=True))
 
 
 def _offline_answers(live: _Liveness) -> SourceAnswers:
@@ -122,56 +106,53 @@ class FollowerRouting:
         now, heard_at, offline = self.follower.heard_and_offline()
         return _Liveness(now, heard_at, offline, lagging)
 
-    def _finish(self, found: dict[str, Lengths]) -> SourceAnswers:
-        """The answers: lengths with each source's state and ``last_heard_s``; every offline
-        source answers offline with null lengths, whether or not it holds any of the prompt."""
-        live = self.liveness()
-        now, heard_at, offline = live.now, live.heard_at, live.offline
-        known = DEGRADED if live.lagging else EXACT
-        answers: SourceAnswers = {}
-        for source, (cached, usable) in found.items():
-            if source in offline:
-                continue
-            if (cached, usable) == _MISMATCH:
-                state, cached, usable = PAGE_SIZE_MISMATCH, None, None
-            else:
-                state = UNKNOWN if cached is None else known
-            answers[source] = {
-                "cached_tokens": cached,
-                "usable_tokens": usable,
-                "state": state,
-                "last_heard_s": now - heard_at.get(source, now),
-            }
-        if offline:
-            answers.update(_offline_answers(live))
-        return answers
-
     def match(self, token_ids: Sequence[int], extra_key: str | None) -> SourceAnswers:
         """Per source holding part of the prompt (or unknown, or offline): cached and usable
         tokens, state and ``last_heard_s``. (The hot path: the native store builds the answers
         of the sources it holds, with no Python code per source.)"""
         live = self.liveness()
         answers: SourceAnswers = self.views.replicas.store.match_answers(
-            token_ids,
-            extra_key,
-            live.now,
-            live.heard_at,
-            DEGRADED if live.lagging else EXACT,
-            UNKNOWN,
-            live.offline,
+            token_ids, extra_key, live.now, live.heard_at, *self._states(live), live.offline
         )
-        if live.offline:
-            answers.update(_offline_answers(live))
-        return answers
+        return self._with_offline(answers, live)
 
     def match_hashes(self, block_hashes: Sequence[int], page_size: int) -> SourceAnswers:
         """``match`` for a prompt given as the chained block hashes of its pages of
         ``page_size`` tokens: the native index walks the hashes as given, with no hashing. A
         source holding pages of another size answers ``PAGE_SIZE_MISMATCH``."""
-        found = _lengths(self.views.prefix.match_hashes(block_hashes, page_size))
+        live = self.liveness()
+        try:
+            answers: SourceAnswers = self.views.replicas.store.match_hashes_answers(
+                list(block_hashes),
+                page_size,
+                live.now,
+                live.heard_at,
+                *self._states(live),
+                live.offline,
+            )
+        except OverflowError:
+            raise ValueError("block_hashes: every hash must be a signed 64-bit int") from None
         for source in self._other_page_sizes(page_size):
-            found[source] = _MISMATCH
-        return self._finish(found)
+            if source not in live.offline:
+                answers[source] = {
+                    "cached_tokens": None,
+                    "usable_tokens": None,
+                    "state": PAGE_SIZE_MISMATCH,
+                    "last_heard_s": live.heard_s(source),
+                }
+        return self._with_offline(answers, live)
+
+    @staticmethod
+    def _states(live: _Liveness) -> tuple[str, str]:
+        """The state of a source holding part of a prompt, and of one whose state is unknown."""
+        return DEGRADED if live.lagging else EXACT, UNKNOWN
+
+    @staticmethod
+    def _with_offline(answers: SourceAnswers, live: _Liveness) -> SourceAnswers:
+        """``answers`` and every offline source's answer (null lengths)."""
+        if live.offline:
+            answers.update(_offline_answers(live))
+        return answers
 
     def _state_key(self) -> tuple[int, ...]:
         """Changes whenever the follower applies a record, marks a divergence or restores."""

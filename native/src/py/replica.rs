@@ -383,10 +383,7 @@ impl PyReplicaStore {
 
     /// `match_into`'s walk, answered as the routing API's per-source answers: source -> a dict
     /// `{"cached_tokens", "usable_tokens", "state", "last_heard_s"}`, built here with no Python
-    /// code per source. `state` is `known_state` for a source that holds part of the prompt,
-    /// `unknown_state` for one whose state is unknown; `last_heard_s` is `now` minus the
-    /// source's time in `heard_at` (`now` itself when absent: 0). Sources in `leave_out` (the
-    /// caller answers them itself, e.g. offline ones) are left out.
+    /// code per source (`answer_dicts`).
     #[pyo3(signature = (token_ids, extra_key, now, heard_at, known_state, unknown_state, leave_out))]
     #[allow(clippy::too_many_arguments)]
     fn match_answers<'py>(
@@ -403,6 +400,51 @@ impl PyReplicaStore {
         let tokens = prompt_tokens(token_ids)?;
         let prior = namespace_prior(extra_key);
         let answers = self.store.match_prefix(&prior, &tokens);
+        let states = (known_state, unknown_state);
+        self.answer_dicts(py, answers, now, heard_at, states, leave_out)
+    }
+
+    /// `match_answers` for a prompt given as the block hashes of its pages of `page_size`
+    /// tokens (`match_hashes_into`'s walk); sources of another page size are left out.
+    #[pyo3(signature = (block_hashes, page_size, now, heard_at, known_state, unknown_state, leave_out))]
+    #[allow(clippy::too_many_arguments)]
+    fn match_hashes_answers<'py>(
+        &mut self,
+        py: Python<'py>,
+        block_hashes: Vec<i64>,
+        page_size: u32,
+        now: f64,
+        heard_at: &Bound<'py, PyDict>,
+        known_state: &Bound<'py, PyString>,
+        unknown_state: &Bound<'py, PyString>,
+        leave_out: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        if page_size == 0 {
+            return Err(PyValueError::new_err(
+                "page_size: expected a positive int, got 0",
+            ));
+        }
+        let answers = self.store.match_hashes(page_size, &block_hashes);
+        let states = (known_state, unknown_state);
+        self.answer_dicts(py, answers, now, heard_at, states, leave_out)
+    }
+}
+
+impl PyReplicaStore {
+    /// The routing API's per-source answers to a walk: source -> `{"cached_tokens",
+    /// "usable_tokens", "state", "last_heard_s"}`. `state` is the first of `states` (known) for
+    /// a source that holds part of the prompt, the second (unknown) for one whose state is
+    /// unknown; `last_heard_s` is `now` minus the source's time in `heard_at` (0 when absent).
+    /// Sources in `leave_out` (the caller answers them itself, e.g. offline ones) are left out.
+    fn answer_dicts<'py>(
+        &mut self,
+        py: Python<'py>,
+        answers: Vec<(u32, Answer)>,
+        now: f64,
+        heard_at: &Bound<'py, PyDict>,
+        states: (&Bound<'py, PyString>, &Bound<'py, PyString>),
+        leave_out: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyDict>> {
         self.cache_names(py);
         let skip = leave_out.len()? > 0;
         let result = PyDict::new(py);
@@ -419,20 +461,14 @@ impl PyReplicaStore {
             let entry = PyDict::new(py);
             entry.set_item(intern!(py, "cached_tokens"), held)?;
             entry.set_item(intern!(py, "usable_tokens"), usable)?;
-            let state = if held.is_some() {
-                known_state
-            } else {
-                unknown_state
-            };
+            let state = if held.is_some() { states.0 } else { states.1 };
             entry.set_item(intern!(py, "state"), state)?;
             entry.set_item(intern!(py, "last_heard_s"), heard)?;
             result.set_item(name, entry)?;
         }
         Ok(result)
     }
-}
 
-impl PyReplicaStore {
     /// Keep every source's name as a Python string (ids index `names`).
     fn cache_names(&mut self, py: Python<'_>) {
         let replicas = self.store.replicas();
