@@ -12,6 +12,8 @@ _M = TypeVar("_M")
 DIGEST_ALGORITHM: Final[str]
 DEFAULT_MAX_RECORD_BYTES: Final[int]
 WIRE_VERSION: Final[int]
+SUPPORTED_VERSIONS: Final[list[int]]
+REMOVAL_REASONS: Final[list[str]]
 
 def bind_classes(classes: dict[str, type]) -> None: ...
 def namespace_prior(extra_key: str | None) -> bytes: ...

@@ -38,7 +38,7 @@ from cache.events.types import (
 
 DEFAULT_MAX_RECORD_BYTES: Final = 16 * 1024 * 1024
 """The record size limit of ``decode_batch`` and ``decode_wire`` when none is given."""
-SUPPORTED_VERSIONS: Final = (1, 2)
+SUPPORTED_VERSIONS: Final = tuple(_native.SUPPORTED_VERSIONS)
 """The wire versions the decoder reads."""
 
 if _native.DEFAULT_MAX_RECORD_BYTES != DEFAULT_MAX_RECORD_BYTES:  # pragma: no cover - build guard
@@ -107,11 +107,14 @@ def event_to_dict(event: Event) -> dict[str, Any]:
                 "medium": event.medium,
             }
         case BlockRemoved():
-            return {
+            removed: dict[str, Any] = {
                 "type": "BlockRemoved",
                 "block_hashes": list(event.block_hashes),
                 "medium": event.medium,
             }
+            if event.reason is not None:
+                removed["reason"] = event.reason
+            return removed
         case BlockSWAEvicted():
             return {"type": "BlockSWAEvicted", "block_hashes": list(event.block_hashes)}
         case BlockSWARestored():

@@ -10,9 +10,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Final, TypeAlias
 
+from cache.events import _native
 from cache.events.meta import BatchMeta
 
 MEDIUM_GPU: Final = "GPU"
+"""The device tier; ``None`` means it too. Any other medium is a lower tier, named as its engine
+names it (``"CPU"``, ``"STORAGE"``, ``"CPU_PINNED"``, ...)."""
+REMOVED_EVICTED: Final = "evicted"
+"""``BlockRemoved.reason``: the blocks left the cache."""
+REMOVED_DEMOTED: Final = "demoted"
+"""``BlockRemoved.reason``: the blocks left this tier and are still held on a lower one."""
+REMOVAL_REASONS: Final = frozenset(_native.REMOVAL_REASONS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,10 +37,15 @@ class BlockStored:
 
 @dataclass(frozen=True, slots=True)
 class BlockRemoved:
-    """The pages of one node left the tree (full eviction or tombstone clean-up)."""
+    """The pages of one node left the tier ``medium`` (full eviction or tombstone clean-up).
+
+    ``reason`` says why (``REMOVED_EVICTED`` or ``REMOVED_DEMOTED``; wire version 3), ``None``
+    when the writer does not know.
+    """
 
     block_hashes: tuple[int, ...]
     medium: str | None = MEDIUM_GPU
+    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +71,9 @@ Event: TypeAlias = (
     BlockStored | BlockRemoved | BlockSWAEvicted | BlockSWARestored | AllBlocksCleared
 )
 
-BATCH_VERSION: Final = 2
-"""The wire version written by default: version 2 joins chained stores (docs/design.md §4)."""
+BATCH_VERSION: Final[int] = _native.WIRE_VERSION
+"""The wire version written by default: version 2 joins chained stores, version 3 adds
+``BlockRemoved.reason`` (docs/design.md §4)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +84,8 @@ class EventBatch:
     batch of every epoch (a ``BatchMeta``: ``page_size``, ``sliding_window_size``,
     ``digest_alg``, ...). ``digest`` is the primary's ``state_digest()`` after this batch, written
     every N batches. ``v`` is the wire version the batch was read from or will be written as
-    (1: one object per event; 2: chained stores joined); a decoded batch has one
+    (1: one object per event; 2: chained stores joined; 3: removals may say why); a decoded
+    batch has one
     ``BlockStored`` per page.
     """
 

@@ -65,6 +65,33 @@ impl From<String> for Medium {
     }
 }
 
+/// Why a block left a tier (`BlockRemoved.reason`, wire version 3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RemovalReason {
+    /// The block left the cache.
+    Evicted,
+    /// The block left this tier and is still held on a lower one.
+    Demoted,
+}
+
+impl RemovalReason {
+    /// Every reason, in the order the wire names them.
+    pub const ALL: [RemovalReason; 2] = [RemovalReason::Evicted, RemovalReason::Demoted];
+
+    /// The reason's name on the wire.
+    pub fn name(self) -> &'static str {
+        match self {
+            RemovalReason::Evicted => "evicted",
+            RemovalReason::Demoted => "demoted",
+        }
+    }
+
+    /// The reason named `text`, if any.
+    pub fn from_name(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|reason| reason.name() == text)
+    }
+}
+
 /// One or more chained pages entered the tree.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Stored {
@@ -84,6 +111,8 @@ pub enum Event {
     Removed {
         hashes: Hashes,
         medium: Option<Medium>,
+        /// Why they left (None: not said; always None below wire version 3).
+        reason: Option<RemovalReason>,
     },
     /// The pages of one node were tombstoned (SWA KV freed, full KV kept).
     SwaEvicted {
@@ -100,7 +129,7 @@ pub enum Event {
 /// The envelope of one batch (one log record).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Header {
-    /// The wire version the batch was read from or will be written as (1 or 2).
+    /// The wire version the batch was read from or will be written as (1, 2 or 3).
     pub version: u8,
     pub source: String,
     pub epoch: String,

@@ -31,6 +31,7 @@ class BlockStored:
 class BlockRemoved:
     block_hashes: tuple[int, ...]
     medium: str | None = "GPU"
+    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

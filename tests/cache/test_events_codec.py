@@ -5,6 +5,7 @@ and both must name the same field with the same reason."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -13,6 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cache.events import (
+    REMOVAL_REASONS,
+    REMOVED_DEMOTED,
     AllBlocksCleared,
     BatchMeta,
     BlockRemoved,
@@ -127,7 +130,7 @@ def test_wire_form_uses_sglang_field_names() -> None:
 @pytest.mark.parametrize(
     ("path", "bad_value", "field"),
     [
-        (("v",), 3, "v"),
+        (("v",), 4, "v"),
         (("v",), 2.0, "v"),
         (("v",), "1", "v"),
         (("source",), 5, "source"),
@@ -215,3 +218,44 @@ def test_events_are_frozen() -> None:
     event = BlockRemoved((1,))
     with pytest.raises(AttributeError):
         event.block_hashes = (2,)  # type: ignore[misc]  # assigning a frozen field on purpose
+
+
+REMOVALS_WITH_REASONS = st.builds(
+    BlockRemoved,
+    HASHES,
+    st.none() | st.sampled_from(["GPU", "CPU", "STORAGE", "CPU_PINNED"]),
+    st.none() | st.sampled_from(sorted(REMOVAL_REASONS)),
+)
+
+
+@given(BATCHES.map(lambda batch: replace(batch, v=3)), st.lists(REMOVALS_WITH_REASONS, max_size=4))
+def test_version_3_carries_removal_reasons_both_codecs_alike(
+    batch: EventBatch, removals: list[BlockRemoved]
+) -> None:
+    """A version 3 batch keeps each removal's tier and reason, in the native and the reference
+    codec alike, byte for byte."""
+    batch = replace(batch, events=(*batch.events, *removals))
+    data = encode_batch(batch)
+    assert data == reference_codec.encode_batch(batch)
+    assert decode_batch(data) == batch == reference_codec.decode_batch(data)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_removal_reason_needs_version_3(version: int) -> None:
+    """Older versions cannot say why: the encoder refuses, and so does the decoder."""
+    batch = EventBatch("w", "e", 0, 1.0, (BlockRemoved((5,), "CPU", REMOVED_DEMOTED),), v=version)
+    with pytest.raises(ValueError, match=r"events\[0\]\.reason: .*needs wire version 3"):
+        encode_batch(batch)
+    raw = batch_to_dict(replace(batch, v=3))
+    raw["v"] = version
+    error = _decode_error(_encode(raw))
+    assert (error.field, "version 3" in error.reason) == ("events[0].reason", True)
+
+
+@pytest.mark.parametrize("reason", ["lost", 1, ["evicted"]])
+def test_an_unknown_removal_reason_is_named(reason: object) -> None:
+    """A reason that is not one of ours is refused by name, in both codecs."""
+    raw = _good_batch()
+    raw["v"] = 3
+    raw["events"][-1]["reason"] = reason
+    assert _decode_error(_encode(raw)).field == f"events[{len(raw['events']) - 1}].reason"

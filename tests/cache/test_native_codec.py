@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cache.events import (
+    BATCH_VERSION,
     DIGEST_ALGORITHM,
     AllBlocksCleared,
     BatchMeta,
@@ -376,7 +377,7 @@ def test_wire_batch_holds_the_header_and_makes_events_on_demand() -> None:
     wire = decode_wire(native.encode_batch(batch))
     assert isinstance(wire, WireBatch)
     header = (wire.source, wire.epoch, wire.seq, wire.ts, wire.digest, wire.v)
-    assert header == ("worker-0", "e1", 0, 12.5, "00000000000000ff", 2)
+    assert header == ("worker-0", "e1", 0, 12.5, "00000000000000ff", BATCH_VERSION)
     assert wire.meta == batch.meta and isinstance(wire.meta, BatchMeta)
     assert wire.starts_epoch and wire.event_count == len(wire) == 3
     assert wire.events is wire.events

@@ -7,6 +7,7 @@ import torch
 
 from cache import SWARadixCache
 from cache.events import (
+    REMOVED_EVICTED,
     AllBlocksCleared,
     BlockRemoved,
     BlockStored,
@@ -91,8 +92,8 @@ def test_removal_after_split_carries_each_parts_pages(device: str) -> None:
     cache.evict(full_tokens=4)
     hashes = block_hashes_of(chain_page_digests(b"", [1, 2, 3, 4], 1))
     assert cache.take_events() == [
-        BlockRemoved(tuple(hashes[2:])),
-        BlockRemoved(tuple(hashes[:2])),
+        BlockRemoved(tuple(hashes[2:]), reason=REMOVED_EVICTED),
+        BlockRemoved(tuple(hashes[:2]), reason=REMOVED_EVICTED),
     ]
 
 

@@ -3,18 +3,20 @@
 A record is one JSON object (docs/design.md §4). Version 2 joins consecutive ``BlockStored`` events
 that form a chain (each page's parent is the previous page; same ``block_size``, ``lora_id``,
 ``medium``) into one ``BlockStored`` listing every page; version 1 writes one object per event.
-Decoding reads both and yields one ``BlockStored`` per page (a multi-page store of either version
-is split). It is strict: JSON syntax first (orjson), then the checks below in this order, and
+Version 3 is version 2 whose ``BlockRemoved`` may carry ``reason`` (``"evicted"`` or
+``"demoted"``; absent means null). Decoding reads all three and yields one ``BlockStored`` per
+page (a multi-page store of any version is split). It is strict: JSON syntax first (orjson), then the checks below in this order, and
 the first that fails raises ``DecodeError(field, reason)``:
 
-- the record: an object; ``v`` present, an int, 1 or 2; no missing key (the first in sorted
+- the record: an object; ``v`` present, an int, 1, 2 or 3; no missing key (the first in sorted
   order is named), no unknown key; ``ts`` a number; ``events`` a list; ``meta`` an object or
   null; ``source`` and ``epoch`` strings; ``seq`` a non-negative int; each event in order;
   ``digest`` a string or null; the typed fields of ``meta`` (``cache.events.meta``);
 - an event: an object; ``type`` present, a string, a known type; exactly its keys; then its
   fields in this order: ``block_size`` (a positive int), ``token_ids`` (ints in [0, 2**32)),
   ``block_hashes`` (int64s, at least one), the token count, ``parent_block_hash`` and
-  ``lora_id`` (int64 or null), ``medium`` (a string or null).
+  ``lora_id`` (int64 or null), ``medium`` (a string or null), ``reason`` (one of ours or null;
+  a non-null one in a batch below version 3 is named as the event's error, right after it).
 
 Reasons show an int by its digits and any other value by its type name. The native decoder
 gives the same error for every record, except the wording after ``not JSON`` for syntax errors.
@@ -43,7 +45,9 @@ from cache.events.types import (
 )
 
 DEFAULT_MAX_RECORD_BYTES: Final = 16 * 1024 * 1024
-SUPPORTED_VERSIONS: Final = (1, 2)
+SUPPORTED_VERSIONS: Final = (1, 2, 3)
+_REASON_VERSION: Final = 3
+_REASONS: Final = ("evicted", "demoted")
 _INT64_MIN: Final = -(1 << 63)
 _INT64_MAX: Final = (1 << 63) - 1
 _UINT32_MAX: Final = 0xFFFFFFFF
@@ -52,6 +56,7 @@ _STORED_FIELDS: Final = frozenset(
     {"type", "block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium"}
 )
 _REMOVED_FIELDS: Final = frozenset({"type", "block_hashes", "medium"})
+_REMOVED_OPTIONAL: Final = frozenset({"reason"})
 _RESIDENCY_FIELDS: Final = frozenset({"type", "block_hashes"})
 _CLEARED_FIELDS: Final = frozenset({"type"})
 _EXCERPT_CHARS: Final = 40
@@ -105,8 +110,19 @@ def _check_encodable(batch: EventBatch) -> None:
                     f"events[{index}].token_ids: {len(event.token_ids)} tokens for "
                     f"{len(event.block_hashes)} block(s) of size {event.block_size}"
                 )
+        if _reason_too_early(event, batch.v):
+            raise ValueError(f"events[{index}].reason: {_reason_needs_version(batch.v)}")
         if not event.block_hashes:
             raise ValueError(f"events[{index}].block_hashes: must hold at least one block hash")
+
+
+def _reason_too_early(event: Event, version: int) -> bool:
+    said = isinstance(event, BlockRemoved) and event.reason is not None
+    return said and version < _REASON_VERSION
+
+
+def _reason_needs_version(version: int) -> str:
+    return f"a removal reason needs wire version {_REASON_VERSION}, the batch is version {version}"
 
 
 def batch_to_dict(batch: EventBatch) -> dict[str, Any]:
@@ -203,12 +219,15 @@ def _hash_list(value: object, where: str) -> list[int]:
     return hashes
 
 
-def _exact_fields(raw: dict[str, Any], expected: frozenset[str]) -> None:
-    if raw.keys() != expected:
-        missing = sorted(expected - raw.keys())
-        if missing:
-            raise DecodeError(missing[0], "missing")
-        raise DecodeError(sorted(raw.keys() - expected)[0], "unknown field")
+def _exact_fields(
+    raw: dict[str, Any], expected: frozenset[str], optional: frozenset[str] = frozenset()
+) -> None:
+    missing = sorted(expected - raw.keys())
+    if missing:
+        raise DecodeError(missing[0], "missing")
+    unknown = sorted(raw.keys() - expected - optional)
+    if unknown:
+        raise DecodeError(unknown[0], "unknown field")
 
 
 def _decode_stored(raw: dict[str, Any]) -> BlockStored:
@@ -234,11 +253,15 @@ def _decode_stored(raw: dict[str, Any]) -> BlockStored:
 
 
 def _decode_removed(raw: dict[str, Any]) -> BlockRemoved:
-    _exact_fields(raw, _REMOVED_FIELDS)
-    return BlockRemoved(
-        block_hashes=tuple(_hash_list(raw["block_hashes"], "block_hashes")),
-        medium=_optional_string(raw["medium"], "medium"),
-    )
+    _exact_fields(raw, _REMOVED_FIELDS, _REMOVED_OPTIONAL)
+    block_hashes = tuple(_hash_list(raw["block_hashes"], "block_hashes"))
+    medium = _optional_string(raw["medium"], "medium")
+    reason = _optional_string(raw.get("reason"), "reason")
+    if reason is not None and reason not in _REASONS:
+        raise DecodeError(
+            "reason", f'expected "evicted", "demoted" or null, got {_quoted_excerpt(reason)}'
+        )
+    return BlockRemoved(block_hashes=block_hashes, medium=medium, reason=reason)
 
 
 def _decode_swa_evicted(raw: dict[str, Any]) -> BlockSWAEvicted:
@@ -307,10 +330,12 @@ def split_pages(event: BlockStored) -> list[BlockStored]:
     ]
 
 
-def _decode_events(raw_events: list[Any]) -> tuple[Event, ...]:
+def _decode_events(raw_events: list[Any], version: int) -> tuple[Event, ...]:
     events: list[Event] = []
     for index, raw in enumerate(raw_events):
         event = decode_event(raw, f"events[{index}]")
+        if _reason_too_early(event, version):
+            raise DecodeError(f"events[{index}].reason", _reason_needs_version(version))
         if isinstance(event, BlockStored):
             events.extend(split_pages(event))
         else:
@@ -352,7 +377,7 @@ def decode_batch(data: bytes, *, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTE
     seq = raw["seq"]
     if type(seq) is not int or seq < 0:
         raise DecodeError("seq", f"expected a non-negative int, got {_describe(seq)}")
-    events = _decode_events(raw_events)
+    events = _decode_events(raw_events, version)
     digest = _optional_string(raw["digest"], "digest")
     return EventBatch(
         source=source,

@@ -14,6 +14,7 @@ from array import array
 from typing import TYPE_CHECKING, Final
 
 from cache.events import (
+    REMOVED_EVICTED,
     AllBlocksCleared,
     BlockRemoved,
     BlockStored,
@@ -93,7 +94,7 @@ class ReferenceSink:
         self._account(node, not node.swa_tombstone, -1)
         hashes = self._hashes.pop(node.node_id)
         del self._digests[node.node_id]
-        self._events.append(BlockRemoved(tuple(hashes)))
+        self._events.append(BlockRemoved(tuple(hashes), reason=REMOVED_EVICTED))
 
     def swa_evicted(self, node: TreeNode) -> None:
         """BlockSWAEvicted; the node's terms flip to non-resident."""

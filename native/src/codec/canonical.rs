@@ -16,7 +16,7 @@ use super::decode_parts::{EventType, Scratch};
 use super::scan::{Scanner, MAX_DEPTH};
 use smallvec::SmallVec;
 
-use crate::events::{Event, Hashes, Medium, Stored, Tokens};
+use crate::events::{Event, Hashes, Medium, RemovalReason, Stored, Tokens};
 
 /// The event at the cursor (on its `{`) if it has the encoder's layout; None, cursor unmoved,
 /// otherwise.
@@ -72,11 +72,16 @@ fn read_event(scanner: &mut Scanner<'_>, scratch: &mut Scratch) -> Option<Event>
     match kind {
         EventType::Stored => read_stored_rest(scanner, hashes, scratch).map(Event::Stored),
         EventType::Removed => {
-            let medium = match scanner.eat(b",\"medium\":\"GPU\"}") {
+            let medium = match scanner.eat(b",\"medium\":\"GPU\"") {
                 true => Some(Medium::GPU),
-                false => last_medium(scanner)?,
+                false => medium_value(scanner)?,
             };
-            Some(Event::Removed { hashes, medium })
+            let reason = removal_reason(scanner)?;
+            Some(Event::Removed {
+                hashes,
+                medium,
+                reason,
+            })
         }
         EventType::SwaEvicted => scanner.eat(b"}").then_some(Event::SwaEvicted { hashes }),
         EventType::SwaRestored => scanner.eat(b"}").then_some(Event::SwaRestored { hashes }),
@@ -227,12 +232,29 @@ fn optional_i64(scanner: &mut Scanner<'_>) -> Option<Option<i64>> {
 
 /// `,"medium":` then `null` or a medium named by a plain ASCII string, and the event's `}`.
 fn last_medium(scanner: &mut Scanner<'_>) -> Option<Option<Medium>> {
+    let medium = medium_value(scanner)?;
+    scanner.eat(b"}").then_some(medium)
+}
+
+/// `,"medium":` then `null` or a medium named by a plain ASCII string.
+fn medium_value(scanner: &mut Scanner<'_>) -> Option<Option<Medium>> {
     if !scanner.eat(b",\"medium\":") {
         return None;
     }
-    let medium = match scanner.eat(b"null") {
-        true => None,
-        false => Some(Medium::new(scanner.plain_ascii_string()?)),
-    };
-    scanner.eat(b"}").then_some(medium)
+    match scanner.eat(b"null") {
+        true => Some(None),
+        false => Some(Some(Medium::new(scanner.plain_ascii_string()?))),
+    }
+}
+
+/// A removal's end: `}`, or `,"reason":` and a reason's name, then `}`.
+fn removal_reason(scanner: &mut Scanner<'_>) -> Option<Option<RemovalReason>> {
+    if scanner.eat(b"}") {
+        return Some(None);
+    }
+    if !scanner.eat(b",\"reason\":") {
+        return None;
+    }
+    let reason = RemovalReason::from_name(scanner.plain_ascii_string()?)?;
+    scanner.eat(b"}").then_some(Some(reason))
 }

@@ -15,8 +15,8 @@ use super::decode_parts::{events_capacity, EventType, Scratch};
 use super::meta::{scan_meta, Meta};
 use super::scan::{Kind, Number, Scanner, SyntaxError, Value};
 use super::text::quoted_excerpt;
-use super::{DecodeError, SUPPORTED_VERSIONS};
-use crate::events::{Batch, Event, Hashes, Header, Medium, Stored, Tokens};
+use super::{DecodeError, REASON_VERSION, SUPPORTED_VERSIONS};
+use crate::events::{Batch, Event, Hashes, Header, Medium, RemovalReason, Stored, Tokens};
 
 /// `decode_with_meta` through the slots alone (the general path), without the size check.
 pub(super) fn decode_slots(data: &[u8]) -> Result<(Batch, Option<Meta>), DecodeError> {
@@ -255,6 +255,10 @@ impl TopSlots<'_> {
                 ));
             }
         };
+        // Every event decoded comes before the one that failed, if any.
+        if let Some(error) = reason_before_its_version(version, &events) {
+            return Err(error);
+        }
         if let Some(error) = self.events_error.take() {
             return Err(error);
         }
@@ -285,6 +289,29 @@ impl TopSlots<'_> {
 }
 
 // --- events --------------------------------------------------------------------------------
+
+/// The first removal that says why in a batch whose version cannot (a reason needs version
+/// `REASON_VERSION`), named from the batch.
+pub(super) fn reason_before_its_version(version: u8, events: &[Event]) -> Option<DecodeError> {
+    if version >= REASON_VERSION {
+        return None;
+    }
+    let index = events.iter().position(|event| {
+        matches!(
+            event,
+            Event::Removed {
+                reason: Some(_),
+                ..
+            }
+        )
+    })?;
+    Some(DecodeError::new(
+        format!("events[{index}].reason"),
+        format!(
+            "a removal reason needs wire version {REASON_VERSION}, the batch is version {version}"
+        ),
+    ))
+}
 
 /// Decode the events array at the cursor (on `[`) into `events`; the first event that does
 /// not decode, named from the batch (the rest is still scanned).
@@ -321,21 +348,30 @@ impl EventType {
     /// The keys this type has, as `EVENT_FIELDS` bits.
     fn fields(self) -> u8 {
         match self {
-            EventType::Stored => 0x7f,
+            EventType::Stored => !REASON,
             EventType::Removed => TYPE | HASHES | MEDIUM,
             EventType::SwaEvicted | EventType::SwaRestored => TYPE | HASHES,
             EventType::Cleared => TYPE,
         }
     }
+
+    /// The keys this type may have besides `fields` (absent means null).
+    fn optional_fields(self) -> u8 {
+        match self {
+            EventType::Removed => REASON,
+            _ => 0,
+        }
+    }
 }
 
 /// Every key an event can have, sorted (the reference names the first missing or unknown one).
-const EVENT_FIELDS: [&str; 7] = [
+const EVENT_FIELDS: [&str; 8] = [
     "block_hashes",
     "block_size",
     "lora_id",
     "medium",
     "parent_block_hash",
+    "reason",
     "token_ids",
     "type",
 ];
@@ -344,8 +380,9 @@ const BLOCK_SIZE: u8 = 1 << 1;
 const LORA_ID: u8 = 1 << 2;
 const MEDIUM: u8 = 1 << 3;
 const PARENT: u8 = 1 << 4;
-const TOKENS: u8 = 1 << 5;
-const TYPE: u8 = 1 << 6;
+const REASON: u8 = 1 << 5;
+const TOKENS: u8 = 1 << 6;
+const TYPE: u8 = 1 << 7;
 
 /// The `EVENT_FIELDS` bit of `key` (a `match`: compiled to length and byte checks).
 #[inline]
@@ -356,6 +393,7 @@ fn event_field(key: &str) -> Option<u8> {
         "lora_id" => LORA_ID,
         "medium" => MEDIUM,
         "parent_block_hash" => PARENT,
+        "reason" => REASON,
         "token_ids" => TOKENS,
         "type" => TYPE,
         _ => return None,
@@ -388,6 +426,7 @@ struct EventSlots<'a> {
     parent: Option<Value<'a>>,
     lora_id: Option<Value<'a>>,
     medium: Option<Value<'a>>,
+    reason: Option<Value<'a>>,
     least_unknown: Option<String>,
 }
 
@@ -480,6 +519,7 @@ fn scan_event_slots<'a>(
             BLOCK_SIZE => slots.block_size = Some(scanner.value()?),
             PARENT => slots.parent = Some(scanner.value()?),
             LORA_ID => slots.lora_id = Some(scanner.value()?),
+            REASON => slots.reason = Some(scanner.value()?),
             _ => slots.medium = Some(scanner.value()?),
         }
     }
@@ -539,6 +579,25 @@ fn optional_medium(field: &str, value: Option<Value<'_>>) -> Result<Option<Mediu
     }
 }
 
+fn optional_reason(value: Option<Value<'_>>) -> Result<Option<RemovalReason>, DecodeError> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Str(text)) => RemovalReason::from_name(&text).map(Some).ok_or_else(|| {
+            DecodeError::new(
+                "reason",
+                format!(
+                    "expected \"evicted\", \"demoted\" or null, got {}",
+                    quoted_excerpt(&text)
+                ),
+            )
+        }),
+        Some(other) => Err(DecodeError::new(
+            "reason",
+            format!("expected str, got {}", other.kind().name()),
+        )),
+    }
+}
+
 impl EventSlots<'_> {
     /// The reference's checks of one event, in its order; fields are named relative to it.
     fn judge(self, scratch: &Scratch) -> Result<Event, DecodeError> {
@@ -564,7 +623,7 @@ impl EventSlots<'_> {
             let name = EVENT_FIELDS[missing.trailing_zeros() as usize];
             return Err(DecodeError::new(name, "missing"));
         }
-        let extra = self.present & !expected;
+        let extra = self.present & !(expected | kind.optional_fields());
         let known_extra = (extra != 0).then(|| EVENT_FIELDS[extra.trailing_zeros() as usize]);
         let least = match (known_extra, self.least_unknown.as_deref()) {
             (Some(known), Some(unknown)) => Some(known.min(unknown)),
@@ -578,7 +637,12 @@ impl EventSlots<'_> {
             EventType::Removed => {
                 let hashes = hashes_of(&self.hashes, scratch)?;
                 let medium = optional_medium("medium", self.medium)?;
-                Ok(Event::Removed { hashes, medium })
+                let reason = optional_reason(self.reason)?;
+                Ok(Event::Removed {
+                    hashes,
+                    medium,
+                    reason,
+                })
             }
             EventType::SwaEvicted => Ok(Event::SwaEvicted {
                 hashes: hashes_of(&self.hashes, scratch)?,

@@ -8,7 +8,7 @@
 
 use super::meta::Meta;
 use super::text::{write_f64, write_i64, write_str, write_u64};
-use super::SUPPORTED_VERSIONS;
+use super::{REASON_VERSION, SUPPORTED_VERSIONS};
 use crate::events::{Batch, Event, Stored};
 
 /// A batch that would not decode again; `field` names the part as a decode error would.
@@ -129,6 +129,17 @@ fn check(batch: &Batch) -> Result<(), EncodeError> {
                 }
                 &stored.hashes
             }
+            Event::Removed { reason, .. }
+                if reason.is_some() && header.version < REASON_VERSION =>
+            {
+                return Err(refuse(
+                    format!("events[{index}].reason"),
+                    format!(
+                        "a removal reason needs wire version {REASON_VERSION}, the batch is version {}",
+                        header.version
+                    ),
+                ));
+            }
             Event::Removed { hashes, .. }
             | Event::SwaEvicted { hashes }
             | Event::SwaRestored { hashes } => hashes,
@@ -231,8 +242,16 @@ fn write_optional_str(out: &mut Vec<u8>, value: Option<&str>) {
 
 /// One event as it is.
 fn write_event(out: &mut Vec<u8>, event: &Event) {
+    let mut removal_reason = None;
     let (name, hashes, medium): (&[u8], &[i64], Option<Option<&str>>) = match event {
-        Event::Removed { hashes, medium } => (b"BlockRemoved", hashes, Some(medium.as_deref())),
+        Event::Removed {
+            hashes,
+            medium,
+            reason,
+        } => {
+            removal_reason = *reason;
+            (b"BlockRemoved", hashes, Some(medium.as_deref()))
+        }
         Event::SwaEvicted { hashes } => (b"BlockSWAEvicted", hashes, None),
         Event::SwaRestored { hashes } => (b"BlockSWARestored", hashes, None),
         Event::Cleared => {
@@ -252,6 +271,10 @@ fn write_event(out: &mut Vec<u8>, event: &Event) {
     if let Some(medium) = medium {
         out.extend_from_slice(b",\"medium\":");
         write_optional_str(out, medium);
+    }
+    if let Some(reason) = removal_reason {
+        out.extend_from_slice(b",\"reason\":");
+        write_str(out, reason.name());
     }
     out.push(b'}');
 }

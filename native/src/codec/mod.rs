@@ -33,10 +33,13 @@ pub use record::{decode, decode_with_meta};
 pub const DEFAULT_MAX_RECORD_BYTES: usize = 16 * 1024 * 1024;
 
 /// The version `encode` writes for a header that asks for the current one.
-pub const WIRE_VERSION: u8 = 2;
+pub const WIRE_VERSION: u8 = 3;
 
 /// The versions `decode` reads.
-pub const SUPPORTED_VERSIONS: [u8; 2] = [1, 2];
+pub const SUPPORTED_VERSIONS: [u8; 3] = [1, 2, 3];
+
+/// The first version whose `BlockRemoved` may say why (`reason`).
+pub const REASON_VERSION: u8 = 3;
 
 /// A record is not a valid batch. `field` names the offending part as the Python codec does
 /// (`""` for the whole record, `v`, `events[3].block_hashes[0]`, `meta.page_size`, ...).

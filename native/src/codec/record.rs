@@ -1,7 +1,7 @@
 //! Decoding one record: the encoder's own layout straight through when the record has it
 //! (`canonical_batch`), the strict general path (`super::decode`) otherwise.
 
-use super::decode::{decode_slots, scan_events};
+use super::decode::{decode_slots, reason_before_its_version, scan_events};
 use super::decode_parts::{events_capacity, Scratch};
 use super::meta::Meta;
 use super::scan::{Number, Scanner};
@@ -73,6 +73,7 @@ pub(super) fn canonical_batch(data: &[u8]) -> Option<Batch> {
     if scan_events(&mut scanner, &mut events, &mut Scratch::default())
         .ok()?
         .is_some()
+        || reason_before_its_version(version, &events).is_some()
     {
         return None;
     }

@@ -2,7 +2,7 @@
 //! it equal to the reference on random input; these pin the contract without Python).
 
 use super::*;
-use crate::events::{Batch, Event, Header, Stored};
+use crate::events::{Batch, Event, Header, RemovalReason, Stored};
 
 fn stored(hash: i64, parent: Option<i64>, tokens: &[u32]) -> Event {
     Event::Stored(Stored {
@@ -43,6 +43,7 @@ fn sample(version: u8) -> Batch {
             Event::Removed {
                 hashes: vec![7470307888890966271, -1634645291211865391].into(),
                 medium: Some("GPU".into()),
+                reason: None,
             },
         ],
     }
@@ -170,7 +171,7 @@ fn the_reference_record_decodes() {
 #[test]
 fn every_wrong_field_is_named() {
     let cases: &[(&str, &str, &str)] = &[
-        (r#""v":1"#, r#""v":3"#, "v"),
+        (r#""v":1"#, r#""v":4"#, "v"),
         (r#""v":1"#, r#""v":"1""#, "v"),
         (r#""source":"worker-0""#, r#""source":5"#, "source"),
         (r#""epoch":"e1""#, r#""epoch":null"#, "epoch"),
@@ -419,7 +420,7 @@ fn the_record_fast_path_agrees_with_the_slots_or_gives_up() {
     let refused = [
         String::from_utf8(encode(&sample(2)).unwrap()).unwrap(), // has a meta
         format!(" {base}"),
-        base.replace(r#""v":2"#, r#""v":3"#),
+        base.replace(r#""v":2"#, r#""v":4"#),
         base.replace(r#""v":2"#, r#""v":2.0"#),
         base.replace(r#""seq":3"#, r#""seq":-3"#),
         base.replace(r#""seq":3"#, r#""seq":18446744073709551616"#),
@@ -444,4 +445,69 @@ fn the_record_fast_path_agrees_with_the_slots_or_gives_up() {
     for text in &refused {
         assert!(canonical_batch(text.as_bytes()).is_none(), "taken: {text}");
     }
+}
+
+#[test]
+fn a_removal_reason_round_trips_in_version_3_only() {
+    for reason in RemovalReason::ALL {
+        let mut batch = sample(3);
+        batch.events.push(Event::Removed {
+            hashes: vec![5].into(),
+            medium: Some("CPU".into()),
+            reason: Some(reason),
+        });
+        let text = encode(&batch).unwrap();
+        assert!(std::str::from_utf8(&text)
+            .unwrap()
+            .contains(&format!(r#""medium":"CPU","reason":"{}"}}"#, reason.name())));
+        let decoded = decode(&text, DEFAULT_MAX_RECORD_BYTES).unwrap();
+        assert_eq!(decoded.events, joined(&batch));
+        let general = decode::decode_slots(&text).unwrap().0;
+        assert_eq!(general.events, joined(&batch), "the general path agrees");
+        for version in [1, 2] {
+            batch.header.version = version;
+            let error = encode(&batch).unwrap_err();
+            assert_eq!(
+                error.field,
+                format!("events[{}].reason", batch.events.len() - 1)
+            );
+            let older = std::str::from_utf8(&text).unwrap().replacen(
+                r#""v":3"#,
+                &format!(r#""v":{version}"#),
+                1,
+            );
+            let error = error_of(&older);
+            let on_the_wire = joined(&batch).len() - 1;
+            assert_eq!(error.field, format!("events[{on_the_wire}].reason"));
+            assert!(error.reason.contains("needs wire version 3"), "{error:?}");
+            batch.header.version = 3;
+        }
+    }
+}
+
+#[test]
+fn a_bad_removal_reason_is_named() {
+    let removal = r#"{"type":"BlockRemoved","block_hashes":[5],"medium":"GPU"}"#;
+    let with = |reason: &str| {
+        let event = removal.replace("}", &format!(r#","reason":{reason}}}"#));
+        GOOD.replace(r#""v":1"#, r#""v":3"#)
+            .replace(r#"{"type":"AllBlocksCleared"}"#, &event)
+    };
+    let error = error_of(&with(r#""lost""#));
+    assert_eq!(error.field, "events[0].reason");
+    assert!(error.reason.contains("\"lost\""), "{error:?}");
+    assert_eq!(error_of(&with("1")).field, "events[0].reason");
+    let null = decode(with("null").as_bytes(), DEFAULT_MAX_RECORD_BYTES).unwrap();
+    assert!(matches!(
+        null.events[0],
+        Event::Removed { reason: None, .. }
+    ));
+    let stored_with_reason = GOOD.replace(
+        r#""lora_id":null,"medium":"GPU"},{"type":"BlockStored""#,
+        r#""lora_id":null,"medium":"GPU","reason":null},{"type":"BlockStored""#,
+    );
+    assert_eq!(
+        error_of(&stored_with_reason),
+        DecodeError::new("events[1].reason", "unknown field")
+    );
 }

@@ -111,7 +111,7 @@ pub(crate) fn set_field(
 /// The classes bound by `cache.events`.
 pub(crate) struct Classes {
     pub(crate) stored: EventClass<6>,
-    pub(crate) removed: EventClass<2>,
+    pub(crate) removed: EventClass<3>,
     pub(crate) swa_evicted: EventClass<1>,
     pub(crate) swa_restored: EventClass<1>,
     /// `AllBlocksCleared`'s one instance (it has no field).
@@ -164,7 +164,7 @@ fn bind_classes(py: Python<'_>, classes: &Bound<'_, PyDict>) -> PyResult<()> {
     let all_cleared_class = class("AllBlocksCleared")?;
     let bound = Classes {
         stored: EventClass::new(class("BlockStored")?, STORED_FIELDS)?,
-        removed: EventClass::new(class("BlockRemoved")?, ["block_hashes", "medium"])?,
+        removed: EventClass::new(class("BlockRemoved")?, ["block_hashes", "medium", "reason"])?,
         swa_evicted: EventClass::new(class("BlockSWAEvicted")?, ["block_hashes"])?,
         swa_restored: EventClass::new(class("BlockSWARestored")?, ["block_hashes"])?,
         all_cleared: all_cleared_class.call0()?.unbind(),

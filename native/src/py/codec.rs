@@ -18,7 +18,7 @@ use pyo3::{intern, IntoPyObjectExt};
 use super::classes::{classes, Classes};
 
 use crate::codec::{self, DecodeError, Meta};
-use crate::events::{Batch, Event, Hashes, Header, Medium, Stored};
+use crate::events::{Batch, Event, Hashes, Header, Medium, RemovalReason, Stored};
 
 /// Records at least this long are decoded with the GIL released.
 const DETACH_BYTES: usize = 64 * 1024;
@@ -69,10 +69,15 @@ pub(crate) fn push_events<'py>(
 ) -> PyResult<()> {
     match event {
         Event::Stored(stored) => push_pages(py, classes, stored, out),
-        Event::Removed { hashes, medium } => {
+        Event::Removed {
+            hashes,
+            medium,
+            reason,
+        } => {
             let hashes = int_tuple(py, hashes)?;
             let medium = optional(py, medium.as_deref())?;
-            out.push(classes.removed.make(py, [hashes, medium])?);
+            let reason = optional(py, reason.map(RemovalReason::name))?;
+            out.push(classes.removed.make(py, [hashes, medium, reason])?);
             Ok(())
         }
         Event::SwaEvicted { hashes } | Event::SwaRestored { hashes } => {
@@ -332,6 +337,23 @@ where
     })
 }
 
+/// The `RemovalReason` named by a Python event's `reason`; a ValueError names `path` when it is
+/// not one.
+pub(crate) fn removal_reason(
+    name: Option<String>,
+    path: impl FnOnce() -> String,
+) -> PyResult<Option<RemovalReason>> {
+    name.map(|name| {
+        RemovalReason::from_name(&name).ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "{}: expected \"evicted\", \"demoted\" or None, got {name:?}",
+                path()
+            ))
+        })
+    })
+    .transpose()
+}
+
 /// The native `Event` of one Python event.
 fn event_from_py(
     py: Python<'_>,
@@ -363,6 +385,10 @@ fn event_from_py(
             hashes: hashes()?,
             medium: field::<Option<String>>(event, intern!(py, "medium"), at("medium"))?
                 .map(Medium::from),
+            reason: removal_reason(
+                field::<Option<String>>(event, intern!(py, "reason"), at("reason"))?,
+                at("reason"),
+            )?,
         })
     } else if class.is(classes.swa_evicted.class(py)) {
         Ok(Event::SwaEvicted { hashes: hashes()? })
@@ -403,7 +429,7 @@ fn batch_from_py(
     Ok(Batch { header, events })
 }
 
-/// The record of an `EventBatch`, compacted when its version is 2; ValueError names what in
+/// The record of an `EventBatch`, compacted when its version is 2 or more; ValueError names what in
 /// the batch would not decode again.
 #[pyfunction]
 #[pyo3(signature = (batch, meta_json))]
@@ -428,5 +454,10 @@ pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(encode_batch, module)?)?;
     module.add("DEFAULT_MAX_RECORD_BYTES", codec::DEFAULT_MAX_RECORD_BYTES)?;
     module.add("WIRE_VERSION", codec::WIRE_VERSION)?;
+    module.add("SUPPORTED_VERSIONS", codec::SUPPORTED_VERSIONS.to_vec())?;
+    module.add(
+        "REMOVAL_REASONS",
+        RemovalReason::ALL.map(RemovalReason::name).to_vec(),
+    )?;
     Ok(())
 }

@@ -9,7 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString, PyTuple, PyType};
 
 use super::classes::{classes, new_uninitialised, set_field, Classes};
-use super::codec::WireBatch;
+use super::codec::{removal_reason, WireBatch};
 use super::hashing::tokens_u32;
 use super::tokens::prompt_tokens;
 use crate::events::{Event, Hashes, Medium, Stored};
@@ -75,6 +75,9 @@ fn event_from_py(py: Python<'_>, classes: &Classes, event: &Bound<'_, PyAny>) ->
                 .getattr(intern!(py, "medium"))?
                 .extract::<Option<String>>()?
                 .map(Medium::from),
+            reason: removal_reason(event.getattr(intern!(py, "reason"))?.extract()?, || {
+                "reason".to_string()
+            })?,
         });
     }
     if kind.is(classes.swa_evicted.class(py)) {

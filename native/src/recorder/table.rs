@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 
 use super::ops::{NodeId, Op, OpLog};
 use crate::digest::StateDigest;
-use crate::events::{Event, Medium, Stored};
+use crate::events::{Event, Medium, RemovalReason, Stored};
 use crate::hashing::{self, PageDigest, PageHasher};
 
 /// Node ids are small distinct integers: one multiply spreads them over the hash table.
@@ -323,6 +323,7 @@ impl NodeTable {
             out.push(Event::Removed {
                 hashes: hashes.into(),
                 medium: Some(Medium::GPU),
+                reason: Some(RemovalReason::Evicted),
             });
         }
         Ok(())
@@ -591,7 +592,8 @@ mod tests {
                 },
                 Event::Removed {
                     hashes: hashes.into(),
-                    medium: Some("GPU".into())
+                    medium: Some("GPU".into()),
+                    reason: Some(RemovalReason::Evicted),
                 },
                 Event::Cleared,
             ]

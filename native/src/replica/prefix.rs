@@ -531,6 +531,7 @@ mod tests {
                         let event = Event::Removed {
                             hashes: last.into(),
                             medium: None,
+                            reason: None,
                         };
                         store.apply_events(&name, &[event]).unwrap();
                     }

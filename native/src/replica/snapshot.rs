@@ -409,6 +409,7 @@ mod tests {
                 Event::Removed {
                     hashes: hashes[30..].into(),
                     medium: None,
+                    reason: None,
                 },
             ];
             store.apply_events(source, &events).unwrap();

@@ -60,7 +60,7 @@ class Stream:
             seq = self.seqs.get(key, -1) + 1
         self.seqs[key] = seq
         ts = 1000.0 + len(self.lines)
-        batch = EventBatch(source, epoch, seq, ts, tuple(events), digest, meta)
+        batch = EventBatch(source, epoch, seq, ts, tuple(events), digest, meta, v=2)
         if version == 2:
             self.lines.append(encode_batch(batch))
         else:
@@ -167,7 +167,7 @@ def undecodable_and_gaps() -> Stream:
     h = chain(PROMPT)
     s.batch("w", "e1", [AllBlocksCleared(), stored(h[:4], None, PROMPT[:4])], meta=meta())
     s.raw(b"not json at all")
-    s.raw('{"v":3,"source":"w","epoch":"e1","seq":1,"ts":0,"events":[],"digest":null,"meta":null}')
+    s.raw('{"v":4,"source":"w","epoch":"e1","seq":1,"ts":0,"events":[],"digest":null,"meta":null}')
     s.raw(
         '{"v":2,"source":"w","epoch":"e1","seq":1,"ts":0,"events":[{"type":"Nope"}],'
         '"digest":null,"meta":null}'
