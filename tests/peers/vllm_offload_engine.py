@@ -44,7 +44,8 @@ differential's self-test); ``{"cmd": "step", "probe": bool}`` -> ``{"seq": the s
 batch the step published or null, "probes": [[tokens, gpu, cpu, cpu_from_zero], ...]}`` (no
 probes when ``probe`` is false); ``{"cmd": "stats"}`` -> the events
 vLLM made so far, by type and medium (``{"GPU stored": n, "CPU removed": m, ...}``), the load
-and store jobs completed, the requests finished, a fingerprint of every event in order and the
+and store jobs completed (and the stores flushed because their GPU block was being reused), the
+requests finished, a fingerprint of every event in order and the
 block sizes its CPU ``BlockStored`` events carried; ``{"cmd": "events", "last": K}`` -> the last
 K batches' events, each summarized; ``{"cmd": "exit"}``.
 """
@@ -116,6 +117,7 @@ class ImmediateCopies:
     def __init__(self) -> None:
         self.loads = 0
         self.stores = 0
+        self.flushed = 0
 
     def output(self, scheduled: SchedulerOutput) -> KVConnectorOutput:
         """What ``OffloadingConnectorWorker`` reports once the step's jobs are done."""
@@ -128,6 +130,7 @@ class ImmediateCopies:
             raise RuntimeError(f"flush of jobs not made this step: {sorted(stale)}")
         self.loads += len(meta.load_jobs)
         self.stores += len(meta.store_jobs)
+        self.flushed += len(meta.jobs_to_flush or ())
         done = {job_id: 1 for job_id in (*meta.load_jobs, *meta.store_jobs)}
         received = {job.req_id for job in meta.load_jobs.values() if not job.sync}
         return KVConnectorOutput(
@@ -302,6 +305,7 @@ class OffloadEngine:
             "events": dict(self.kinds),
             "loads": self.copies.loads,
             "stores": self.copies.stores,
+            "flushed": self.copies.flushed,
             "finished": len(self.finished),
             "fingerprint": self.fingerprint.hexdigest(),
             "cpu_store_block_sizes": sorted(self.cpu_store_sizes),
