@@ -28,9 +28,10 @@ ReplicaStore = _native.ReplicaStore
 ReplayCursors = _native.ReplayCursors
 
 
-ChurnCounts: TypeAlias = tuple[int, int, int, int, int, int]
+ChurnCounts: TypeAlias = tuple[int, int, int, int, int, int, list[tuple[str, str | None, int]]]
 """What batches did to a source's blocks: (batches, blocks stored, blocks removed, blocks
-tombstoned, blocks restored, ``AllBlocksCleared`` events)."""
+tombstoned, blocks restored, ``AllBlocksCleared`` events, and the removals split by
+``(medium, reason or None, blocks)``)."""
 
 
 def wire_churn(wire: WireBatch) -> ChurnCounts:

@@ -1,15 +1,17 @@
 """The ``stats`` view: per source block and tombstone counts, and churn counters.
 
 Churn counts blocks (one per block hash) by what happened to them; ``cleared`` counts
-``AllBlocksCleared`` events. Block and tombstone counts and divergence are read from the
-follower's ``ReplicaSet``, given to ``Stats(replicas)``; this view keeps only the churn.
+``AllBlocksCleared`` events; ``removed_by`` splits the removals by tier and by reason
+(``medium -> reason -> blocks``, a removal that does not say why counted under ``"unsaid"``).
+Block and tombstone counts and divergence are read from the follower's ``ReplicaSet``, given
+to ``Stats(replicas)``; this view keeps only the churn.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields
-from typing import ClassVar
+from dataclasses import asdict, dataclass, field, fields
+from typing import ClassVar, Final
 
 import orjson
 
@@ -23,9 +25,13 @@ from cache.events import (
     WireBatch,
 )
 from cache.events.replica_store import ChurnCounts, wire_churn
+from cache.events.types import MEDIUM_GPU
 from consumers.errors import ViewStateError
 from consumers.views.replica import ReplicaSet
 from consumers.views.view import LaneRole
+
+UNSAID: Final = "unsaid"
+"""The reason under which ``Churn.removed_by`` counts a removal that does not say why."""
 
 
 @dataclass(slots=True)
@@ -38,6 +44,13 @@ class Churn:
     swa_evicted: int = 0
     swa_restored: int = 0
     cleared: int = 0
+    removed_by: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def count_removal(self, medium: str | None, reason: str | None, blocks: int) -> None:
+        """Count ``blocks`` removed from ``medium`` (None: the GPU) for ``reason``."""
+        by_reason = self.removed_by.setdefault(medium or MEDIUM_GPU, {})
+        key = reason or UNSAID
+        by_reason[key] = by_reason.get(key, 0) + blocks
 
     def count(self, batch: EventBatch) -> None:
         """Add the events of ``batch``."""
@@ -48,6 +61,7 @@ class Churn:
                     self.stored += len(event.block_hashes)
                 case BlockRemoved():
                     self.removed += len(event.block_hashes)
+                    self.count_removal(event.medium, event.reason, len(event.block_hashes))
                 case BlockSWAEvicted():
                     self.swa_evicted += len(event.block_hashes)
                 case BlockSWARestored():
@@ -61,7 +75,9 @@ class Churn:
 
     def add(self, counts: ChurnCounts) -> None:
         """Add counts in ``ChurnCounts`` order (batches first)."""
-        batches, stored, removed, swa_evicted, swa_restored, cleared = counts
+        batches, stored, removed, swa_evicted, swa_restored, cleared, removed_by = counts
+        for medium, reason, blocks in removed_by:
+            self.count_removal(medium, reason, blocks)
         self.batches += batches
         self.stored += stored
         self.removed += removed
@@ -71,6 +87,22 @@ class Churn:
 
 
 _CHURN_FIELDS = frozenset(f.name for f in fields(Churn))
+CHURN_COUNTS: Final = tuple(f.name for f in fields(Churn) if f.name != "removed_by")
+"""The scalar counts of a ``Churn``, in order."""
+
+
+def _removed_by(raw: object) -> dict[str, dict[str, int]] | None:
+    """``Churn.removed_by`` from its JSON, or None when it is not one."""
+    if type(raw) is not dict:
+        return None
+    out: dict[str, dict[str, int]] = {}
+    for medium, by_reason in raw.items():
+        if type(by_reason) is not dict:
+            return None
+        if not all(type(n) is int and n >= 0 for n in by_reason.values()):
+            return None
+        out[medium] = dict(by_reason)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,9 +114,10 @@ class SourceStats:
     diverged: str | None
     churn: Churn
 
-    def as_dict(self) -> dict[str, int | str | None]:
-        """A flat dict (for metrics endpoints)."""
-        flat: dict[str, int | str | None] = {
+    def as_dict(self) -> dict[str, object]:
+        """The counts as one dict (for metrics endpoints): the scalars flat, ``removed_by``
+        as it is."""
+        flat: dict[str, object] = {
             "blocks": self.blocks,
             "tombstones": self.tombstones,
             "diverged": self.diverged,
@@ -155,7 +188,7 @@ class Stats:
             churn=self._churn.get(source, Churn()),
         )
 
-    def as_dict(self) -> dict[str, dict[str, int | str | None]]:
+    def as_dict(self) -> dict[str, dict[str, object]]:
         """source -> flat counts."""
         return {source: self.get(source).as_dict() for source in self.sources()}
 
@@ -176,11 +209,16 @@ class Stats:
             raise ViewStateError(self._name, "churn must be an object")
         churn: dict[str, Churn] = {}
         for source, counts in raw.items():
+            if type(counts) is dict and counts.keys() == _CHURN_FIELDS - {"removed_by"}:
+                counts = {**counts, "removed_by": {}}  # written before removals had reasons
             if type(counts) is not dict or counts.keys() != _CHURN_FIELDS:
                 raise ViewStateError(self._name, f"churn of {source!r} has the wrong fields")
-            if not all(type(v) is int and v >= 0 for v in counts.values()):
+            if not all(type(counts[name]) is int and counts[name] >= 0 for name in CHURN_COUNTS):
                 raise ViewStateError(self._name, f"churn of {source!r} has a bad count")
-            churn[source] = Churn(**counts)
+            removed_by = _removed_by(counts["removed_by"])
+            if removed_by is None:
+                raise ViewStateError(self._name, f"churn of {source!r} has a bad removed_by")
+            churn[source] = Churn(**{**counts, "removed_by": removed_by})
         if rest:
             raise ViewStateError(self._name, "stats carry no replicas of their own")
         self._churn = churn

@@ -16,6 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from consumers import FollowerMetrics
+from consumers.views.stats import CHURN_COUNTS
 from swa_es.publish.metrics import PublisherMetrics
 from swa_es.service.views import StandardViews
 
@@ -24,7 +25,6 @@ FOLLOWER_GAUGES: Final = frozenset(
 )
 PUBLISHER_GAUGES: Final = frozenset({"queue_depth", "max_queue_batches"})
 BRIDGE_GAUGES: Final = frozenset({"unknown"})
-CHURN_FIELDS: Final = ("batches", "stored", "removed", "swa_evicted", "swa_restored", "cleared")
 
 
 class FamiliesCollector(Collector):
@@ -104,8 +104,13 @@ def replica_families(views: StandardViews) -> list[Metric]:
         name: _labelled_counter(
             f"swa_es_replica_{name}_total", f"{name} per source (churn)", ["source"]
         )
-        for name in CHURN_FIELDS
+        for name in CHURN_COUNTS
     }
+    removed_by = _labelled_counter(
+        "swa_es_replica_removed_by_total",
+        "blocks removed per source, by tier (medium) and reason (evicted, demoted, unsaid)",
+        ["source", "medium", "reason"],
+    )
     for source in views.stats.sources():
         stats = views.stats.get(source)
         blocks.add_metric([source], stats.blocks)
@@ -115,9 +120,12 @@ def replica_families(views: StandardViews) -> list[Metric]:
         held = None if tree is None else tree.state_digest()
         if held is not None:
             digest.add_metric([source, held], 1)
-        for name in CHURN_FIELDS:
+        for name in CHURN_COUNTS:
             churn[name].add_metric([source], getattr(stats.churn, name))
-    return [blocks, tombstones, diverged, digest, *churn.values()]
+        for medium, by_reason in sorted(stats.churn.removed_by.items()):
+            for reason, count in sorted(by_reason.items()):
+                removed_by.add_metric([source, medium, reason], count)
+    return [blocks, tombstones, diverged, digest, *churn.values(), removed_by]
 
 
 def publisher_families(
@@ -169,9 +177,13 @@ def publisher_counter_families(metrics: PublisherMetrics) -> list[Metric]:
 
 
 def bridge_families(
-    source: str, counters: Mapping[str, int], publisher: PublisherMetrics | None
+    source: str,
+    counters: Mapping[str, int],
+    publisher: PublisherMetrics | None,
+    tier_pages: Mapping[tuple[str, str], int] | None = None,
 ) -> list[Metric]:
-    """A bridge's counters (``swa_es_bridge_*``), plus its current publisher's."""
+    """A bridge's counters (``swa_es_bridge_*``), plus its current publisher's; ``tier_pages``
+    (the tier book's pages by (medium, outcome)) as ``swa_es_bridge_tier_pages_total``."""
     families: list[Metric] = []
     for name, value in counters.items():
         family: Metric
@@ -181,6 +193,15 @@ def bridge_families(
             family = _labelled_counter(f"swa_es_bridge_{name}_total", f"bridge {name}", ["source"])
         family.add_metric([source], value)
         families.append(family)
+    if tier_pages is not None:
+        pages = _labelled_counter(
+            "swa_es_bridge_tier_pages_total",
+            "bridge tier pages by medium and outcome",
+            ["source", "medium", "outcome"],
+        )
+        for (medium, outcome), value in sorted(tier_pages.items()):
+            pages.add_metric([source, medium, outcome], value)
+        families.append(pages)
     if publisher is not None:
         families.extend(publisher_counter_families(publisher))
     return families

@@ -69,6 +69,8 @@ def metrics_move(workdir: Path, log_url: str) -> None:
         ):
             assert second[name] > first[name] > 0, name
         assert second['swa_es_replica_blocks{source="worker-0"}'] > 0
+        split = [v for k, v in second.items() if k.startswith("swa_es_replica_removed_by_total{")]
+        assert sum(split) == second['swa_es_replica_removed_total{source="worker-0"}']
         primary_status = primary.wait_for(
             "metrics port", lambda s: bool(s["metrics_port"]), STARTUP_TIMEOUT_S
         )

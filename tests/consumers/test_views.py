@@ -7,7 +7,18 @@ from collections.abc import Callable
 
 import pytest
 
-from cache.events import BatchMeta, BlockRemoved, BlockStored, BlockSWAEvicted, Event, EventBatch
+from cache.events import (
+    REMOVED_DEMOTED,
+    REMOVED_EVICTED,
+    BatchMeta,
+    BlockRemoved,
+    BlockStored,
+    BlockSWAEvicted,
+    Event,
+    EventBatch,
+    decode_wire,
+    encode_batch,
+)
 from consumers import (
     PrefixIndex,
     PrefixMatch,
@@ -248,6 +259,7 @@ def test_stats_count_blocks_tombstones_and_churn() -> None:
         "swa_evicted": 2,
         "swa_restored": 1,
         "cleared": 1,
+        "removed_by": {"GPU": {"unsaid": 1}},
     }
     restored = ReplicaSet()
     restored.load(replicas.snapshot())
@@ -257,6 +269,34 @@ def test_stats_count_blocks_tombstones_and_churn() -> None:
     for bad in (b'{"w": {"stored": -1}}\n', b"{}\nreplica bytes"):
         with pytest.raises(ViewStateError):
             again.load(bad)
+
+
+def test_stats_split_removals_by_tier_and_reason_alike_on_both_paths() -> None:
+    """A record's removals are counted per (medium, reason) the same whether its events are
+    made (``apply``) or counted natively (``apply_wire``); an old snapshot without the split
+    still loads."""
+    removals: tuple[Event, ...] = (
+        BlockRemoved((1, 2), "GPU", REMOVED_DEMOTED),
+        BlockRemoved((3,), None, REMOVED_EVICTED),
+        BlockRemoved((4, 5, 6), "CPU", REMOVED_EVICTED),
+        BlockRemoved((7,), "STORAGE"),
+        BlockRemoved((8,), "GPU", REMOVED_EVICTED),
+    )
+    batch = EventBatch("w", "e1", 0, 1.0, removals)
+    made, counted = Stats(ReplicaSet()), Stats(ReplicaSet())
+    made.apply(batch)
+    counted.apply_wire(decode_wire(encode_batch(batch)))
+    expected = {
+        "GPU": {"demoted": 2, "evicted": 2},
+        "CPU": {"evicted": 3},
+        "STORAGE": {"unsaid": 1},
+    }
+    assert made.get("w").churn.removed_by == expected == counted.get("w").churn.removed_by
+    assert made.get("w").churn.removed == 8
+    old = b'{"w": {"batches": 1, "stored": 0, "removed": 8, "swa_evicted": 0, '
+    old += b'"swa_restored": 0, "cleared": 0}}\n'
+    made.load(old)
+    assert made.get("w").churn.removed_by == {}
 
 
 def test_meta_with_a_bad_page_size_never_reaches_a_view() -> None:

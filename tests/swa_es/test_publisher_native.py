@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cache import SWAKVAllocator, SWARadixCache
-from cache.events import EventBatch, decode_batch, format_digest
+from cache.events import BATCH_VERSION, EventBatch, decode_batch, format_digest
 from cache.events.recorder import EventRecorder, EventRecorderError, RecordEncoder
 from log import MemoryLog
 from swa_es import Backpressure, Publisher, PublisherFailedError
@@ -88,7 +88,7 @@ def assert_same_records(payloads: list[bytes], reference: list[EventBatch]) -> N
             events=expected.events,
             digest=expected.digest,
             meta=expected.meta,
-            v=2,
+            v=BATCH_VERSION,
         )
         assert written == renamed
         assert payload == reference_encode(renamed)
