@@ -36,13 +36,10 @@ from cache.events.types import (
     EventBatch,
 )
 
-DEFAULT_MAX_RECORD_BYTES: Final = 16 * 1024 * 1024
+DEFAULT_MAX_RECORD_BYTES: Final[int] = _native.DEFAULT_MAX_RECORD_BYTES
 """The record size limit of ``decode_batch`` and ``decode_wire`` when none is given."""
 SUPPORTED_VERSIONS: Final = tuple(_native.SUPPORTED_VERSIONS)
 """The wire versions the decoder reads."""
-
-if _native.DEFAULT_MAX_RECORD_BYTES != DEFAULT_MAX_RECORD_BYTES:  # pragma: no cover - build guard
-    raise ImportError("cache.events._native is out of date with cache.events.codec")
 
 # The native core builds these types and raises these errors; it never imports this package.
 _native.bind_classes(

@@ -259,3 +259,10 @@ def test_an_unknown_removal_reason_is_named(reason: object) -> None:
     raw["v"] = 3
     raw["events"][-1]["reason"] = reason
     assert _decode_error(_encode(raw)).field == f"events[{len(raw['events']) - 1}].reason"
+
+
+def test_the_reference_codec_knows_the_native_wire_constants() -> None:
+    """The twin's versions and record limit are the native core's (the only definition the
+    product uses)."""
+    assert reference_codec.SUPPORTED_VERSIONS == native_codec.SUPPORTED_VERSIONS
+    assert reference_codec.DEFAULT_MAX_RECORD_BYTES == native_codec.DEFAULT_MAX_RECORD_BYTES
