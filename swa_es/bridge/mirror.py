@@ -7,6 +7,8 @@ starts from ``sha256(name)``), remembers engine hash -> our block, and turns eve
 event into our events, so ``PrefixIndex.match`` finds an engine's blocks from token ids alone.
 Pages carrying vLLM extra keys a token-only query cannot know (multimodal items, salts,
 embeddings) are chained with those keys too, so no query ever matches them by tokens alone.
+Events on a lower tier (CPU, storage, ...) go to a ``TierBook`` (``swa_es.bridge.tiers``), which
+places them on our blocks by hash and decides every removal's reason (evicted or demoted).
 
 SWA residency. A plain engine says nothing about sliding-window residency: every block is
 "resident" here and the epoch's meta says ``"swa_events": false`` with the reason in
@@ -31,11 +33,8 @@ like any cache: ``take_events``, ``snapshot_events``, ``state_digest``.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from typing import Any, Final
-
-import msgpack
 
 from cache.events import (
     DIGEST_ALGORITHM,
@@ -49,7 +48,6 @@ from cache.events import (
     StateDigest,
     digest_to_block_hash,
     namespace_prior,
-    page_digest,
 )
 from swa_es.bridge.errors import MirrorError
 from swa_es.bridge.formats import (
@@ -60,6 +58,8 @@ from swa_es.bridge.formats import (
     EngineStored,
     EngineSWAResidency,
 )
+from swa_es.bridge.pages import Page, engine_page_digest
+from swa_es.bridge.tiers import DEFAULT_RECENT_PAGES, TierBook, TierHost, is_device
 from swa_es.bridge.vllm_groups import (
     Group,
     GroupLedger,
@@ -67,17 +67,12 @@ from swa_es.bridge.vllm_groups import (
     rule_window,
 )
 
-__all__ = ["MirrorCache", "MirrorCounters", "MirrorError", "TRACKED_MEDIA"]
-
-TRACKED_MEDIA: Final = frozenset({None, "GPU"})
-"""Storage tiers the mirror follows; offload tiers (CPU, disk, ...) are not what a prefix
-match on the engine can reuse."""
+__all__ = ["MirrorCache", "MirrorCounters", "MirrorError"]
 SWA_RESIDENCY_EVENTS: Final = "events"
 """``meta.swa_residency`` of a source whose stream reports SWA residency."""
 NO_RESIDENCY_YET: Final = (
     "none: the engine has reported no SWA residency (no SWA residency event in this epoch)"
 )
-_OPAQUE_TAG: Final = b"swa-es/engine-extra-keys\x00"
 
 
 @dataclass(slots=True)
@@ -94,7 +89,8 @@ class _Block:
 
 @dataclass(slots=True)
 class MirrorCounters:
-    """What the mirror skipped, and why."""
+    """What the mirror skipped, and why (``other_medium``: SWA residency events of a lower
+    tier; the tiers' own counters are ``MirrorCache.tiers.counters``)."""
 
     other_medium: int = 0
     other_group: int = 0
@@ -104,11 +100,13 @@ class MirrorCounters:
 
 
 class MirrorCache:
-    """See the module docstring. ``page_size`` is learned from the first stored page."""
+    """See the module docstring. ``page_size`` is learned from the first stored page;
+    ``recent_pages`` bounds the memory of engine hashes removed from every tier (see
+    ``swa_es.bridge.tiers``)."""
 
     device: Final = "engine"
 
-    def __init__(self) -> None:
+    def __init__(self, *, recent_pages: int = DEFAULT_RECENT_PAGES) -> None:
         self._blocks: dict[BlockKey, _Block] = {}
         # vLLM with several full-attention groups: blocks some but not all of them hold.
         self._unpublished: dict[BlockKey, _Block] = {}
@@ -125,6 +123,17 @@ class MirrorCache:
         self._rule_window: int | None = None
         self._published_meta: BatchMeta | None = None
         self.counters = MirrorCounters()
+        self.tiers = TierBook(
+            TierHost(
+                gpu_page=self._gpu_page,
+                page_size_fits=self._learn_page_size,
+                group_role=self._group_role,
+                full_groups=self._full_groups,
+                emit=self._emit,
+                digest=self._digest,
+            ),
+            recent_pages,
+        )
 
     # --- PublishedCache ---------------------------------------------------------------------
 
@@ -139,13 +148,14 @@ class MirrorCache:
         return self._residency()[0] or self._window or 0
 
     def take_events(self) -> list[Event]:
-        """Our events since the last call."""
+        """Our events since the last call, each removal with its reason (so: called once the
+        engine batch is applied)."""
         events, self._events = self._events, []
-        return events
+        return self.tiers.with_reasons(events)
 
     def snapshot_events(self) -> list[Event]:
         """Every block as ``BlockStored``, parents before children (insertion order), then one
-        ``BlockSWAEvicted`` naming every tombstone."""
+        ``BlockSWAEvicted`` naming every tombstone, then each lower tier's blocks."""
         size = self.page_size
         events: list[Event] = [
             BlockStored(
@@ -159,6 +169,7 @@ class MirrorCache:
         tombstones = tuple(block.our_hash for block in self._blocks.values() if not block.resident)
         if tombstones:
             events.append(BlockSWAEvicted(block_hashes=tombstones))
+        events.extend(self.tiers.snapshot_events())
         return events
 
     def state_digest(self) -> str:
@@ -252,7 +263,12 @@ class MirrorCache:
     # --- applying engine events -------------------------------------------------------------
 
     def clear(self) -> None:
-        """Forget every block (emits ``AllBlocksCleared``); the engine's declarations stay."""
+        """Forget every block, every tier's too (emits ``AllBlocksCleared``); the engine's
+        declarations stay."""
+        for blocks in (self._blocks, self._unpublished):
+            for key, block in blocks.items():
+                self.tiers.forget(key, _page(block))
+        self.tiers.clear()
         self._blocks.clear()
         self._unpublished.clear()
         self._ledger.clear()
@@ -266,6 +282,7 @@ class MirrorCache:
         """Forget every block, every pending event and what the engine declared (its groups,
         its window): a new engine run, or a new epoch after the state was lost. The page size
         stays."""
+        self.tiers.reset()
         self._blocks.clear()
         self._unpublished.clear()
         self._digest.clear()
@@ -282,16 +299,16 @@ class MirrorCache:
         """Translate one engine event; ``MirrorError`` when it cannot be done exactly."""
         match event:
             case EngineStored():
-                if event.medium not in TRACKED_MEDIA:
-                    self.counters.other_medium += 1
+                if not is_device(event.medium):
+                    self.tiers.store(event)
                 elif event.group_idx is not None:
                     self._grouped = True
                     self._store_grouped(event, event.group_idx)
                 else:
                     self._store(event)
             case EngineRemoved():
-                if event.medium not in TRACKED_MEDIA:
-                    self.counters.other_medium += 1
+                if not is_device(event.medium):
+                    self.tiers.remove(event)
                 elif event.group_idx is not None:
                     self._remove_grouped(event, event.group_idx)
                 else:
@@ -299,11 +316,31 @@ class MirrorCache:
             case EngineCleared():
                 self.clear()
             case EngineSWAResidency():
-                if event.medium not in TRACKED_MEDIA:
+                if not is_device(event.medium):
                     self.counters.other_medium += 1
                 else:
                     self._residency_event(event)
         self._flush_residency()
+
+    # --- what the tier book reads ---------------------------------------------------------------
+
+    def _gpu_page(self, key: BlockKey) -> Page | None:
+        block = self._content(key)
+        return None if block is None else _page(block)
+
+    def _group_role(self, idx: int | None) -> GroupRole | None:
+        if idx is None:
+            return None if self._grouped else GroupRole.FULL
+        declared = {g.idx: g for g in self._ledger.groups}.get(idx)
+        return None if declared is None else declared.role
+
+    def _full_groups(self) -> tuple[int | None, ...]:
+        if not self._grouped:
+            return (None,)
+        return tuple(g.idx for g in self._ledger.groups if g.role is GroupRole.FULL)
+
+    def _emit(self, event: Event) -> None:
+        self._events.append(event)
 
     # --- stores -------------------------------------------------------------------------------
 
@@ -329,7 +366,7 @@ class MirrorCache:
         extra = None if event.extra_keys is None else event.extra_keys[index]
         if extra is not None:
             self.counters.opaque_blocks += 1
-        return tokens, _page_digest(prior, tokens, extra)
+        return tokens, engine_page_digest(prior, tokens, extra)
 
     def _learn_page_size(self, event: EngineStored) -> bool:
         """Whether the event's pages are of the mirror's page size (the first store sets it)."""
@@ -487,14 +524,16 @@ class MirrorCache:
     def _remove(self, event: EngineRemoved) -> None:
         """A removal by an engine without groups (sglang)."""
         self._check_removable(event.block_hashes)
-        removed: list[int] = []
+        removed: list[_Block] = []
         for key in event.block_hashes:
             block = self._blocks.pop(key)
             if block.parent is not None and block.parent in self._blocks:
                 self._blocks[block.parent].children -= 1
             self._digest.remove(block.our_hash, block.our_parent, block.resident)
-            removed.append(block.our_hash)
-        self._events.append(BlockRemoved(block_hashes=tuple(removed)))
+            self.tiers.forget(key, _page(block))
+            removed.append(block)
+        removed.sort(key=lambda block: block.depth)  # parents first: the reasons may split it
+        self._events.append(BlockRemoved(block_hashes=tuple(b.our_hash for b in removed)))
 
     def _check_removable(self, keys: tuple[BlockKey, ...]) -> None:
         """Every block held, and none keeps a child outside ``keys`` (a replica holds no
@@ -523,7 +562,7 @@ class MirrorCache:
                 if key in self._blocks and not self._ledger.held_by_all(GroupRole.FULL, key):
                     self._unpublish(key, where)
                 if key in self._unpublished and not self._ledger.held_by_any(GroupRole.FULL, key):
-                    del self._unpublished[key]
+                    self.tiers.forget(key, _page(self._unpublished.pop(key)))
             elif group.role is GroupRole.SLIDING_WINDOW and key in self._blocks:
                 self._refresh(key)
 
@@ -566,6 +605,7 @@ class MirrorCache:
         self._swa_modeled = self._residency()[0] is not None
         for key in self._blocks:
             self._refresh(key)
+        self.tiers.regroup()
 
     def _flush_residency(self) -> None:
         """One ``BlockSWAEvicted`` and one ``BlockSWARestored`` for the event's net changes (a
@@ -613,9 +653,5 @@ class MirrorCache:
         self.set_residency(event.block_hashes, event.resident, "block_hashes")
 
 
-def _page_digest(prior: bytes, tokens: tuple[int, ...], extra: Any) -> bytes:
-    digest = page_digest(prior, tokens)
-    if extra is None:
-        return digest
-    packed = msgpack.packb(extra, default=repr, use_bin_type=True)
-    return hashlib.sha256(_OPAQUE_TAG + digest + packed).digest()
+def _page(block: _Block) -> Page:
+    return Page(block.our_hash, block.our_parent, block.tokens, block.digest)

@@ -86,10 +86,12 @@ async def bridge(config: BridgeConfig) -> int:
 
         def families() -> list[Metric]:
             publisher = engine.publisher
+            tiers = engine.mirror.tiers.counters
             return bridge_families(
                 config.source,
-                engine.metrics.as_dict(),
+                {**engine.metrics.as_dict(), **tiers.as_dict()},
                 None if publisher is None else publisher.metrics,
+                tier_pages=tiers.pages,
             )
 
         def health() -> tuple[bool, str]:

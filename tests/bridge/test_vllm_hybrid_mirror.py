@@ -140,7 +140,7 @@ def test_copies_are_counted_per_hash_and_group() -> None:
     assert mirror.take_events() == [] and mirror.our_hash(6) is not None  # a copy still serves
     gone = mirror.our_hash(6) or 0
     apply(mirror, removed(0, 6))
-    assert mirror.take_events() == [BlockRemoved((gone,))]
+    assert mirror.take_events() == [BlockRemoved((gone,), reason="evicted")]
     assert mirror.counters.repeated_stores == 2
 
 
@@ -153,7 +153,7 @@ def test_a_plain_engine_reports_why_it_has_no_residency() -> None:
     assert answer(index_of(mirror), TOKENS) == (8, None)
 
 
-def test_cpu_offload_placeholders_count_as_another_medium() -> None:
+def test_cpu_offload_placeholders_of_unknown_blocks_are_counted() -> None:
     placeholder = {
         "type": "BlockStored",
         "block_hashes": [77],
@@ -167,7 +167,9 @@ def test_cpu_offload_placeholders_count_as_another_medium() -> None:
     mirror = MirrorCache()
     prefill(mirror)
     apply(mirror, placeholder, {**removed(0, 77), "medium": "CPU"})
-    assert mirror.counters.other_medium == 2 and len(mirror) == 6
+    counters = mirror.tiers.counters
+    assert counters.unplaced_tier_blocks == counters.unplaced_tier_removals == 1
+    assert len(mirror) == 6
     with pytest.raises(Exception, match="block_size"):
         decode_batch(pack({**placeholder, "medium": "GPU"}), WireFormat.VLLM)
 
