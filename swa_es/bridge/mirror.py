@@ -331,7 +331,7 @@ class MirrorCache:
     def _group_role(self, idx: int | None) -> GroupRole | None:
         if idx is None:
             return None if self._grouped else GroupRole.FULL
-        declared = {g.idx: g for g in self._ledger.groups}.get(idx)
+        declared = self._ledger.declared(idx)
         return None if declared is None else declared.role
 
     def _full_groups(self) -> tuple[int | None, ...]:

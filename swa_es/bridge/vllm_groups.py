@@ -114,6 +114,10 @@ class GroupLedger:
             )
         return group
 
+    def declared(self, idx: int) -> Group | None:
+        """The group declared under ``idx``, None when none was."""
+        return self._groups.get(idx)
+
     def group(self, idx: int) -> Group:
         """A declared group; ``MirrorError`` on ``group_idx`` for one never declared."""
         group = self._groups.get(idx)
