@@ -12,7 +12,8 @@ that builds the cache, before the cache is built. ``python -m
 swa_es.integrations.sglang.launch_server ARGS...`` is sglang's launcher with ``install()`` done
 first, in the launcher and in every process it spawns. See docs/sglang.md.
 
-Supported: sglang 0.5.16 (``SWARadixCache``). Any other release raises
+Supported: sglang 0.5.16 (``SWARadixCache``) and 0.5.23 (``UnifiedRadixCache`` with FULL and SWA
+components, under its default Rust tree core or its Python one). Any other release raises
 ``UnsupportedSglangError``: the integration changes sglang internals that differ between
 releases, and guessing would publish a wrong stream.
 """
@@ -24,7 +25,7 @@ from typing import Final
 from cache.errors import SwaEsError
 from swa_es.integrations.sglang.wire import SWA_EVENT_FIELDS, SWA_EVICTED, SWA_RESTORED
 
-SUPPORTED_VERSIONS: Final = ("0.5.16",)
+SUPPORTED_VERSIONS: Final = ("0.5.16", "0.5.23")
 """The sglang releases ``install()`` knows."""
 
 _installed: str | None = None
@@ -61,9 +62,16 @@ def install() -> str:
         )
     from sglang.srt.disaggregation.kv_events import ZmqEventPublisher
 
-    from swa_es.integrations.sglang import publishing, v0516
+    from swa_es.integrations.sglang import publishing
 
-    v0516.install()
+    if version == "0.5.16":
+        from swa_es.integrations.sglang import v0516
+
+        v0516.install()
+    else:
+        from swa_es.integrations.sglang import v0523
+
+        v0523.install()
     publishing.install(ZmqEventPublisher)
     _installed = version
     return version
