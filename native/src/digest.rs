@@ -6,6 +6,10 @@
 //! them in. The block hash is already a SHA-256 prefix, so a term needs no cryptographic hash:
 //! two rounds of the splitmix64 finalizer spread every input bit over the whole term.
 //!
+//! A block held on a lower tier (a medium other than the GPU: `"CPU"`, `"DISK"`, ...) adds a term
+//! of its own, `tier_term(block_hash, medium)`: salted apart from every GPU term and keyed by the
+//! medium's name, so the same block on two tiers, or on the GPU and a tier, counts once per place.
+//!
 //! `ALGORITHM` names this function in each epoch's `meta` (`"digest_alg"`); a follower that meets
 //! another name reports that source's digests as unverifiable.
 
@@ -21,6 +25,12 @@ const FLAG_SALTS: [u64; 4] = [
     0xa409_3822_299f_31d1,
     0x082e_fa98_ec4e_6c89,
 ];
+
+/// The salt of a lower-tier term (apart from the four GPU flag salts).
+const TIER_SALT: u64 = 0x4528_21e6_38d0_1377;
+/// FNV-1a (64-bit) offset basis and prime, which key a medium's name.
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 
 /// The splitmix64 finalizer: a bijection of u64 with full avalanche.
 pub fn mix64(value: u64) -> u64 {
@@ -39,6 +49,25 @@ pub fn block_term(block_hash: i64, parent_block_hash: Option<i64>, swa_resident:
     } | if swa_resident { SWA_RESIDENT } else { 0 };
     let first = mix64(block_hash as u64 ^ FLAG_SALTS[flags as usize]);
     mix64(first ^ parent_block_hash.unwrap_or(0) as u64)
+}
+
+/// The key of a medium's name in a tier term: FNV-1a over its UTF-8 bytes.
+pub fn medium_key(medium: &str) -> u64 {
+    medium.bytes().fold(FNV_OFFSET, |key, byte| {
+        (key ^ u64::from(byte)).wrapping_mul(FNV_PRIME)
+    })
+}
+
+/// The digest contribution of a block held on the lower tier `medium` (never `"GPU"`: a GPU
+/// block's term is `block_term`).
+pub fn tier_term(block_hash: i64, medium: &str) -> u64 {
+    tier_term_keyed(block_hash, medium_key(medium))
+}
+
+/// `tier_term` with the medium's key computed once (`medium_key`).
+#[inline]
+pub fn tier_term_keyed(block_hash: i64, medium_key: u64) -> u64 {
+    mix64(mix64(block_hash as u64 ^ TIER_SALT) ^ medium_key)
 }
 
 /// The printable form of a digest accumulator: 16 lowercase hex digits.
@@ -72,6 +101,27 @@ impl StateDigest {
     pub fn set_residency(&mut self, block_hash: i64, parent: Option<i64>, swa_resident: bool) {
         self.remove(block_hash, parent, !swa_resident);
         self.add(block_hash, parent, swa_resident);
+    }
+
+    /// Account for a block that entered the lower tier whose `medium_key` is given.
+    pub fn add_tier(&mut self, block_hash: i64, medium_key: u64) {
+        self.value = self
+            .value
+            .wrapping_add(tier_term_keyed(block_hash, medium_key));
+    }
+
+    /// Account for a block that left the lower tier whose `medium_key` is given.
+    pub fn remove_tier(&mut self, block_hash: i64, medium_key: u64) {
+        self.value = self
+            .value
+            .wrapping_sub(tier_term_keyed(block_hash, medium_key));
+    }
+
+    /// The sum of two accumulators (a source's GPU blocks and its lower tiers).
+    pub fn combined(self, other: StateDigest) -> StateDigest {
+        StateDigest {
+            value: self.value.wrapping_add(other.value),
+        }
     }
 
     /// The digest as 16 lowercase hex digits.
@@ -116,6 +166,29 @@ mod tests {
         assert_ne!(digest, start);
         digest.set_residency(9, Some(3), true);
         assert_eq!(digest, start);
+    }
+
+    #[test]
+    fn tier_terms_differ_from_gpu_terms_and_by_medium() {
+        for block_hash in [0, 1, 5, -7, i64::MAX] {
+            let cpu = tier_term(block_hash, "CPU");
+            assert_ne!(cpu, tier_term(block_hash, "DISK"));
+            assert_ne!(cpu, tier_term(block_hash.wrapping_add(1), "CPU"));
+            for parent in [None, Some(0), Some(1)] {
+                for resident in [false, true] {
+                    assert_ne!(cpu, block_term(block_hash, parent, resident));
+                }
+            }
+        }
+        let mut digest = StateDigest::default();
+        digest.add_tier(3, medium_key("CPU"));
+        assert_eq!(digest.value, tier_term(3, "CPU"));
+        digest.remove_tier(3, medium_key("CPU"));
+        assert_eq!(digest.value, 0);
+        // pinned like the block term (the Python reference pins the same values)
+        assert_eq!(medium_key(""), FNV_OFFSET);
+        assert_eq!(format_digest(medium_key("CPU")), "0b453a19aa0f85a9");
+        assert_eq!(format_digest(tier_term(1, "CPU")), "123641f9de6d8aa7");
     }
 
     #[test]

@@ -4,6 +4,10 @@ A block's term mixes ``(block_hash, parent_block_hash, swa_resident)``: the bloc
 with one odd salt per flag combination (has a parent, is SWA-resident), goes through the
 splitmix64 finalizer; the result, xored with the parent's hash (0 at a root), goes through it
 again. The digest of a state is the sum of its blocks' terms mod 2**64.
+
+A block held on a lower tier ``medium`` (not the GPU) adds ``tier_term``: the block hash, xored
+with the tier salt, through the finalizer; the result, xored with the FNV-1a (64-bit) hash of the
+medium's UTF-8 bytes, through it again.
 """
 
 from __future__ import annotations
@@ -24,6 +28,11 @@ _FLAG_SALTS: Final = (
     0xA409_3822_299F_31D1,
     0x082E_FA98_EC4E_6C89,
 )
+
+
+_TIER_SALT: Final = 0x4528_21E6_38D0_1377
+_FNV_OFFSET: Final = 0xCBF2_9CE4_8422_2325
+_FNV_PRIME: Final = 0x0000_0100_0000_01B3
 
 
 def mix64(value: int) -> int:
@@ -48,6 +57,22 @@ def block_term(block_hash: int, parent_block_hash: int | None, swa_resident: boo
     first = mix64((_int64(block_hash, "block_hash") & _MASK) ^ _FLAG_SALTS[flags])
     parent = 0 if parent_block_hash is None else _int64(parent_block_hash, "parent_block_hash")
     return mix64(first ^ (parent & _MASK))
+
+
+def medium_key(medium: str) -> int:
+    """FNV-1a (64-bit) of the medium's UTF-8 bytes."""
+    key = _FNV_OFFSET
+    for byte in medium.encode():
+        key = ((key ^ byte) * _FNV_PRIME) & _MASK
+    return key
+
+
+def tier_term(block_hash: int, medium: str) -> int:
+    """The digest contribution of a block held on the lower tier ``medium``."""
+    if medium == "GPU":
+        raise ValueError("medium: a GPU block's term is block_term, got 'GPU'")
+    first = mix64((_int64(block_hash, "block_hash") & _MASK) ^ _TIER_SALT)
+    return mix64(first ^ medium_key(medium))
 
 
 def chain_block_terms(

@@ -1,5 +1,6 @@
 //! Bindings of `crate::digest` (the `mix64-v1` block term).
 
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::digest;
@@ -31,9 +32,23 @@ fn chain_block_terms(
         .collect()
 }
 
+/// The digest term of a block held on the lower tier `medium` (not the GPU, whose blocks take
+/// `block_term`).
+#[pyfunction]
+#[pyo3(signature = (block_hash, medium))]
+fn tier_term(block_hash: i64, medium: &str) -> PyResult<u64> {
+    if medium == "GPU" {
+        return Err(PyValueError::new_err(
+            "medium: a GPU block's term is block_term, got 'GPU'",
+        ));
+    }
+    Ok(digest::tier_term(block_hash, medium))
+}
+
 pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(block_term, module)?)?;
     module.add_function(wrap_pyfunction!(chain_block_terms, module)?)?;
+    module.add_function(wrap_pyfunction!(tier_term, module)?)?;
     module.add("DIGEST_ALGORITHM", digest::ALGORITHM)?;
     Ok(())
 }

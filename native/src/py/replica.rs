@@ -15,7 +15,8 @@ use super::tokens::prompt_tokens;
 use crate::events::{Event, Hashes, Medium, Stored};
 use crate::hashing::namespace_prior;
 use crate::replica::{
-    self, swa_rule, Answer, Churn, ChurnCounts, ConsistencyError, Replica, SourceMeta,
+    self, swa_rule, Answer, Churn, ChurnCounts, ConsistencyError, Replica, SourceMeta, TierHits,
+    Tiers,
 };
 
 fn consistency_error(py: Python<'_>, error: ConsistencyError) -> PyErr {
@@ -255,6 +256,27 @@ impl PyReplicaStore {
         Ok(self.replica(source)?.blocks.block_size())
     }
 
+    /// Every lower tier `source` has reported (the GPU is the block table), in the order first
+    /// reported, with the blocks it holds: [(medium, blocks)].
+    fn tiers(&self, source: &str) -> PyResult<Vec<(String, usize)>> {
+        Ok(self
+            .replica(source)?
+            .tiers
+            .tiers()
+            .iter()
+            .map(|tier| (tier.medium.to_string(), tier.blocks.len()))
+            .collect())
+    }
+
+    /// Whether `source`'s lower tier `medium` holds `block_hash`.
+    fn tier_holds(&self, source: &str, medium: &str, block_hash: i64) -> PyResult<bool> {
+        Ok(self
+            .replica(source)?
+            .tiers
+            .get(medium)
+            .is_some_and(|tier| tier.blocks.contains(&block_hash)))
+    }
+
     fn residency(&self, source: &str, block_hash: i64) -> PyResult<Option<bool>> {
         Ok(self.replica(source)?.blocks.residency(block_hash))
     }
@@ -292,7 +314,7 @@ impl PyReplicaStore {
     }
 
     fn digest_value(&self, source: &str) -> PyResult<String> {
-        Ok(self.replica(source)?.blocks.digest().hexdigest())
+        Ok(self.replica(source)?.digest().hexdigest())
     }
 
     fn state_digest(&self, source: &str) -> PyResult<Option<String>> {
@@ -385,8 +407,8 @@ impl PyReplicaStore {
     }
 
     /// `match_into`'s walk, answered as the routing API's per-source answers: source -> a dict
-    /// `{"cached_tokens", "usable_tokens", "state", "last_heard_s"}`, built here with no Python
-    /// code per source (`answer_dicts`).
+    /// `{"cached_tokens", "usable_tokens", "state", "last_heard_s", "tiers"}`, built here with no
+    /// Python code per source (`answer_dicts`).
     #[pyo3(signature = (token_ids, extra_key, now, heard_at, known_state, unknown_state, leave_out))]
     #[allow(clippy::too_many_arguments)]
     fn match_answers<'py>(
@@ -402,9 +424,9 @@ impl PyReplicaStore {
     ) -> PyResult<Bound<'py, PyDict>> {
         let tokens = prompt_tokens(token_ids)?;
         let prior = namespace_prior(extra_key);
-        let answers = self.store.match_prefix(&prior, &tokens);
+        let (answers, hits) = self.store.match_prefix_tiers(&prior, &tokens);
         let states = (known_state, unknown_state);
-        self.answer_dicts(py, answers, now, heard_at, states, leave_out)
+        self.answer_dicts(py, answers, &hits, now, heard_at, states, leave_out)
     }
 
     /// `match_answers` for a prompt given as the block hashes of its pages of `page_size`
@@ -427,22 +449,28 @@ impl PyReplicaStore {
                 "page_size: expected a positive int, got 0",
             ));
         }
-        let answers = self.store.match_hashes(page_size, &block_hashes);
+        let (answers, hits) = self.store.match_hashes_tiers(page_size, &block_hashes);
         let states = (known_state, unknown_state);
-        self.answer_dicts(py, answers, now, heard_at, states, leave_out)
+        self.answer_dicts(py, answers, &hits, now, heard_at, states, leave_out)
     }
 }
 
 impl PyReplicaStore {
     /// The routing API's per-source answers to a walk: source -> `{"cached_tokens",
-    /// "usable_tokens", "state", "last_heard_s"}`. `state` is the first of `states` (known) for
-    /// a source that holds part of the prompt, the second (unknown) for one whose state is
-    /// unknown; `last_heard_s` is `now` minus the source's time in `heard_at` (0 when absent).
-    /// Sources in `leave_out` (the caller answers them itself, e.g. offline ones) are left out.
+    /// "usable_tokens", "state", "last_heard_s", "tiers"}`. `state` is the first of `states`
+    /// (known) for a source that holds part of the prompt, the second (unknown) for one whose
+    /// state is unknown; `last_heard_s` is `now` minus the source's time in `heard_at` (0 when
+    /// absent). `tiers` is `{medium: {"cached_tokens", "usable_tokens"}}`: `"GPU"` (the
+    /// top-level lengths), then every lower tier the source reported, its cached tokens
+    /// continuing after the GPU hit (`hits`), its usable tokens None; every length None for a
+    /// source whose state is unknown. Sources in `leave_out` (the caller answers them itself,
+    /// e.g. offline ones) are left out.
+    #[allow(clippy::too_many_arguments)]
     fn answer_dicts<'py>(
         &mut self,
         py: Python<'py>,
         answers: Vec<(u32, Answer)>,
+        hits: &TierHits,
         now: f64,
         heard_at: &Bound<'py, PyDict>,
         states: (&Bound<'py, PyString>, &Bound<'py, PyString>),
@@ -451,8 +479,20 @@ impl PyReplicaStore {
         self.cache_names(py);
         let skip = leave_out.len()? > 0;
         let result = PyDict::new(py);
+        // Sources with no lower tier and equal lengths share one `tiers` dict (never changed
+        // after it is built): a fleet mostly holds a prompt to a few common lengths.
+        const SHARED: usize = 16;
+        let mut made: Vec<(Answer, Bound<'py, PyDict>)> = Vec::new();
+        let mut hit_at = 0;
         for (id, answer) in answers {
             let name = self.names[id as usize].bind(py);
+            while hits.get(hit_at).is_some_and(|(hit, _)| *hit < id) {
+                hit_at += 1;
+            }
+            let hit = hits
+                .get(hit_at)
+                .filter(|(hit, _)| *hit == id)
+                .map(|(_, tokens)| &tokens[..]);
             if skip && leave_out.contains(name)? {
                 continue;
             }
@@ -467,6 +507,19 @@ impl PyReplicaStore {
             let state = if held.is_some() { states.0 } else { states.1 };
             entry.set_item(intern!(py, "state"), state)?;
             entry.set_item(intern!(py, "last_heard_s"), heard)?;
+            let tiers = &self.store.by_id(id).tiers;
+            let tier_dict = if tiers.has_media() {
+                tier_answers(py, answer, tiers, hit)?
+            } else if let Some((_, shared)) = made.iter().find(|(seen, _)| *seen == answer) {
+                shared.clone()
+            } else {
+                let fresh = tier_answers(py, answer, tiers, None)?;
+                if made.len() < SHARED {
+                    made.push((answer, fresh.clone()));
+                }
+                fresh
+            };
+            entry.set_item(intern!(py, "tiers"), tier_dict)?;
             result.set_item(name, entry)?;
         }
         Ok(result)
@@ -511,6 +564,36 @@ impl PyReplicaStore {
         }
         Ok(result)
     }
+}
+
+/// One tier's answer: `{"cached_tokens": held, "usable_tokens": usable}`.
+fn tier_entry<'py>(
+    py: Python<'py>,
+    held: Option<u64>,
+    usable: Option<u64>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let entry = PyDict::new(py);
+    entry.set_item(intern!(py, "cached_tokens"), held)?;
+    entry.set_item(intern!(py, "usable_tokens"), usable)?;
+    Ok(entry)
+}
+
+/// A source's `tiers` answer: `"GPU"` as `answer`, then each lower tier of `tiers` with its
+/// tokens in `hit` (0 when absent; None for every tier when `answer` is unknown).
+fn tier_answers<'py>(
+    py: Python<'py>,
+    answer: Answer,
+    tiers: &Tiers,
+    hit: Option<&[u64]>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let (held, usable) = held_usable(answer);
+    let result = PyDict::new(py);
+    result.set_item(intern!(py, "GPU"), tier_entry(py, held, usable)?)?;
+    for (at, tier) in tiers.tiers().iter().enumerate() {
+        let tokens = held.map(|_| hit.and_then(|hit| hit.get(at).copied()).unwrap_or(0));
+        result.set_item(&*tier.medium, tier_entry(py, tokens, None)?)?;
+    }
+    Ok(result)
 }
 
 fn held_usable(answer: Answer) -> (Option<u64>, Option<u64>) {

@@ -18,14 +18,16 @@ pub mod snapshot;
 pub mod source;
 pub mod store;
 pub mod swa_rule;
+pub mod tiers;
 
 pub use churn::{Churn, ChurnCounts};
 pub use holders::HolderIndex;
-pub use prefix::{match_prefix, Answer};
+pub use prefix::{match_prefix, Answer, TierHits};
 pub use replay::{apply_records, LaneCursors, Run};
 pub use snapshot::{from_bytes, to_bytes, SnapshotError};
 pub use source::{Replica, SourceMeta};
 pub use store::ReplicaStore;
+pub use tiers::{is_gpu, Tier, Tiers};
 
 /// An event that does not fit a replica (unknown parent or block, a block stored twice, removing
 /// a block that still has children, a block size that differs from the meta's): `reason` is

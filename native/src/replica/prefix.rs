@@ -9,13 +9,24 @@
 //! word operations, whatever the number of sources; the hash is read from `super::chains` when a
 //! recent prompt shared the page.
 //!
+//! A lower tier (`super::tiers`) continues a source's GPU hit: from the first page the GPU walk
+//! did not find, the tier holds the pages it has without a gap (what the engine would load from
+//! it). The tier walk reads the same page hashes (recorded as the GPU walk asks for them, then
+//! hashed on only as far as some tier still holds the prompt), for the sources that have tiers.
+//!
 //! The SWA rule (`super::swa_rule`, docs/design.md §3) is applied from the tombstones alone: between
 //! two tombstones every page is resident, so the longest usable prefix only changes at a
 //! tombstone and at the end of the source's walk (`SwaTrack`).
 
+use smallvec::SmallVec;
+
 use super::chains::{ChainCache, PromptChain};
 use super::holders::HolderIndex;
 use super::source::Replica;
+
+/// Per source id whose lower tiers take part in an answer: the tokens each of its tiers holds
+/// continuing after its GPU hit, in the order of its `Tiers::tiers`. Sorted by source id.
+pub type TierHits = Vec<(u32, SmallVec<[u64; 2]>)>;
 
 /// What one source holds of a prompt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,14 +89,19 @@ struct Setup {
     answers: Vec<(u32, Answer)>,
     groups: Vec<(u32, Vec<u32>)>,
     walkers: Vec<Option<Walker>>,
+    /// Whether lower tiers take part (`TierHits`).
+    with_tiers: bool,
+    tier_hits: TierHits,
 }
 
 impl Setup {
-    fn new(replicas: &[Replica]) -> Self {
+    fn new(replicas: &[Replica], with_tiers: bool) -> Self {
         let mut setup = Self {
             answers: Vec::new(),
             groups: Vec::new(),
             walkers: Vec::with_capacity(replicas.len()),
+            with_tiers,
+            tier_hits: Vec::new(),
         };
         for (id, replica) in replicas.iter().enumerate() {
             let id = id as u32;
@@ -94,7 +110,8 @@ impl Setup {
                 setup.answers.push((id, Answer::Unknown));
                 continue;
             }
-            if replica.blocks.is_empty() {
+            let tiered = with_tiers && !replica.tiers.is_empty();
+            if replica.blocks.is_empty() && !tiered {
                 continue;
             }
             let Some(meta) = &replica.meta else {
@@ -141,9 +158,60 @@ impl Setup {
         }
     }
 
-    fn finish(mut self) -> Vec<(u32, Answer)> {
+    /// Whether some member of a group has a lower tier holding blocks.
+    fn tiers_in(&self, replicas: &[Replica], members: &[u32]) -> bool {
+        self.with_tiers
+            && members
+                .iter()
+                .any(|&id| !replicas[id as usize].tiers.is_empty())
+    }
+
+    /// Walk the lower tiers of the members in `held` (id, GPU pages) that have some, each from
+    /// its GPU hit on. A source holding nothing on the GPU but some pages on a tier answers 0
+    /// GPU tokens.
+    fn walk_tiers<H: PageHashes>(
+        &mut self,
+        replicas: &[Replica],
+        page_size: u32,
+        held: &[(u32, u64)],
+        hashes: &mut Recording<'_, H>,
+    ) {
+        let size = u64::from(page_size);
+        let total = hashes.pages() as u64;
+        for &(id, pages) in held {
+            let tiers = &replicas[id as usize].tiers;
+            if tiers.is_empty() {
+                continue;
+            }
+            let counts: SmallVec<[u64; 2]> = tiers
+                .tiers()
+                .iter()
+                .map(|tier| {
+                    let mut end = pages;
+                    while end < total && tier.blocks.contains(&hashes.page(end as usize)) {
+                        end += 1;
+                    }
+                    (end - pages) * size
+                })
+                .collect();
+            if pages == 0 {
+                if counts.iter().all(|&tokens| tokens == 0) {
+                    continue;
+                }
+                let Some(walker) = &self.walkers[id as usize] else {
+                    continue;
+                };
+                let usable = walker.swa_events.then_some(0);
+                self.answers.push((id, Answer::Held { tokens: 0, usable }));
+            }
+            self.tier_hits.push((id, counts));
+        }
+    }
+
+    fn finish(mut self) -> (Vec<(u32, Answer)>, TierHits) {
         self.answers.sort_unstable_by_key(|(id, _)| *id);
-        self.answers
+        self.tier_hits.sort_unstable_by_key(|(id, _)| *id);
+        (self.answers, self.tier_hits)
     }
 }
 
@@ -190,6 +258,43 @@ impl PageHashes for GivenHashes<'_> {
     }
 }
 
+/// The hashes a walk asked for, kept so the tier walk reads them again (and asks for more, in
+/// order, only as far as it needs).
+struct Recording<'h, H> {
+    inner: &'h mut H,
+    seen: Vec<i64>,
+}
+
+impl<'h, H: PageHashes> Recording<'h, H> {
+    fn new(inner: &'h mut H) -> Self {
+        let seen = Vec::with_capacity(inner.pages().min(1024));
+        Self { inner, seen }
+    }
+
+    /// The block hash of page `index`, asking for the pages up to it when not asked yet.
+    fn page(&mut self, index: usize) -> i64 {
+        while self.seen.len() <= index {
+            let next = self.seen.len();
+            self.hash(next);
+        }
+        self.seen[index]
+    }
+}
+
+impl<H: PageHashes> PageHashes for Recording<'_, H> {
+    const AHEAD: usize = H::AHEAD;
+
+    fn pages(&self) -> usize {
+        self.inner.pages()
+    }
+
+    fn hash(&mut self, index: usize) -> i64 {
+        let hash = self.inner.hash(index);
+        self.seen.push(hash);
+        hash
+    }
+}
+
 /// Per source id, what it holds of `tokens` (under the namespace `prior`): sources whose state
 /// is unknown answer `Unknown`; sources holding none of it are absent. Sorted by source id.
 /// `holders` must be the holder index of `replicas` (source id = position); `chains` keeps the
@@ -201,10 +306,41 @@ pub fn match_prefix(
     prior: &[u8],
     tokens: &[u32],
 ) -> Vec<(u32, Answer)> {
-    let mut setup = Setup::new(replicas);
+    match_tokens(replicas, holders, chains, prior, tokens, false).0
+}
+
+/// `match_prefix` with the lower tiers: also what each source's tiers hold of the prompt
+/// after its GPU hit (`TierHits`); a source holding pages on a tier but none on the GPU
+/// answers 0 GPU tokens.
+pub fn match_prefix_tiers(
+    replicas: &[Replica],
+    holders: &HolderIndex,
+    chains: &mut ChainCache,
+    prior: &[u8],
+    tokens: &[u32],
+) -> (Vec<(u32, Answer)>, TierHits) {
+    match_tokens(replicas, holders, chains, prior, tokens, true)
+}
+
+fn match_tokens(
+    replicas: &[Replica],
+    holders: &HolderIndex,
+    chains: &mut ChainCache,
+    prior: &[u8],
+    tokens: &[u32],
+    with_tiers: bool,
+) -> (Vec<(u32, Answer)>, TierHits) {
+    let mut setup = Setup::new(replicas, with_tiers);
     for (page_size, members) in std::mem::take(&mut setup.groups) {
         let mut chain = PromptChain::new(chains, prior, page_size as usize, tokens);
-        let held = walk(holders, &mut chain, &members, &mut setup.walkers);
+        let held = if setup.tiers_in(replicas, &members) {
+            let mut recording = Recording::new(&mut chain);
+            let held = walk(holders, &mut recording, &members, &mut setup.walkers);
+            setup.walk_tiers(replicas, page_size, &held, &mut recording);
+            held
+        } else {
+            walk(holders, &mut chain, &members, &mut setup.walkers)
+        };
         chain.finish();
         setup.answer(page_size, held);
     }
@@ -220,15 +356,38 @@ pub fn match_hashes(
     page_size: u32,
     hashes: &[i64],
 ) -> Vec<(u32, Answer)> {
-    let mut setup = Setup::new(replicas);
+    match_given(replicas, holders, page_size, hashes, false).0
+}
+
+/// `match_hashes` with the lower tiers (as `match_prefix_tiers`).
+pub fn match_hashes_tiers(
+    replicas: &[Replica],
+    holders: &HolderIndex,
+    page_size: u32,
+    hashes: &[i64],
+) -> (Vec<(u32, Answer)>, TierHits) {
+    match_given(replicas, holders, page_size, hashes, true)
+}
+
+fn match_given(
+    replicas: &[Replica],
+    holders: &HolderIndex,
+    page_size: u32,
+    hashes: &[i64],
+    with_tiers: bool,
+) -> (Vec<(u32, Answer)>, TierHits) {
+    let mut setup = Setup::new(replicas, with_tiers);
     let groups = std::mem::take(&mut setup.groups);
     if let Some((_, members)) = groups.iter().find(|(size, _)| *size == page_size) {
-        let held = walk(
-            holders,
-            &mut GivenHashes(hashes),
-            members,
-            &mut setup.walkers,
-        );
+        let mut given = GivenHashes(hashes);
+        let held = if setup.tiers_in(replicas, members) {
+            let mut recording = Recording::new(&mut given);
+            let held = walk(holders, &mut recording, members, &mut setup.walkers);
+            setup.walk_tiers(replicas, page_size, &held, &mut recording);
+            held
+        } else {
+            walk(holders, &mut given, members, &mut setup.walkers)
+        };
         setup.answer(page_size, held);
     }
     setup.finish()
@@ -433,6 +592,61 @@ mod tests {
         store.replica_mut("w").mark_diverged("gap");
         store.replica_mut("empty");
         assert_eq!(store.match_prefix(&[], &prompt), vec![(0, Answer::Unknown)]);
+    }
+
+    fn tier_store(store: &mut ReplicaStore, source: &str, medium: &str, hashes: &[i64]) {
+        let event = Event::Stored(Stored {
+            hashes: hashes.into(),
+            parent: None,
+            tokens: hashes.iter().map(|&h| h as u32).collect(),
+            block_size: 1,
+            lora_id: None,
+            medium: Some(crate::events::Medium::from(medium)),
+        });
+        store.apply_events(source, &[event]).unwrap();
+    }
+
+    #[test]
+    fn lower_tiers_continue_after_the_gpu_hit() {
+        let mut store = ReplicaStore::new();
+        let prompt: Vec<u32> = (0..10).collect();
+        let chain = hashes(&[], &prompt, 1);
+        // gpu: 4 pages, CPU 0..8 (continues 4 past the GPU), DISK 2..3 (nothing past the GPU)
+        hold(&mut store, "both", &prompt[..4], 1, 4);
+        tier_store(&mut store, "both", "CPU", &chain[..8]);
+        tier_store(&mut store, "both", "DISK", &chain[2..3]);
+        // CPU only, with a gap at page 3
+        hold(&mut store, "cpu", &prompt[9..], 1, 4);
+        tier_store(&mut store, "cpu", "CPU", &chain[..3]);
+        tier_store(&mut store, "cpu", "CPU", &chain[4..]);
+        // GPU only
+        hold(&mut store, "gpu", &prompt[..2], 1, 4);
+        // a tier holding other pages only: absent
+        hold(&mut store, "other", &prompt[9..], 1, 4);
+        tier_store(&mut store, "other", "CPU", &chain[5..]);
+        let held = |tokens| Answer::Held {
+            tokens,
+            usable: Some(tokens),
+        };
+        let expected_answers = vec![(0, held(4)), (1, held(0)), (2, held(2))];
+        let expected_hits: TierHits = vec![(0, [4, 0].into()), (1, [3][..].into())];
+        let (answers, hits) = store.match_prefix_tiers(&[], &prompt);
+        assert_eq!(answers, expected_answers);
+        assert_eq!(hits, expected_hits);
+        assert_eq!(store.match_hashes_tiers(1, &chain), (answers, hits));
+        // without tiers the answers are the GPU's alone
+        assert_eq!(
+            store.match_prefix(&[], &prompt),
+            vec![(0, held(4)), (2, held(2))]
+        );
+        // a prompt the CPU holds only as far as the GPU: CPU 0
+        let (_, hits) = store.match_prefix_tiers(&[], &prompt[..4]);
+        assert_eq!(hits, vec![(0, [0, 0].into()), (1, [3][..].into())]);
+        // a diverged source answers unknown, with no tier walk
+        store.replica_mut("cpu").mark_diverged("gap");
+        let (answers, hits) = store.match_prefix_tiers(&[], &prompt);
+        assert_eq!(answers[1], (1, Answer::Unknown));
+        assert_eq!(hits, vec![(0, [4, 0].into())]);
     }
 
     /// The walk the holder index replaces: every source looked up page by page on its own.

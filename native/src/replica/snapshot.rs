@@ -10,22 +10,29 @@
 //!   | u32 index homes | u32 index capacity | u64 tombstones | u64 digest
 //!   | (i64 hash, u32 parent, u32 state)[slots] | u32 tokens[slots * block_size]
 //!   | u32 free[free] | u64 index[capacity]
+//!   | u32 tier block_size (0: none yet) | u32 tier count            (version 3 on)
+//!   | per tier: str medium | u32 blocks | i64 hashes[blocks], ascending
 //! u32 crc32c of everything before it
 //! ```
 //! where `str` is a u32 byte length and UTF-8 bytes. The index is copied too, so loading is
 //! array copies and one linear check, no rehashing. A snapshot whose magic, version or checksum
 //! is wrong, or whose arrays do not fit together, is refused with a reason; nothing is loaded.
+//! Version 2 (no lower tiers) still loads: its replicas hold no tier.
 
 use super::blocks::{Block, BlockTable, FREE, MAX_SLOTS, NO_PARENT, TOMBSTONE};
 use super::index::SlotIndex;
 use super::source::{Replica, SourceMeta};
 use super::store::ReplicaStore;
+use super::tiers::{BlockSet, Tier, Tiers};
 use crate::digest::StateDigest;
+use crate::events::Medium;
 
 /// The first bytes of a replica snapshot.
 pub const MAGIC: &[u8; 8] = b"SWAREPL\0";
-/// The layout version this build writes and reads.
-pub const VERSION: u32 = 2;
+/// The layout version this build writes.
+pub const VERSION: u32 = 3;
+/// The layout versions this build reads (2: before lower tiers).
+pub const READS: [u32; 2] = [2, 3];
 const CHECKSUM_BYTES: usize = 4;
 
 /// Why bytes are not a snapshot this build can load.
@@ -82,9 +89,11 @@ fn replica_bytes(replica: &Replica) -> usize {
         + table.tokens.len() * 4
         + table.free.len() * 4
         + table.index.entries().len() * 8
+        + replica.tiers.block_count() * 8
+        + replica.tiers.tiers().len() * 16
 }
 
-fn write_replica(out: &mut Vec<u8>, replica: &Replica) {
+fn write_replica(out: &mut Vec<u8>, replica: &Replica, version: u32) {
     put_str(out, &replica.name);
     match &replica.meta {
         None => out.push(0),
@@ -119,17 +128,35 @@ fn write_replica(out: &mut Vec<u8>, replica: &Replica) {
     put_u32s(out, &table.tokens);
     put_u32s(out, &table.free);
     put_u64s(out, table.index.entries().iter().copied());
+    if version < 3 {
+        return;
+    }
+    let tiers = &replica.tiers;
+    put_u32(out, tiers.block_size().unwrap_or(0));
+    put_u32(out, tiers.tiers().len() as u32);
+    for tier in tiers.tiers() {
+        put_str(out, &tier.medium);
+        let mut hashes: Vec<i64> = tier.blocks.iter().copied().collect();
+        hashes.sort_unstable();
+        put_u32(out, hashes.len() as u32);
+        put_u64s(out, hashes.into_iter().map(|hash| hash as u64));
+    }
 }
 
 /// The bytes of every replica of `store`.
 pub fn to_bytes(store: &ReplicaStore) -> Vec<u8> {
+    to_bytes_as(store, VERSION)
+}
+
+/// The bytes of every replica of `store` in layout `version` (2 leaves the tiers out).
+fn to_bytes_as(store: &ReplicaStore, version: u32) -> Vec<u8> {
     let size: usize = store.replicas().iter().map(replica_bytes).sum();
     let mut out = Vec::with_capacity(16 + size + CHECKSUM_BYTES);
     out.extend_from_slice(MAGIC);
-    put_u32(&mut out, VERSION);
+    put_u32(&mut out, version);
     put_u32(&mut out, store.replicas().len() as u32);
     for replica in store.replicas() {
-        write_replica(&mut out, replica);
+        write_replica(&mut out, replica, version);
     }
     let checksum = crc32c::crc32c(&out);
     put_u32(&mut out, checksum);
@@ -235,7 +262,40 @@ fn read_meta(reader: &mut Reader<'_>) -> Result<Option<SourceMeta>, SnapshotErro
     }))
 }
 
-fn read_replica(reader: &mut Reader<'_>) -> Result<Replica, SnapshotError> {
+/// The lower tiers of replica `name` (version 3 on).
+fn read_tiers(reader: &mut Reader<'_>, name: &str) -> Result<Tiers, SnapshotError> {
+    let block_size = reader.u32("tier block_size")?;
+    let count = reader.u32("tier count")?;
+    let mut tiers = Vec::new();
+    for _ in 0..count {
+        let medium = reader.string("tier medium")?;
+        let blocks = reader.u32("tier block count")? as usize;
+        let hashes = reader.u64s(blocks, "tier blocks")?;
+        if hashes
+            .windows(2)
+            .any(|pair| pair[0] as i64 >= pair[1] as i64)
+        {
+            return Err(SnapshotError::new(format!(
+                "{name:?}: the blocks of tier {medium:?} are not in ascending order"
+            )));
+        }
+        let mut set = BlockSet::default();
+        set.extend(hashes.into_iter().map(|hash| hash as i64));
+        let mut tier = Tier::new(Medium::from(medium));
+        tier.blocks = set;
+        tiers.push(tier);
+    }
+    let any_blocks = tiers.iter().any(|tier| !tier.blocks.is_empty());
+    if any_blocks == (block_size == 0) {
+        return Err(SnapshotError::new(format!(
+            "{name:?}: tier block_size {block_size} does not match the tiers' blocks"
+        )));
+    }
+    Tiers::from_parts(tiers, (block_size > 0).then_some(block_size))
+        .ok_or_else(|| SnapshotError::new(format!("{name:?}: a tier is named twice or is the GPU")))
+}
+
+fn read_replica(reader: &mut Reader<'_>, version: u32) -> Result<Replica, SnapshotError> {
     let name = reader.string("source name")?;
     let meta = read_meta(reader)?;
     let diverged = if reader.flag("diverged")? {
@@ -272,11 +332,17 @@ fn read_replica(reader: &mut Reader<'_>) -> Result<Replica, SnapshotError> {
         ..BlockTable::default()
     };
     check_table(&table).map_err(|why| SnapshotError::new(format!("{name:?}: {why}")))?;
+    let tiers = if version >= 3 {
+        read_tiers(reader, &name)?
+    } else {
+        Tiers::new()
+    };
     Ok(Replica {
         name,
         meta,
         diverged,
         blocks: table,
+        tiers,
     })
 }
 
@@ -351,9 +417,9 @@ pub fn from_bytes(data: &[u8]) -> Result<ReplicaStore, SnapshotError> {
         at: MAGIC.len(),
     };
     let version = reader.u32("version")?;
-    if version != VERSION {
+    if !READS.contains(&version) {
         return Err(SnapshotError::new(format!(
-            "replica snapshot version {version}, this build reads {VERSION}"
+            "replica snapshot version {version}, this build reads 2 and 3"
         )));
     }
     let expected = u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]);
@@ -363,7 +429,7 @@ pub fn from_bytes(data: &[u8]) -> Result<ReplicaStore, SnapshotError> {
     let count = reader.u32("replica count")?;
     let mut replicas = Vec::new();
     for _ in 0..count {
-        replicas.push(read_replica(&mut reader)?);
+        replicas.push(read_replica(&mut reader, version)?);
     }
     if reader.at != body.len() {
         return Err(SnapshotError::new(format!(
@@ -378,7 +444,7 @@ pub fn from_bytes(data: &[u8]) -> Result<ReplicaStore, SnapshotError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::events::{Event, Stored};
+    use crate::events::{Event, Medium, Stored};
 
     fn sample() -> ReplicaStore {
         let mut store = ReplicaStore::new();
@@ -413,10 +479,34 @@ mod tests {
                 },
             ];
             store.apply_events(source, &events).unwrap();
+            if source == "a" {
+                // lower tiers: CPU continues the GPU chain and holds some of it, DISK emptied
+                let tier_events = [
+                    tier_store("CPU", &hashes[20..40], page_size),
+                    tier_store("DISK", &hashes[..2], page_size),
+                    Event::Removed {
+                        hashes: hashes[..2].into(),
+                        medium: Some(Medium::from("DISK")),
+                        reason: None,
+                    },
+                ];
+                store.apply_events(source, &tier_events).unwrap();
+            }
         }
         store.replica_mut("b").mark_diverged("gap");
         store.replica_mut("never-stored");
         store
+    }
+
+    fn tier_store(medium: &str, hashes: &[i64], page_size: u32) -> Event {
+        Event::Stored(Stored {
+            hashes: hashes.into(),
+            parent: None,
+            tokens: (0..hashes.len() as u32 * page_size).collect(),
+            block_size: page_size,
+            lora_id: None,
+            medium: Some(Medium::from(medium)),
+        })
     }
 
     #[test]
@@ -426,6 +516,49 @@ mod tests {
         let loaded = from_bytes(&bytes).unwrap();
         assert_eq!(loaded, store);
         assert_eq!(to_bytes(&loaded), bytes);
+        let a = loaded.get("a").unwrap();
+        assert_eq!(a.tiers.get("CPU").unwrap().blocks.len(), 20);
+        assert!(a.tiers.get("DISK").unwrap().blocks.is_empty());
+        assert_eq!(a.digest(), store.get("a").unwrap().digest());
+        assert_ne!(a.digest(), a.blocks.digest());
+    }
+
+    #[test]
+    fn a_version_2_snapshot_still_loads_without_tiers() {
+        let store = sample();
+        let loaded = from_bytes(&to_bytes_as(&store, 2)).unwrap();
+        for (old, new) in store.replicas().iter().zip(loaded.replicas()) {
+            assert_eq!(new.blocks, old.blocks);
+            assert_eq!((&new.meta, &new.diverged), (&old.meta, &old.diverged));
+            assert!(!new.tiers.has_media());
+        }
+    }
+
+    #[test]
+    fn tiers_that_do_not_fit_are_refused_even_with_a_valid_checksum() {
+        // hashes out of order (a block named twice), a tier named twice, the GPU as a tier
+        let mut store = ReplicaStore::new();
+        store
+            .apply_events("a", &[tier_store("CPU", &[5, 6], 1)])
+            .unwrap();
+        let bytes = to_bytes(&store);
+        let tail = bytes.len() - CHECKSUM_BYTES;
+        let resealed = |mut body: Vec<u8>| {
+            let checksum = crc32c::crc32c(&body);
+            put_u32(&mut body, checksum);
+            body
+        };
+        let mut swapped = bytes[..tail].to_vec();
+        let at = tail - 16;
+        swapped[at..at + 8].copy_from_slice(&6i64.to_le_bytes());
+        swapped[at + 8..].copy_from_slice(&5i64.to_le_bytes());
+        let reason = from_bytes(&resealed(swapped)).unwrap_err().reason;
+        assert!(reason.contains("not in ascending order"), "{reason}");
+        let mut renamed = bytes[..tail].to_vec();
+        let name_at = tail - 16 - 4 - 3;
+        renamed[name_at..name_at + 3].copy_from_slice(b"GPU");
+        let reason = from_bytes(&resealed(renamed)).unwrap_err().reason;
+        assert!(reason.contains("named twice or is the GPU"), "{reason}");
     }
 
     #[test]
@@ -453,7 +586,7 @@ mod tests {
         bytes[8] = 9;
         assert_eq!(
             from_bytes(&bytes).unwrap_err().reason,
-            "replica snapshot version 9, this build reads 2"
+            "replica snapshot version 9, this build reads 2 and 3"
         );
         bytes[0] = b'X';
         assert!(from_bytes(&bytes)

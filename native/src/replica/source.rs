@@ -1,8 +1,10 @@
-//! One source's replica: its meta, its divergence and its block table, and how one event
-//! changes it. `super::store` keeps every source's; `super::prefix` walks them.
+//! One source's replica: its meta, its divergence, its block table (the GPU) and its lower
+//! tiers, and how one event changes them. `super::store` keeps every source's; `super::prefix` walks them.
 
 use super::blocks::BlockTable;
+use super::tiers::{is_gpu, Tiers};
 use super::ConsistencyError;
+use crate::digest::StateDigest;
 use crate::events::{Event, Stored};
 
 /// What a replica needs of its source's `meta` (parsed by the caller; the JSON is kept as is
@@ -24,6 +26,8 @@ pub struct Replica {
     pub meta: Option<SourceMeta>,
     pub diverged: Option<String>,
     pub blocks: BlockTable,
+    /// The blocks held on other media than the GPU (see `super::tiers`).
+    pub tiers: Tiers,
 }
 
 impl Replica {
@@ -33,6 +37,7 @@ impl Replica {
             meta: None,
             diverged: None,
             blocks: BlockTable::new(),
+            tiers: Tiers::new(),
         }
     }
 
@@ -48,7 +53,10 @@ impl Replica {
     pub(crate) fn apply_event(&mut self, event: &Event) -> Result<(), ConsistencyError> {
         let result = match event {
             Event::Stored(stored) => return self.store(stored),
-            Event::Removed { hashes, .. } => self.blocks.remove(hashes),
+            Event::Removed { hashes, medium, .. } => match medium {
+                Some(medium) if !is_gpu(Some(medium)) => self.tiers.remove(medium, hashes),
+                _ => self.blocks.remove(hashes),
+            },
             Event::SwaEvicted { hashes } => self.blocks.set_residency(hashes, false),
             Event::SwaRestored { hashes } => self.blocks.set_residency(hashes, true),
             Event::Cleared => {
@@ -61,6 +69,9 @@ impl Replica {
 
     /// Store the pages of `stored`; the replica is unchanged when they do not fit.
     pub(crate) fn store(&mut self, stored: &Stored) -> Result<(), ConsistencyError> {
+        if !is_gpu(stored.medium.as_ref()) {
+            return self.store_tier(stored, true);
+        }
         self.blocks
             .store(
                 &stored.hashes,
@@ -72,10 +83,56 @@ impl Replica {
             .map_err(|reason| self.fail(reason))
     }
 
+    /// Store the pages of `stored`, whose medium is a lower tier: `whole`, all of them or none;
+    /// else (one event per page) the pages before one that does not fit stay. The page size is
+    /// checked as on the GPU (against the meta's, or the earlier blocks').
+    pub(crate) fn store_tier(
+        &mut self,
+        stored: &Stored,
+        whole: bool,
+    ) -> Result<(), ConsistencyError> {
+        let Some(medium) = &stored.medium else {
+            return self.store(stored);
+        };
+        let block_size = stored.block_size;
+        let pages = stored.hashes.len();
+        let checked = if block_size == 0 {
+            Err("BlockStored has block_size 0".to_owned())
+        } else if pages == 0 {
+            Err("BlockStored names no block".to_owned())
+        } else if stored.tokens.len() as u64 != u64::from(block_size) * pages as u64 {
+            Err(format!(
+                "BlockStored has {} token ids for {pages} block(s) of size {block_size}",
+                stored.tokens.len()
+            ))
+        } else {
+            match (self.meta.as_ref(), self.blocks.block_size()) {
+                (Some(meta), _) if meta.page_size != block_size => Err(format!(
+                    "block_size {block_size} on {} differs from meta.page_size {}",
+                    &**medium, meta.page_size
+                )),
+                (None, Some(earlier)) if earlier != block_size => Err(format!(
+                    "block_size {block_size} on {} differs from earlier {earlier}",
+                    &**medium
+                )),
+                _ => Ok(()),
+            }
+        };
+        checked
+            .and_then(|()| self.tiers.store(medium, &stored.hashes, block_size, whole))
+            .map_err(|reason| self.fail(reason))
+    }
+
+    /// The digest of every block held, on the GPU and on the lower tiers.
+    pub fn digest(&self) -> StateDigest {
+        self.blocks.digest().combined(self.tiers.digest())
+    }
+
     /// Drop every block; this also ends a divergence (the source starts over). (Through
     /// `ReplicaStore::clear`, which keeps the holder index in step.)
     pub(crate) fn clear(&mut self) {
         self.blocks.clear();
+        self.tiers.clear();
         self.diverged = None;
     }
 
@@ -90,7 +147,7 @@ impl Replica {
     pub fn state_digest(&self) -> Option<String> {
         match self.diverged {
             Some(_) => None,
-            None => Some(self.blocks.digest().hexdigest()),
+            None => Some(self.digest().hexdigest()),
         }
     }
 }

@@ -13,8 +13,11 @@ use std::collections::{BinaryHeap, HashMap};
 use super::chains::ChainCache;
 use super::holders::HolderIndex;
 use super::prefetch::prefetch;
-use super::prefix::{match_hashes, match_prefix, Answer};
+use super::prefix::{
+    match_hashes, match_hashes_tiers, match_prefix, match_prefix_tiers, Answer, TierHits,
+};
 use super::source::Replica;
+use super::tiers::is_gpu;
 use super::ConsistencyError;
 use crate::events::{Batch, Event, Hashes, Stored};
 
@@ -246,9 +249,42 @@ impl ReplicaStore {
         match_hashes(replicas, holders, page_size, hashes)
     }
 
-    /// Total bytes the block tables hold.
+    /// `match_prefix` with what each source's lower tiers hold after its GPU hit
+    /// (`super::prefix::match_prefix_tiers`).
+    pub fn match_prefix_tiers(
+        &mut self,
+        prior: &[u8],
+        tokens: &[u32],
+    ) -> (Vec<(u32, Answer)>, TierHits) {
+        let Self {
+            replicas,
+            holders,
+            chains,
+            ..
+        } = self;
+        let holders = holders.get_or_insert_with(|| HolderIndex::build(replicas));
+        match_prefix_tiers(replicas, holders, chains, prior, tokens)
+    }
+
+    /// `match_hashes` with what each source's lower tiers hold after its GPU hit.
+    pub fn match_hashes_tiers(
+        &mut self,
+        page_size: u32,
+        hashes: &[i64],
+    ) -> (Vec<(u32, Answer)>, TierHits) {
+        let Self {
+            replicas, holders, ..
+        } = self;
+        let holders = holders.get_or_insert_with(|| HolderIndex::build(replicas));
+        match_hashes_tiers(replicas, holders, page_size, hashes)
+    }
+
+    /// Total bytes the block tables and the lower tiers hold.
     pub fn heap_bytes(&self) -> usize {
-        self.replicas.iter().map(|r| r.blocks.heap_bytes()).sum()
+        self.replicas
+            .iter()
+            .map(|r| r.blocks.heap_bytes() + r.tiers.heap_bytes())
+            .sum()
     }
 
     /// Bytes the holder index holds (0 when not kept).
@@ -285,6 +321,17 @@ fn apply_one(
     event: &Event,
     pages: Pages,
 ) -> Result<(), ConsistencyError> {
+    // a lower tier's store or removal: its own sets, never the block table or holder index
+    match event {
+        Event::Stored(stored) if !is_gpu(stored.medium.as_ref()) => {
+            return replica.store_tier(stored, pages == Pages::Whole);
+        }
+        Event::Removed {
+            medium: Some(medium),
+            ..
+        } if !is_gpu(Some(medium)) => return replica.apply_event(event),
+        _ => {}
+    }
     if let Event::Stored(stored) = event {
         let result = replica.store(stored);
         let stored_pages = match result {
