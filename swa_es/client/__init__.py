@@ -3,7 +3,8 @@
 ``RoutingClient`` (blocking, one keep-alive connection of its own, replies parsed by httptools)
 and ``AsyncRoutingClient`` (httpx, pooled) send prompts in the cheapest form the API reads (binary
 token ids or block hashes; msgpack batches) and return typed answers: per source a
-``SourceMatch``, and an ``AsOf`` saying which log position the answer reflects::
+``SourceMatch`` (with what each tier holds, GPU then host memory or storage: ``tiers``, a
+``TierMatch`` per medium), and an ``AsOf`` saying which log position the answer reflects::
 
     from swa_es.client import RoutingClient
 
@@ -23,6 +24,7 @@ from swa_es.client.answers import (
     MatchReply,
     SourceMatch,
     SourcePosition,
+    TierMatch,
 )
 from swa_es.client.clients import (
     AsyncRoutingClient,
@@ -42,6 +44,7 @@ __all__ = [
     "BatchReply",
     "MatchAnswer",
     "SourceMatch",
+    "TierMatch",
     "AsOf",
     "SourcePosition",
     "RoutingError",

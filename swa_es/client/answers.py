@@ -15,6 +15,22 @@ KNOWN_STATES = frozenset({EXACT, DEGRADED})
 """The states whose lengths are known (degraded: the follower lags, they may be stale)."""
 
 
+GPU = "GPU"
+"""The device tier's name in ``SourceMatch.tiers``."""
+
+
+@dataclass(frozen=True, slots=True)
+class TierMatch:
+    """What one tier of a source holds of a prompt: ``cached_tokens`` (on ``"GPU"`` the
+    top-level length; on a lower tier the tokens it holds without a gap continuing after the GPU
+    hit, what the engine would load from it) and ``usable_tokens`` (on a lower tier always None:
+    engines do not report SWA residency per lower tier). Both None where the source's state is
+    not known."""
+
+    cached_tokens: int | None
+    usable_tokens: int | None
+
+
 @dataclass(frozen=True, slots=True)
 class SourceMatch:
     """What one source holds of a prompt.
@@ -26,13 +42,33 @@ class SourceMatch:
     source's stream) or ``"page_size_mismatch"`` (block hashes of another page size were
     sent); both lengths are None in the last three. ``last_heard_s``: seconds since the
     follower last heard from the source (None: not said); it is left out of comparisons, as
-    it changes with every answer.
+    it changes with every answer. ``tiers``: per medium (``"GPU"`` first, then each lower tier
+    the source reported, named as its engine names them), what that tier holds (``TierMatch``);
+    empty when the reply carried none.
     """
 
     cached_tokens: int | None
     usable_tokens: int | None
     state: str
     last_heard_s: float | None = field(default=None, compare=False)
+    tiers: Mapping[str, TierMatch] = field(default_factory=dict, hash=False)
+
+    def tier_tokens(self, medium: str) -> int:
+        """The tokens tier ``medium`` holds of the prompt (0 when the source did not report
+        that tier or its lengths are not known)."""
+        found = self.tiers.get(medium)
+        return 0 if found is None or found.cached_tokens is None else found.cached_tokens
+
+    def weighted_tokens(self, weights: Mapping[str, float]) -> float:
+        """A router's cascade score: each tier's tokens times its weight in ``weights`` (a tier
+        without a weight counts 0), e.g. ``{"GPU": 1.0, "CPU": 0.75, "DISK": 0.25}``. The
+        tiers continue each other, so the sum weighs every prompt token once, by where it is
+        held nearest the GPU."""
+        return sum(
+            weight * self.tier_tokens(medium)
+            for medium, weight in weights.items()
+            if medium in self.tiers
+        )
 
     @property
     def exact(self) -> bool:
@@ -123,20 +159,40 @@ class BatchReply:
     as_of: AsOf
 
 
+def parse_tiers(raw: Mapping[str, Mapping[str, Any]] | None) -> dict[str, TierMatch]:
+    """The ``tiers`` object of a source's answer (an empty dict when absent)."""
+    if not raw:
+        return {}
+    return {
+        medium: TierMatch(found["cached_tokens"], found["usable_tokens"])
+        for medium, found in raw.items()
+    }
+
+
+def _tiers_key(raw: Mapping[str, Mapping[str, Any]] | None) -> tuple[Any, ...]:
+    if not raw:
+        return ()
+    return tuple(
+        (medium, found["cached_tokens"], found["usable_tokens"]) for medium, found in raw.items()
+    )
+
+
 def parse_sources(raw: Mapping[str, Mapping[str, Any]]) -> dict[str, SourceMatch]:
     """The ``sources`` object of an answer (equal answers share one ``SourceMatch``)."""
     made: dict[tuple[Any, ...], SourceMatch] = {}
     sources: dict[str, SourceMatch] = {}
     for name, found in raw.items():
+        tiers = found.get("tiers")
         key = (
             found["cached_tokens"],
             found["usable_tokens"],
             found["state"],
             found.get("last_heard_s"),
+            _tiers_key(tiers),
         )
         value = made.get(key)
         if value is None:
-            value = made[key] = SourceMatch(*key)
+            value = made[key] = SourceMatch(*key[:4], parse_tiers(tiers))
         sources[name] = value
     return sources
 

@@ -18,6 +18,13 @@ also ``null`` for a source whose stream carries no tombstones (an engine bridged
 A prompt sent as block hashes can only be matched against sources of the same page size;
 the others answer ``"page_size_mismatch"`` with ``null`` lengths.
 
+Every per-source answer carries ``tiers``: ``{medium: {"cached_tokens", "usable_tokens"}}`` for
+``"GPU"`` (equal to the top-level lengths) and every lower tier the source has reported
+(``"CPU"``, ``"STORAGE"``, ``"DISK"``, ... as its engine names them). A lower tier's
+``cached_tokens`` counts the tokens it holds without a gap continuing after the GPU hit (what
+the engine would load from it); its ``usable_tokens`` is ``null`` (engines do not report SWA
+residency per lower tier). Where the top-level lengths are ``null``, so is every tier's.
+
 Every answer carries ``as_of``: the follower's read position in the log (partition -> next
 offset), its lag behind the log's end in records (refreshed about once a second while
 following), and per source the epoch and seq of the last batch applied, so a router can tell a
@@ -72,16 +79,23 @@ class _Liveness:
         return DEGRADED if self.lagging else EXACT
 
 
-def _offline_answers(live: _Liveness) -> SourceAnswers:
-    """Every offline source's answer: null lengths."""
+GPU: Final = "GPU"
+"""The device tier's name in ``tiers`` (the top-level lengths)."""
+
+
+def null_tiers(media: Sequence[str]) -> dict[str, dict[str, None]]:
+    """The ``tiers`` of an answer with null lengths: ``"GPU"`` and each of ``media``."""
+    return {medium: {"cached_tokens": None, "usable_tokens": None} for medium in (GPU, *media)}
+
+
+def _null_answer(state: str, heard_s: float | None, media: Sequence[str]) -> dict[str, Any]:
+    """A source's answer with null lengths in ``state``."""
     return {
-        source: {
-            "cached_tokens": None,
-            "usable_tokens": None,
-            "state": OFFLINE,
-            "last_heard_s": live.heard_s(source),
-        }
-        for source in live.offline
+        "cached_tokens": None,
+        "usable_tokens": None,
+        "state": state,
+        "last_heard_s": heard_s,
+        "tiers": null_tiers(media),
     }
 
 
@@ -134,24 +148,28 @@ class FollowerRouting:
             raise ValueError("block_hashes: every hash must be a signed 64-bit int") from None
         for source in self._other_page_sizes(page_size):
             if source not in live.offline:
-                answers[source] = {
-                    "cached_tokens": None,
-                    "usable_tokens": None,
-                    "state": PAGE_SIZE_MISMATCH,
-                    "last_heard_s": live.heard_s(source),
-                }
+                answers[source] = _null_answer(
+                    PAGE_SIZE_MISMATCH, live.heard_s(source), self.tier_media(source)
+                )
         return self._with_offline(answers, live)
+
+    def tier_media(self, source: str) -> list[str]:
+        """The lower tiers ``source`` has reported, in the order first reported (none for a
+        source the replicas never saw)."""
+        store = self.views.replicas.store
+        if not store.has_source(source):
+            return []
+        return [medium for medium, _ in store.tiers(source)]
 
     @staticmethod
     def _states(live: _Liveness) -> tuple[str, str]:
         """The state of a source holding part of a prompt, and of one whose state is unknown."""
         return DEGRADED if live.lagging else EXACT, UNKNOWN
 
-    @staticmethod
-    def _with_offline(answers: SourceAnswers, live: _Liveness) -> SourceAnswers:
+    def _with_offline(self, answers: SourceAnswers, live: _Liveness) -> SourceAnswers:
         """``answers`` and every offline source's answer (null lengths)."""
-        if live.offline:
-            answers.update(_offline_answers(live))
+        for source in live.offline:
+            answers[source] = _null_answer(OFFLINE, live.heard_s(source), self.tier_media(source))
         return answers
 
     def _state_key(self) -> tuple[int, ...]:
@@ -170,7 +188,7 @@ class FollowerRouting:
                 source
                 for source in store.sources()
                 if store.diverged(source) is None
-                and store.block_count(source)
+                and (store.block_count(source) or any(n for _, n in store.tiers(source)))
                 and (meta := replicas.meta_of(source)) is not None
                 and meta.page_size != page_size
             ]
@@ -204,7 +222,8 @@ class FollowerRouting:
         return self._as_of
 
     def sources(self) -> SourceAnswers:
-        """Per source: epoch, seq, state, liveness, blocks, tombstones, lag and digest state."""
+        """Per source: epoch, seq, state, liveness, blocks (and blocks per tier: ``"GPU"``, then
+        each lower tier reported), tombstones, lag and digest state."""
         lag_records = self.follower.metrics.lag_records
         live = self.liveness()
         answers: SourceAnswers = {}
@@ -220,6 +239,7 @@ class FollowerRouting:
                 "offline": live.offline.get(source),
                 "diverged": tree.diverged,
                 "blocks": len(tree),
+                "tiers": {GPU: len(tree), **dict(self.views.replicas.store.tiers(source))},
                 "tombstones": tree.tombstone_count,
                 "swa_events": True if meta is None else meta.swa_events,
                 "swa_residency": swa_residency(meta),

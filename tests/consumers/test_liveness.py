@@ -101,6 +101,7 @@ async def test_heartbeats_keep_an_idle_source_exact_and_never_reach_the_views() 
         "usable_tokens": 16,
         "state": "exact",
         "last_heard_s": 0.0,
+        "tiers": {"GPU": {"cached_tokens": 16, "usable_tokens": 16}},
     }
     # b sent nothing all that time: offline by the timeout, answered with null lengths
     assert fleet.answer("b") == {
@@ -108,6 +109,7 @@ async def test_heartbeats_keep_an_idle_source_exact_and_never_reach_the_views() 
         "usable_tokens": None,
         "state": "offline",
         "last_heard_s": pytest.approx(TIMEOUT_S * 2.4),
+        "tiers": {"GPU": {"cached_tokens": None, "usable_tokens": None}},
     }
     sources = fleet.routing.sources()
     assert sources["b"]["state"] == "offline" and "unheard for 72.0 s" in sources["b"]["offline"]
@@ -129,6 +131,7 @@ async def test_an_offline_source_is_answered_whether_or_not_it_holds_the_prompt(
             "usable_tokens": None,
             "state": "offline",
             "last_heard_s": TIMEOUT_S + 1,
+            "tiers": {"GPU": {"cached_tokens": None, "usable_tokens": None}},
         }
     }
     await fleet.read(record(fleet.b.batch(fleet.b.store([7] * 8))))
@@ -191,6 +194,7 @@ async def test_a_liveness_record_past_the_cursor_is_a_gap() -> None:
         "usable_tokens": None,
         "state": "unknown",
         "last_heard_s": 0.0,
+        "tiers": {"GPU": {"cached_tokens": None, "usable_tokens": None}},
     }
     fleet.clock.now += TIMEOUT_S + 1
     assert fleet.answer("a")["state"] == "offline", "offline wins over unknown"

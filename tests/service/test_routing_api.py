@@ -73,6 +73,12 @@ async def test_match_sources_and_bad_requests(tmp_path) -> None:  # type: ignore
                         "usable_tokens": expected["w0"].swa_tokens,
                         "state": "exact",
                         "last_heard_s": reply.json()["sources"]["w0"]["last_heard_s"],
+                        "tiers": {
+                            "GPU": {
+                                "cached_tokens": expected["w0"].full_tokens,
+                                "usable_tokens": expected["w0"].swa_tokens,
+                            }
+                        },
                     }
                 }
             }
@@ -81,6 +87,7 @@ async def test_match_sources_and_bad_requests(tmp_path) -> None:  # type: ignore
             assert miss.json()["sources"] == {}
             sources = (await client.get(f"{base}/v1/sources")).json()["sources"]
             assert sources["w0"]["blocks"] == (len(prompt) + len(other)) // PAGE
+            assert sources["w0"]["tiers"] == {"GPU": sources["w0"]["blocks"]}
             assert sources["w0"]["state"] == "exact"
             assert sources["w0"]["digest"] == cache.state_digest()
             for bad, needle in (

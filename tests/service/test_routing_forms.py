@@ -29,7 +29,9 @@ from swa_es.client import (
     RoutingError,
     RoutingUnavailableError,
     SourceMatch,
+    TierMatch,
 )
+from swa_es.client.answers import parse_tiers
 from swa_es.service.http_app import AppParts, build_app
 from swa_es.service.http_server import HttpServer
 from swa_es.service.match_query import MAX_BATCH_PROMPTS
@@ -111,13 +113,19 @@ def expected(served: Served, token_ids: Sequence[int], extra_key: str | None = N
             "usable_tokens": found.swa_tokens,
             "state": "exact" if found.known else "unknown",
             "last_heard_s": 0.0,
+            "tiers": {
+                "GPU": {"cached_tokens": found.full_tokens, "usable_tokens": found.swa_tokens}
+            },
         }
         for source, found in served.views.prefix.match(token_ids, extra_key).items()
     }
 
 
 def typed(answer: Any) -> dict[str, SourceMatch]:
-    return {name: SourceMatch(**found) for name, found in answer.items()}
+    return {
+        name: SourceMatch(**(found | {"tiers": parse_tiers(found["tiers"])}))
+        for name, found in answer.items()
+    }
 
 
 QUERIES: list[tuple[list[int], str | None]] = [
@@ -141,6 +149,7 @@ async def test_every_form_answers_as_the_in_process_index(tmp_path: Path) -> Non
             "usable_tokens": 20,
             "state": "exact",
             "last_heard_s": 0.0,
+            "tiers": {"GPU": {"cached_tokens": 24, "usable_tokens": 20}},
         }
         assert full["b"]["cached_tokens"] == 10 and full["c"]["cached_tokens"] == 24
         assert "d" not in full and expected(served, PROMPT, "tenant")["d"]["cached_tokens"] == 24
@@ -201,6 +210,7 @@ async def test_block_hashes_answer_as_tokens_for_their_page_size(tmp_path: Path)
                         "usable_tokens": None,
                         "state": "page_size_mismatch",
                         "last_heard_s": 0.0,
+                        "tiers": {"GPU": {"cached_tokens": None, "usable_tokens": None}},
                     }
                     hashes = a.hashes(token_ids, extra_key)
                     got = await client.match_hashes(hashes, 2)
@@ -213,7 +223,9 @@ async def test_block_hashes_answer_as_tokens_for_their_page_size(tmp_path: Path)
                     assert reply.json()["sources"] == want
                 c_hashes = served.models["c"].hashes(PROMPT)
                 got = await client.match_hashes(c_hashes, 4)
-                assert got.sources["c"] == SourceMatch(24, 24, "exact")
+                assert got.sources["c"] == SourceMatch(
+                    24, 24, "exact", tiers={"GPU": TierMatch(24, 24)}
+                )
                 assert got.sources["a"].state == "page_size_mismatch"
 
 
@@ -230,6 +242,7 @@ async def test_batches_are_answered_in_order(tmp_path: Path) -> None:
             "usable_tokens": None,
             "state": "page_size_mismatch",
             "last_heard_s": 0.0,
+            "tiers": {"GPU": {"cached_tokens": None, "usable_tokens": None}},
         }
         wants.append(hashed_want)
         async with AsyncRoutingClient(served.url) as client:
