@@ -12,7 +12,7 @@ one fully evicted) the follower's ``PrefixIndex.match`` for the bridged source (
 /v1/match`` answers) must equal sglang's own answer: ``usable_tokens`` its ``match_prefix``
 length, ``cached_tokens`` the full-KV prefix its tree holds.
 
-``SWA_ES_SWA_0523_DIFF_STEPS`` sets the steps per case (default 600: about 2,400 in all).
+``SWA_ES_SWA_0523_DIFF_STEPS`` sets the steps per case (default 1,000: 4,000 in all).
 Skipped without bench/.venv-sglang-0523 unless ``SWA_ES_REQUIRE_SGLANG_0523=1``.
 """
 
@@ -35,7 +35,7 @@ from tests.peers.sglang_0523_swa_peer import Sglang0523SwaEngine, require_sglang
 
 pytestmark = pytest.mark.sglang
 
-STEPS = int(os.environ.get("SWA_ES_SWA_0523_DIFF_STEPS", "600"))
+STEPS = int(os.environ.get("SWA_ES_SWA_0523_DIFF_STEPS", "1000"))
 
 # (page size, window, full pool, SWA pool, longest conversation, seed)
 CASES = [

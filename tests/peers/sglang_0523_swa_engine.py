@@ -63,8 +63,11 @@ RECENT = 64
 SWA = ComponentType.SWA
 
 
-def build_cache(page: int, window: int, full: int, swa: int, core: str | None) -> tuple[Any, Any]:
-    """sglang's cache and allocator on the CPU (smallest pool shapes; the KV is never read)."""
+def build_cache(
+    page: int, window: int, full: int, swa: int, core: str | None, events: bool = True
+) -> tuple[Any, Any]:
+    """sglang's cache and allocator on the CPU (smallest pool shapes; the KV is never read);
+    ``core`` names sglang's tree core backend (None: its default)."""
     kvcache = SWAKVPool(
         size=full,
         size_swa=swa,
@@ -90,7 +93,7 @@ def build_cache(page: int, window: int, full: int, swa: int, core: str | None) -
         req_to_token_pool=None,  # unused by the tree-only path
         token_to_kv_pool_allocator=allocator,
         page_size=page,
-        enable_kv_cache_events=True,
+        enable_kv_cache_events=events,
         sliding_window_size=window,
         tree_components=(ComponentType.FULL, SWA),
         tree_core_backend=core,
