@@ -175,10 +175,12 @@ class TierHost:
 
 
 def digest_tier_block(digest: StateDigest, our_hash: int, medium: str, held: bool) -> None:
-    """Account in ``digest`` for a block entering (``held``) or leaving tier ``medium``: the
-    contract's ``tier_term``, the term a native replica adds for it."""
-    # Not yet: the digest's tier term has not landed; tier blocks stay out of the digest.
-    del digest, our_hash, medium, held
+    """Account in ``digest`` for a block entering (``held``) or leaving tier ``medium``
+    (``tier_term``, the term a replica adds for it)."""
+    if held:
+        digest.add_tier(our_hash, medium)
+    else:
+        digest.remove_tier(our_hash, medium)
 
 
 class TierBook:

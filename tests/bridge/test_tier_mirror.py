@@ -1,7 +1,8 @@
 """The mirror's tier book with engine events built here (sglang's shapes: self-describing tier
 stores, one removal per radix node): sglang's media names, an unknown medium kept under its own
 name, reasons split per block, the bounded memory of removed blocks, groups declared late,
-snapshots and counters."""
+snapshots and counters. Every step's events go to a native replica, which must apply them and
+end with the mirror's digest."""
 
 from __future__ import annotations
 
@@ -10,12 +11,15 @@ import logging
 import pytest
 
 from cache.events import (
+    AllBlocksCleared,
     BlockRemoved,
     BlockStored,
     Event,
+    EventBatch,
     chain_block_hashes,
     namespace_prior,
 )
+from consumers import ReplicaSet
 from swa_es.bridge.formats import (
     EngineCleared,
     EngineEvent,
@@ -42,10 +46,25 @@ def store(key: int, medium: str | None = "GPU") -> EngineStored:
     return EngineStored((key,), key - 1 or None, page_tokens(key), PAGE, medium)
 
 
-def apply(mirror: MirrorCache, *events: EngineEvent) -> list[Event]:
-    for event in events:
-        mirror.apply(event)
-    return mirror.take_events()
+class Followed(MirrorCache):
+    """A mirror whose every step's events a native replica applies (then with its digest)."""
+
+    def __init__(self, recent_pages: int = 65_536) -> None:
+        super().__init__(recent_pages=recent_pages)
+        self.replicas = ReplicaSet()
+        self.seq = 0
+
+    def step(self, *events: EngineEvent) -> list[Event]:
+        """``events`` applied as one engine batch; our events."""
+        for event in events:
+            self.apply(event)
+        taken = self.take_events()
+        opening: tuple[Event, ...] = (AllBlocksCleared(),) if self.seq == 0 else ()
+        meta = self.meta() if self.seq == 0 else None
+        self.replicas.apply(EventBatch("sg", "e", self.seq, 0.0, (*opening, *taken), meta=meta))
+        self.seq += 1
+        assert self.replicas["sg"].state_digest() == self.state_digest()
+        return taken
 
 
 def tier(key: int, medium: str) -> BlockStored:
@@ -55,14 +74,14 @@ def tier(key: int, medium: str) -> BlockStored:
 
 
 def test_sglang_media_names_are_kept_and_ranked() -> None:
-    mirror = MirrorCache()
-    apply(mirror, *(store(key) for key in (1, 2, 3)))
+    mirror = Followed()
+    mirror.step(*(store(key) for key in (1, 2, 3)))
     # sglang's HiCache: backed up to host memory, then to disk
-    events = apply(mirror, store(1, "CPU_PINNED"), store(2, "CPU_PINNED"), store(1, "DISK"))
+    events = mirror.step(store(1, "CPU_PINNED"), store(2, "CPU_PINNED"), store(1, "DISK"))
     assert events == [tier(1, "CPU_PINNED"), tier(2, "CPU_PINNED"), tier(1, "DISK")]
     assert mirror.tiers.media == ("CPU_PINNED", "DISK")
     # host memory frees both: 1 still on disk (demoted), 2 gone (evicted), deepest first
-    events = apply(mirror, EngineRemoved((1, 2), "CPU_PINNED"))
+    events = mirror.step(EngineRemoved((1, 2), "CPU_PINNED"))
     assert events == [
         BlockRemoved((OURS[1],), "CPU_PINNED", "evicted"),
         BlockRemoved((OURS[0],), "CPU_PINNED", "demoted"),
@@ -72,10 +91,10 @@ def test_sglang_media_names_are_kept_and_ranked() -> None:
 
 
 def test_a_gpu_node_removal_is_split_by_reason_parents_last() -> None:
-    mirror = MirrorCache()
-    apply(mirror, EngineStored((1, 2, 3), None, TOKENS[:6], PAGE, "GPU"))
-    apply(mirror, store(1, "CPU_PINNED"), store(3, "CPU_PINNED"))
-    events = apply(mirror, EngineRemoved((1, 2, 3), "GPU"))
+    mirror = Followed()
+    mirror.step(EngineStored((1, 2, 3), None, TOKENS[:6], PAGE, "GPU"))
+    mirror.step(store(1, "CPU_PINNED"), store(3, "CPU_PINNED"))
+    events = mirror.step(EngineRemoved((1, 2, 3), "GPU"))
     assert events == [
         BlockRemoved((OURS[2],), "GPU", "demoted"),
         BlockRemoved((OURS[1],), "GPU", "evicted"),
@@ -85,10 +104,10 @@ def test_a_gpu_node_removal_is_split_by_reason_parents_last() -> None:
 
 
 def test_an_unknown_medium_is_kept_under_its_name(caplog: pytest.LogCaptureFixture) -> None:
-    mirror = MirrorCache()
-    apply(mirror, store(1))
+    mirror = Followed()
+    mirror.step(store(1))
     with caplog.at_level(logging.WARNING):
-        events = apply(mirror, store(1, "NVME_POOL"), EngineRemoved((1,), "GPU"))
+        events = mirror.step(store(1, "NVME_POOL"), EngineRemoved((1,), "GPU"))
     assert events == [tier(1, "NVME_POOL"), BlockRemoved((OURS[0],), "GPU", "demoted")]
     assert mirror.tiers.media == ("NVME_POOL",) and len(mirror) == 0
     counters = mirror.tiers.counters
@@ -114,17 +133,17 @@ def test_sglang_frames_with_media_decode_and_place() -> None:
             ],
         ]
     )
-    mirror = MirrorCache()
-    events = apply(mirror, *decode_batch(payload, WireFormat.SGLANG).events)
+    mirror = Followed()
+    events = mirror.step(*decode_batch(payload, WireFormat.SGLANG).events)
     assert events[1:] == [tier(1, "CPU_PINNED"), BlockRemoved((OURS[0],), "GPU", "demoted")]
 
 
 def test_the_memory_of_removed_blocks_is_bounded() -> None:
-    mirror = MirrorCache(recent_pages=1)
-    apply(mirror, store(1), store(2))
-    apply(mirror, EngineRemoved((2,), "GPU"), EngineRemoved((1,), "GPU"))  # 2 forgotten
+    mirror = Followed(recent_pages=1)
+    mirror.step(store(1), store(2))
+    mirror.step(EngineRemoved((2,), "GPU"), EngineRemoved((1,), "GPU"))  # 2 forgotten
     placeholder = EngineStored((2,), None, (), 0, "CPU")
-    assert apply(mirror, placeholder, EngineStored((1,), None, (), 0, "CPU")) == [tier(1, "CPU")]
+    assert mirror.step(placeholder, EngineStored((1,), None, (), 0, "CPU")) == [tier(1, "CPU")]
     assert mirror.tiers.counters.unplaced_tier_blocks == 1
     memory = RecentPages(2)
     for key in (1, 2, 3):
@@ -148,21 +167,21 @@ def test_a_full_group_declared_later_unholds_tier_blocks() -> None:
             group_kind="full_attention" if medium == "GPU" else None,
         )
 
-    mirror = MirrorCache()
-    apply(mirror, grouped(1, 0))
-    assert apply(mirror, grouped(1, 0, "CPU")) == [tier(1, "CPU")]
-    events = apply(mirror, grouped(1, 2))  # a second full group: held on GPU and CPU by neither
+    mirror = Followed()
+    mirror.step(grouped(1, 0))
+    assert mirror.step(grouped(1, 0, "CPU")) == [tier(1, "CPU")]
+    events = mirror.step(grouped(1, 2))  # a second full group: held on GPU and CPU by neither
     assert BlockRemoved((OURS[0],), "CPU", "evicted") in events
     assert not mirror.tiers.media
-    assert apply(mirror, grouped(1, 2, "CPU")) == [tier(1, "CPU")]
+    assert mirror.step(grouped(1, 2, "CPU")) == [tier(1, "CPU")]
 
 
 def test_snapshots_and_clears_carry_the_tiers() -> None:
-    mirror = MirrorCache()
-    apply(mirror, store(1), store(2), store(2, "CPU_PINNED"), store(2, "DISK"))
+    mirror = Followed()
+    mirror.step(store(1), store(2), store(2, "CPU_PINNED"), store(2, "DISK"))
     snapshot = mirror.snapshot_events()
     assert snapshot[2:] == [tier(2, "CPU_PINNED"), tier(2, "DISK")]
-    apply(mirror, EngineCleared())
+    mirror.step(EngineCleared())
     assert not mirror.tiers.media and mirror.snapshot_events() == []
     assert mirror.tiers.counters.as_dict() == {
         "unplaced_tier_blocks": 0,

@@ -22,9 +22,11 @@ from cache.events import (
     BlockRemoved,
     BlockStored,
     Event,
+    EventBatch,
     chain_block_hashes,
     namespace_prior,
 )
+from consumers import ReplicaSet
 from log import open_log
 from swa_es.bridge.formats import WireFormat, decode_batch
 from swa_es.bridge.ingest import Bridge
@@ -258,3 +260,29 @@ async def test_a_running_bridge_keeps_the_gpu_prefix_past_unknown_cpu_stores(
     finally:
         pub.close(linger=0)
         context.term()
+
+
+@pytest.mark.parametrize("name", [name for name in SCENARIOS if name != "tokens_contradict"])
+def test_a_follower_applies_the_bridges_tier_events(
+    frames: dict[str, list[bytes]], name: str
+) -> None:
+    """The native replica applies each batch the mirror makes without a consistency error and
+    ends with the mirror's digest and tier sets; so does one opened from the mirror's
+    snapshot."""
+    mirror = MirrorCache()
+    replicas = ReplicaSet()
+    for seq, payload in enumerate(frames[name]):
+        (events,) = run(mirror, [payload])
+        opening: tuple[Event, ...] = (AllBlocksCleared(),) if seq == 0 else ()
+        meta = mirror.meta() if seq == 0 else None
+        replicas.apply(EventBatch("vt", "e", seq, 0.0, (*opening, *events), meta=meta))
+        assert replicas["vt"].state_digest() == mirror.state_digest()
+    reopened = ReplicaSet()
+    snapshot = (AllBlocksCleared(), *mirror.snapshot_events())
+    reopened.apply(EventBatch("vt", "e", 0, 0.0, snapshot, meta=mirror.meta()))
+    assert reopened["vt"].state_digest() == mirror.state_digest()
+    for medium in ("CPU", "STORAGE"):
+        for our_hash in OURS:
+            held = mirror.tiers.holds(medium, our_hash)
+            assert replicas.store.tier_holds("vt", medium, our_hash) == held
+            assert reopened.store.tier_holds("vt", medium, our_hash) == held
