@@ -2,8 +2,10 @@
 
 The blocks live in the native core (``cache.events.replica_store.ReplicaStore``): per source,
 compact arrays indexed by slot (hash, parent slot, child count and tombstone flag, token ids) and
-an ordered open-addressing index from block hash to slot, about 32 bytes per page-1 block. A
-follower hands decoded records over as ``WireBatch`` (``apply_wire``): the store reads them
+an ordered open-addressing index from block hash to slot, about 32 bytes per page-1 block. The
+blocks an engine holds on a lower tier (its events' ``medium`` other than ``"GPU"``: host memory,
+storage) are kept per source and medium as sets of block hashes beside it (``ReplicaTree.tiers``).
+A follower hands decoded records over as ``WireBatch`` (``apply_wire``): the store reads them
 natively, with no Python object per event. A snapshot is one checksummed bulk copy of the
 arrays. When a ``PrefixIndex`` reads the set, the store also keeps a holder index (block hash ->
 the sources holding it; about 18 bytes per distinct page-1 block). ``ReplicaSet`` and
@@ -133,6 +135,16 @@ class ReplicaTree:
     def block_size(self) -> int | None:
         """Tokens per block (None until the first block arrives)."""
         return self._store.block_size(self.source)
+
+    def tiers(self) -> dict[str, int]:
+        """The lower tiers (host memory, storage: any medium but the GPU) the source has
+        reported, in the order first reported, with the blocks each holds now (0 for an emptied
+        tier). The GPU's blocks are the tree itself."""
+        return dict(self._store.tiers(self.source))
+
+    def tier_holds(self, medium: str, block_hash: int) -> bool:
+        """Whether the lower tier ``medium`` holds ``block_hash``."""
+        return self._store.tier_holds(self.source, medium, block_hash)
 
     def residency(self, block_hash: int) -> bool | None:
         """True: held and SWA-resident; False: held as a tombstone; None: not held."""

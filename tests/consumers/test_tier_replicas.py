@@ -60,6 +60,7 @@ async def test_tiers_follow_the_log_and_survive_a_restore(
     assert first.diverged() == {}
     store = replicas.store
     assert store.tiers("w") == [("CPU", len(source.tiers["CPU"]))]
+    assert replicas["w"].tiers() == {"CPU": len(source.tiers["CPU"])}
     assert replicas["w"].state_digest() == source.digest()
     await first.snapshot()
     await _write(event_log, source, 10, first=False)
@@ -70,7 +71,7 @@ async def test_tiers_follow_the_log_and_survive_a_restore(
     assert restored.store.tiers("w") == [("CPU", len(source.tiers["CPU"]))]
     assert restored["w"].state_digest() == source.digest()
     for block_hash in source.tiers["CPU"]:
-        assert restored.store.tier_holds("w", "CPU", block_hash)
+        assert restored["w"].tier_holds("CPU", block_hash)
 
 
 async def test_a_tier_event_that_does_not_fit_diverges_the_source(event_log: EventLog) -> None:
