@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import logging
 
+import msgpack
 import pytest
+from prometheus_client import generate_latest
 
 from cache.events import (
     AllBlocksCleared,
@@ -31,6 +33,7 @@ from swa_es.bridge.formats import (
 from swa_es.bridge.mirror import MirrorCache
 from swa_es.bridge.pages import Page
 from swa_es.bridge.tiers import RecentPages, lower_than
+from swa_es.service.service_metrics import bridge_families, registry_of
 
 PAGE = 2
 TOKENS = tuple(range(1, 9))  # four pages: engine keys 1..4
@@ -121,8 +124,6 @@ def test_an_unknown_medium_is_kept_under_its_name(caplog: pytest.LogCaptureFixtu
 def test_sglang_frames_with_media_decode_and_place() -> None:
     """sglang 0.5.16's positional events: ``medium`` is the store's seventh field and the
     removal's third."""
-    import msgpack
-
     payload = msgpack.packb(
         [
             0.0,
@@ -190,3 +191,20 @@ def test_snapshots_and_clears_carry_the_tiers() -> None:
         "tier_other_group": 0,
         "unknown_medium_events": 0,
     }
+
+
+def test_tier_counters_are_exported_per_medium() -> None:
+    """What ``swa-es bridge`` serves at ``/metrics``: the totals, and pages per medium and
+    outcome."""
+    mirror = Followed()
+    mirror.step(store(1), store(1, "CPU_PINNED"), EngineStored((9,), None, (), 0, "CPU"))
+    counters = mirror.tiers.counters
+    text = generate_latest(
+        registry_of(lambda: bridge_families("sg", counters.as_dict(), None, counters.pages))
+    ).decode()
+    assert 'swa_es_bridge_unplaced_tier_blocks_total{source="sg"} 1.0' in text
+    assert (
+        'swa_es_bridge_tier_pages_total{medium="CPU_PINNED",outcome="stored",source="sg"} 1.0'
+        in text
+    )
+    assert 'swa_es_bridge_tier_pages_total{medium="CPU",outcome="unplaced",source="sg"} 1.0' in text
