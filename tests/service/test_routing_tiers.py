@@ -6,6 +6,7 @@ after the GPU hit; the top-level lengths stay the GPU's."""
 
 from __future__ import annotations
 
+import struct
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -119,7 +120,7 @@ EXPECTED = {
 async def test_tiers_answer_from_the_gpu_hit_on_in_every_form(tmp_path: Path) -> None:
     """GPU only, CPU only, both, CPU continuing past the GPU, CPU only as far as the GPU
     (0), an emptied tier (0), an unknown medium kept under its name, an offline source (null):
-    the same in JSON, msgpack, the block-hash form, a batch and both clients."""
+    the same in JSON, msgpack, binary, the block-hash form, a batch and both clients."""
     async with serving(tmp_path) as served:
         for source in EXPECTED:
             if source != "gone":
@@ -135,6 +136,12 @@ async def test_tiers_answer_from_the_gpu_hit_on_in_every_form(tmp_path: Path) ->
                 headers={"content-type": "application/msgpack"},
             )
             assert packed.json()["sources"] == EXPECTED
+            binary = await raw.post(
+                url,
+                content=struct.pack(f"<{len(PROMPT)}I", *PROMPT),
+                headers={"content-type": "application/octet-stream"},
+            )
+            assert binary.json()["sources"] == EXPECTED
             hashes = served.sources["gpu"].hashes(PROMPT)
             by_hash = await raw.post(url, json={"block_hashes": hashes, "page_size": PAGE})
             assert by_hash.json()["sources"] == EXPECTED
