@@ -286,9 +286,9 @@ fn read_tiers(reader: &mut Reader<'_>, name: &str) -> Result<Tiers, SnapshotErro
         tiers.push(tier);
     }
     let any_blocks = tiers.iter().any(|tier| !tier.blocks.is_empty());
-    if any_blocks == (block_size == 0) {
+    if any_blocks && block_size == 0 {
         return Err(SnapshotError::new(format!(
-            "{name:?}: tier block_size {block_size} does not match the tiers' blocks"
+            "{name:?}: tiers hold blocks of block_size 0"
         )));
     }
     Tiers::from_parts(tiers, (block_size > 0).then_some(block_size))
@@ -495,6 +495,16 @@ mod tests {
         }
         store.replica_mut("b").mark_diverged("gap");
         store.replica_mut("never-stored");
+        // a source whose only tier was emptied (its page size is kept)
+        let emptied = [
+            tier_store("CPU", &[7, 8], 1),
+            Event::Removed {
+                hashes: [7, 8][..].into(),
+                medium: Some(Medium::CPU),
+                reason: None,
+            },
+        ];
+        store.apply_events("emptied", &emptied).unwrap();
         store
     }
 
