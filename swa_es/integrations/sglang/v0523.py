@@ -32,13 +32,13 @@ import logging
 from collections.abc import Iterable
 from typing import Any, Final
 
+import numpy
 import torch
 from sglang.srt.disaggregation.kv_events import KVCacheEvent, StorageMedium
 from sglang.srt.mem_cache import unified_radix_cache
 from sglang.srt.mem_cache.rust_tree_core.adapter import RustUnifiedTreeCore
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 from sglang.srt.mem_cache.unified_cache.unified_tree_core import UnifiedTreeCore
-from sglang.srt.mem_cache.utils import hash_str_to_int64
 
 from swa_es.integrations.sglang.wire import SWA_EVICTED, SWA_RESTORED
 
@@ -67,6 +67,19 @@ class BlockSWARestored(KVCacheEvent):  # type: ignore[misc]  # sglang's msgspec 
 
 
 assert BlockSWAEvicted.__name__ == SWA_EVICTED and BlockSWARestored.__name__ == SWA_RESTORED
+
+
+def _int64_hashes(hex_digests: list[str]) -> torch.Tensor:
+    """sglang's event hashes of its page digests (``hash_str_to_int64``: the first 64 bits,
+    signed), converted in one pass."""
+    if not hex_digests:
+        return torch.empty(0, dtype=torch.int64)
+    raw = bytes.fromhex("".join(digest[:16] for digest in hex_digests))
+    return torch.from_numpy(numpy.frombuffer(raw, dtype=">i8").astype(numpy.int64))
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a is b or (a.shape == b.shape and bool(torch.equal(a, b)))
 
 
 def _on_gpu(event: Any) -> bool:
@@ -149,10 +162,11 @@ class Residency:
 
     def window_set(self, node_id: int) -> None:
         """The node gained an SWA value: remember its slots; restore its blocks."""
-        hashes = [hash_str_to_int64(h) for h in self.core.get_hash_values(node_id)]
+        digests = _int64_hashes(self.core.get_hash_values(node_id))
         full = self.core.get_component_device_value(node_id, ComponentType.FULL)
-        if full is not None and hashes and len(full) == len(hashes) * self.page:
-            self._remember(full, hashes)
+        if full is not None and len(digests) and len(full) == len(digests) * self.page:
+            self._remember(full, digests)
+        hashes = digests.tolist()
         if self.inserting:
             self.windowed.extend(hashes)
         else:
@@ -185,8 +199,10 @@ class Residency:
         freed = result.device_frees.get(ComponentType.SWA)
         if not freed or self.slot_hash is None:
             return
-        ids = torch.cat(list(freed))
         removed = result.device_frees.get(ComponentType.FULL)
+        if removed and len(removed) == len(freed) and all(map(_same, freed, removed)):
+            return  # whole nodes removed (their BlockRemoved is sglang's own)
+        ids = torch.cat(list(freed))
         if removed:
             ids = ids[~torch.isin(ids, torch.cat(list(removed)))]
         ids = ids[ids < len(self.slot_hash)]
@@ -196,7 +212,7 @@ class Residency:
         self.drain()
         self._emit((h for h in hashes if h != _UNKNOWN_SLOT), resident=False)
 
-    def _remember(self, full: torch.Tensor, hashes: list[int]) -> None:
+    def _remember(self, full: torch.Tensor, hashes: torch.Tensor) -> None:
         table = self.slot_hash
         mapping = getattr(self.cache.token_to_kv_pool_allocator, "full_to_swa_index_mapping", None)
         needed = len(mapping) if mapping is not None else int(full.max().item()) + 1
@@ -205,8 +221,8 @@ class Residency:
             if table is not None and table.device == full.device:
                 grown[: len(table)] = table
             table = self.slot_hash = grown
-        values = torch.tensor(hashes, dtype=torch.int64, device=full.device)
-        table[full.to(torch.int64)] = values.repeat_interleave(self.page)
+        values = hashes.to(full.device).repeat_interleave(self.page)
+        table[full.to(torch.int64)] = values
 
 
 def residency(cache: Any) -> Residency | None:
