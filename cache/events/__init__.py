@@ -22,6 +22,7 @@ from cache.events.digest import (
     block_term,
     chain_block_terms,
     format_digest,
+    tier_term,
 )
 from cache.events.errors import DecodeError
 from cache.events.hashing import (
@@ -78,6 +79,7 @@ __all__ = [
     "block_term",
     "chain_block_terms",
     "format_digest",
+    "tier_term",
     "ROOT_PRIOR",
     "block_hashes_of",
     "chain_block_hashes",
