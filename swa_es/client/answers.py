@@ -44,14 +44,15 @@ class SourceMatch:
     follower last heard from the source (None: not said); it is left out of comparisons, as
     it changes with every answer. ``tiers``: per medium (``"GPU"`` first, then each lower tier
     the source reported, named as its engine names them), what that tier holds (``TierMatch``);
-    empty when the reply carried none.
+    empty when the reply carried none. It is left out of comparisons too (a ``SourceMatch``
+    compares by its GPU lengths and state, as before tiers existed): compare ``tiers`` itself.
     """
 
     cached_tokens: int | None
     usable_tokens: int | None
     state: str
     last_heard_s: float | None = field(default=None, compare=False)
-    tiers: Mapping[str, TierMatch] = field(default_factory=dict, hash=False)
+    tiers: Mapping[str, TierMatch] = field(default_factory=dict, compare=False)
 
     def tier_tokens(self, medium: str) -> int:
         """The tokens tier ``medium`` holds of the prompt (0 when the source did not report

@@ -173,6 +173,11 @@ async def test_tiers_answer_from_the_gpu_hit_on_in_every_form(tmp_path: Path) ->
                 [Prompt(PROMPT), HashedPrompt(served.sources["gpu"].hashes(PROMPT), PAGE)]
             )
         assert [a.sources for a in reply_batch.answers] == [typed, typed]
+        tiers = {name: found.tiers for name, found in typed.items()}
+        assert [
+            {name: found.tiers for name, found in a.sources.items()} for a in reply_batch.answers
+        ] == [tiers, tiers]
+        assert tiers["odd"] == {"GPU": TierMatch(0, 0), "NVME_X": TierMatch(6, None)}
 
 
 async def test_an_unknown_source_answers_null_in_every_tier_and_a_miss_leaves_tiers_out(
