@@ -26,7 +26,7 @@ from sglang.srt.disaggregation.kv_events import KVCacheEvent, StorageMedium
 from sglang.srt.mem_cache import swa_radix_cache
 from sglang.srt.mem_cache.utils import hash_str_to_int64
 
-from swa_es.integrations.sglang.wire import SWA_EVICTED, SWA_RESTORED
+from swa_es.integrations.sglang.extension import event_classes
 
 logger = logging.getLogger(__name__)
 
@@ -36,23 +36,7 @@ _FLAG: Final = "swa_tombstone"
 _GPU: Final = StorageMedium.GPU.value
 
 
-class BlockSWAEvicted(KVCacheEvent):  # type: ignore[misc]  # sglang's msgspec base is untyped
-    """The SWA KV of ``block_hashes`` was freed; their full KV is kept (wire.SWA_EVICTED)."""
-
-    block_hashes: list[int]
-    medium: str | None
-    sliding_window_size: int
-
-
-class BlockSWARestored(KVCacheEvent):  # type: ignore[misc]  # sglang's msgspec base is untyped
-    """The tombstoned ``block_hashes`` hold SWA KV again (wire.SWA_RESTORED)."""
-
-    block_hashes: list[int]
-    medium: str | None
-    sliding_window_size: int
-
-
-assert BlockSWAEvicted.__name__ == SWA_EVICTED and BlockSWARestored.__name__ == SWA_RESTORED
+BlockSWAEvicted, BlockSWARestored = event_classes(KVCacheEvent, __name__)
 
 
 def record_residency(cache: Any, node: Any, resident: bool) -> None:

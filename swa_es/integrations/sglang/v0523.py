@@ -40,7 +40,7 @@ from sglang.srt.mem_cache.rust_tree_core.adapter import RustUnifiedTreeCore
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 from sglang.srt.mem_cache.unified_cache.unified_tree_core import UnifiedTreeCore
 
-from swa_es.integrations.sglang.wire import SWA_EVICTED, SWA_RESTORED
+from swa_es.integrations.sglang.extension import event_classes
 
 logger = logging.getLogger(__name__)
 
@@ -50,23 +50,7 @@ _GPU: Final = StorageMedium.GPU.value
 _UNKNOWN_SLOT: Final = -(2**63)
 
 
-class BlockSWAEvicted(KVCacheEvent):  # type: ignore[misc]  # sglang's msgspec base is untyped
-    """The SWA KV of ``block_hashes`` was freed; their full KV is kept (wire.SWA_EVICTED)."""
-
-    block_hashes: list[int]
-    medium: str | None
-    sliding_window_size: int
-
-
-class BlockSWARestored(KVCacheEvent):  # type: ignore[misc]  # sglang's msgspec base is untyped
-    """The tombstoned ``block_hashes`` hold SWA KV again (wire.SWA_RESTORED)."""
-
-    block_hashes: list[int]
-    medium: str | None
-    sliding_window_size: int
-
-
-assert BlockSWAEvicted.__name__ == SWA_EVICTED and BlockSWARestored.__name__ == SWA_RESTORED
+BlockSWAEvicted, BlockSWARestored = event_classes(KVCacheEvent, __name__)
 
 
 def _int64_hashes(hex_digests: list[str]) -> torch.Tensor:
