@@ -34,6 +34,8 @@ from swa_es.bridge.mirror import MirrorCache, MirrorError
 from tests.bridge.waiting import wait_until
 from tests.peers.sglang_venv import ROOT, require_vllm
 
+pytestmark = pytest.mark.vllm
+
 BLOCK = 4
 TOKENS = list(range(100, 100 + 4 * BLOCK))  # four blocks, vLLM keys 1..4
 OURS = chain_block_hashes(namespace_prior(None), TOKENS, BLOCK)  # our hashes of blocks 1..4
