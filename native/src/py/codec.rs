@@ -454,7 +454,10 @@ pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(encode_batch, module)?)?;
     module.add("DEFAULT_MAX_RECORD_BYTES", codec::DEFAULT_MAX_RECORD_BYTES)?;
     module.add("WIRE_VERSION", codec::WIRE_VERSION)?;
-    module.add("SUPPORTED_VERSIONS", codec::SUPPORTED_VERSIONS.to_vec())?;
+    module.add(
+        "SUPPORTED_VERSIONS",
+        codec::SUPPORTED_VERSIONS.map(u32::from).to_vec(),
+    )?;
     module.add(
         "REMOVAL_REASONS",
         RemovalReason::ALL.map(RemovalReason::name).to_vec(),
