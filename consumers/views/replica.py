@@ -142,6 +142,11 @@ class ReplicaTree:
         tier). The GPU's blocks are the tree itself."""
         return dict(self._store.tiers(self.source))
 
+    def tier_blocks(self, medium: str) -> list[int]:
+        """The block hashes the lower tier ``medium`` holds, sorted (empty for a medium the
+        source never reported)."""
+        return self._store.tier_blocks(self.source, medium)
+
     def tier_holds(self, medium: str, block_hash: int) -> bool:
         """Whether the lower tier ``medium`` holds ``block_hash``."""
         return self._store.tier_holds(self.source, medium, block_hash)

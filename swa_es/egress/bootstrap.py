@@ -2,17 +2,22 @@
 
 ``state_batches`` turns every source of a ``ReplicaSet`` into one batch: ``AllBlocksCleared``
 then a ``BlockStored`` per block, parent before child (so a consumer that checks parents, such
-as sgl-model-gateway's index, accepts every store). ``swa-es follow --zmq-publish`` starts its run
-with ``follower_state`` once the follower has restored: at the follower's position with that
-state, so seq ``k`` onwards continues exactly where the state stops. The capture is synchronous:
-the follower applies a record and advances its position without yielding between the two, so
-the position and the replicas read here agree.
+as sgl-model-gateway's index, accepts every store), then a ``BlockStored`` on its medium for
+every block a lower tier holds: with the GPU copy's parent and tokens where the GPU holds the
+block too, else as vLLM's own offload placeholder (one hash, no parent, no tokens, block size
+0), since a follower keeps a lower tier's hashes only.
+
+``swa-es follow --zmq-publish`` starts its run with ``follower_state`` once the follower has
+restored: at the follower's position with that state, so seq ``k`` onwards continues exactly
+where the state stops. The capture is synchronous: the follower applies a record and advances
+its position without yielding between the two, so the position and the replicas read here
+agree.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from cache.events import (
     AllBlocksCleared,
@@ -43,14 +48,35 @@ def _parent_first(blocks: Iterable[ReplicaBlock]) -> list[ReplicaBlock]:
     return ordered
 
 
+def _tier_stores(
+    tiers: Mapping[str, Sequence[int]], on_gpu: Mapping[int, ReplicaBlock]
+) -> list[Event]:
+    stores: list[Event] = []
+    for medium, hashes in tiers.items():
+        for block_hash in hashes:
+            held = on_gpu.get(block_hash)
+            if held is None:
+                stores.append(BlockStored((block_hash,), None, (), 0, medium=medium))
+                continue
+            parent, tokens = held.parent_block_hash, held.token_ids
+            stores.append(BlockStored((block_hash,), parent, tokens, len(tokens), None, medium))
+    return stores
+
+
 def source_state(
-    source: str, blocks: Iterable[ReplicaBlock], ts: float, meta: BatchMeta | None = None
+    source: str,
+    blocks: Iterable[ReplicaBlock],
+    ts: float,
+    meta: BatchMeta | None = None,
+    tiers: Mapping[str, Sequence[int]] | None = None,
 ) -> EventBatch:
-    """One source's blocks as a batch: a clear, a store per block (parent first), then the
-    tombstoned ones as one ``BlockSWAEvicted``; ``meta`` says its page size and window."""
+    """One source's blocks as a batch: a clear, a store per block (parent first), the
+    tombstoned ones as one ``BlockSWAEvicted``, then the stores of each lower tier in ``tiers``
+    (medium -> block hashes; see the module docs); ``meta`` says its page size and window."""
     events: list[Event] = [AllBlocksCleared()]
     tombstoned: list[int] = []
-    for block in _parent_first(blocks):
+    ordered = _parent_first(blocks)
+    for block in ordered:
         tokens = block.token_ids
         events.append(
             BlockStored((block.block_hash,), block.parent_block_hash, tokens, len(tokens))
@@ -59,6 +85,8 @@ def source_state(
             tombstoned.append(block.block_hash)
     if tombstoned:  # the stream's tombstone policy decides what a consumer hears of them
         events.append(BlockSWAEvicted(tuple(tombstoned)))
+    if tiers:
+        events.extend(_tier_stores(tiers, {block.block_hash: block for block in ordered}))
     return EventBatch(source, "", 0, ts, tuple(events), meta=meta)
 
 
@@ -73,7 +101,13 @@ def state_batches(replicas: ReplicaSet, ts: float | None = None) -> list[EventBa
     order (a source holding nothing has nothing to say: engines start empty)."""
     now = time.time() if ts is None else ts
     batches = (
-        source_state(s, replicas[s].blocks(), now, _meta(replicas.meta_of(s)))
+        source_state(
+            s,
+            replicas[s].blocks(),
+            now,
+            _meta(replicas.meta_of(s)),
+            {medium: replicas[s].tier_blocks(medium) for medium in replicas[s].tiers()},
+        )
         for s in sorted(replicas.sources())
     )
     return [batch for batch in batches if len(batch.events) > 1]

@@ -13,8 +13,10 @@ msgpack payload:
   include (our cut), ``resume_seq`` the next one.
 - ``chunk``: a list of records, parent before child: version 1
   ``{parent_block_hash, block_hashes}``, version 2 ``{parent_block_hash, block_hash, tier,
-  component_mask, block_size}`` (tier 1, the GPU; component FULL=1, SWA=2: a tombstoned block
-  holds its full KV only, so version 2 carries our SWA residency).
+  component_mask, block_size}`` (tier 1 the GPU, 2 host memory, 3 storage; component FULL=1,
+  SWA=2: a tombstoned block holds its full KV only, so version 2 carries our SWA residency; a
+  lower tier's copy is said to hold FULL, since no engine reports SWA per lower tier). Version
+  1 has no tiers: its records are the GPU's.
 - ``end``: ``record_count`` and ``barrier_seq`` again; ``error``: ``message``.
 
 The protocol describes one worker: a stream carrying several sources gets an ``error``. The
@@ -29,7 +31,7 @@ from typing import Any
 
 import msgpack
 
-from cache.events import BlockStored, BlockSWAEvicted, EventBatch
+from cache.events import MEDIUM_GPU, BlockStored, BlockSWAEvicted, EventBatch
 from swa_es.egress.encode import TombstonePolicy
 
 V1 = b"snapshot-v1"
@@ -37,6 +39,11 @@ V2 = b"snapshot-v2"
 VERSIONS = {V1: 1, V2: 2}
 FULL, SWA, MAMBA = 1, 2, 4
 GPU_TIER = 1
+HOST_TIER = 2
+STORAGE_TIER = 3
+TIER_OF_MEDIUM = {"CPU": HOST_TIER, "CPU_PINNED": HOST_TIER, "STORAGE": STORAGE_TIER}
+"""The protocol's tier of each lower medium we know; any other (``DISK``, ``EXTERNAL``, ...) is
+storage."""
 CHUNK_RECORDS = 4096
 MAX_RECORDS = 10_000_000
 HASH_SCHEMA_VERSION = 1
@@ -48,6 +55,13 @@ class _Record:
     block_hash: int
     block_size: int
     resident: bool
+    tier: int = GPU_TIER
+
+
+def _tier(medium: str | None) -> int:
+    if medium in (None, MEDIUM_GPU):
+        return GPU_TIER
+    return TIER_OF_MEDIUM.get(medium, STORAGE_TIER)
 
 
 def _pack(value: Any) -> bytes:
@@ -60,18 +74,26 @@ def error(message: str) -> list[tuple[bytes, bytes]]:
     return [(b"error", _pack({"message": message}))]
 
 
-def _records(batch: EventBatch, tombstones: TombstonePolicy) -> list[_Record]:
+def _records(batch: EventBatch, tombstones: TombstonePolicy, version: int) -> list[_Record]:
     tombstoned = {
         block_hash
         for event in batch.events
         if isinstance(event, BlockSWAEvicted)
         for block_hash in event.block_hashes
     }
+    page_size = 0 if batch.meta is None else batch.meta.page_size
     records = [
-        _Record(event.parent_block_hash, event.block_hashes[0], event.block_size, resident)
+        _Record(
+            event.parent_block_hash,
+            event.block_hashes[0],
+            event.block_size or page_size,  # a tier-only block's store is a placeholder
+            tier != GPU_TIER or event.block_hashes[0] not in tombstoned,
+            tier,
+        )
         for event in batch.events
         if isinstance(event, BlockStored)
-        for resident in [event.block_hashes[0] not in tombstoned]
+        for tier in [_tier(event.medium)]
+        if tier == GPU_TIER or version >= 2
     ]
     if tombstones is TombstonePolicy.REMOVE:
         return [record for record in records if record.resident]
@@ -84,10 +106,15 @@ def _record(record: _Record, version: int) -> dict[str, Any]:
     return {
         "parent_block_hash": record.parent,
         "block_hash": record.block_hash,
-        "tier": GPU_TIER,
-        "component_mask": FULL | SWA if record.resident else FULL,
+        "tier": record.tier,
+        "component_mask": FULL | SWA if record.resident and record.tier == GPU_TIER else FULL,
         "block_size": record.block_size,
     }
+
+
+def _tier_mask(tiers: set[int]) -> int:
+    """Tiers ``1..3`` as the bits ``1 << (tier - 1)``."""
+    return sum(1 << (tier - 1) for tier in tiers)
 
 
 def replies(
@@ -104,7 +131,7 @@ def replies(
     if len(sources) > 1:
         names = ", ".join(batch.source for batch in sources)
         return error(f"the stream carries {len(sources)} sources ({names}); a snapshot is one's")
-    records = _records(sources[0], tombstones) if sources else []
+    records = _records(sources[0], tombstones, version) if sources else []
     if len(records) > MAX_RECORDS:
         return error(f"{len(records)} records: more than the protocol's {MAX_RECORDS}")
     run = epoch.hex()
@@ -131,8 +158,8 @@ def replies(
                 "version": 1,
                 "components": FULL | SWA,
                 "swa_window_tokens": None if meta is None else meta.sliding_window_size,
-                "full_tier_mask": GPU_TIER,
-                "swa_tier_mask": GPU_TIER,
+                "full_tier_mask": _tier_mask({GPU_TIER} | {r.tier for r in records}),
+                "swa_tier_mask": _tier_mask({GPU_TIER}),
                 "mamba_tier_mask": 0,
             },
         }

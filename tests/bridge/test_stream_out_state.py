@@ -149,3 +149,52 @@ async def test_liveness_records_keep_their_place_as_empty_batches(tmp_path: Path
     events = [msgpack.unpackb(payload)[1] for _topic, _seq, payload in frames]
     assert [len(batch) for batch in events] == [2, 0, 1, 0]
     assert egress.metrics.undecodable == 0
+
+
+def replicas_with_tiers() -> ReplicaSet:
+    """Source ``a`` of ``replicas_with_tree`` whose host memory holds block 3 (also on the GPU)
+    and block 9 (on no other tier), and whose storage holds block 1."""
+    replicas = replicas_with_tree()
+    events = (
+        BlockStored((3,), 1, (3, 3), 2, None, "CPU"),
+        BlockStored((9,), 4, (9, 9), 2, None, "CPU"),
+        BlockStored((1,), None, (1, 1), 2, None, "STORAGE"),
+    )
+    replicas.apply(EventBatch("a", "e", 1, 2.0, events))
+    return replicas
+
+
+def test_state_ends_with_each_lower_tiers_blocks() -> None:
+    """After the GPU's blocks and tombstones, each lower tier's blocks: with the GPU copy's
+    parent and tokens where the GPU holds them too, else as vLLM's offload placeholder."""
+    (batch,) = state_batches(replicas_with_tiers(), ts=5.0)
+    tiered = [e for e in batch.events if isinstance(e, BlockStored) and e.medium != "GPU"]
+    assert tiered == [
+        BlockStored((3,), 1, (3, 3), 2, None, "CPU"),
+        BlockStored((9,), None, (), 0, None, "CPU"),
+        BlockStored((1,), None, (1, 1), 2, None, "STORAGE"),
+    ]
+    assert batch.events[-len(tiered) - 1] == BlockSWAEvicted((2,))
+
+
+def test_sglang_snapshot_v2_names_each_records_tier_and_v1_only_the_gpus() -> None:
+    """Version 2 records carry the tier (host 2, storage 3) with FULL only and the tier masks
+    say which tiers hold FULL; version 1, which has no tiers, lists the GPU's blocks."""
+    state = state_batches(replicas_with_tiers())
+    epoch = b"\x01" * 8
+    for request, expected in ((sglang_snapshot.V1, 4), (sglang_snapshot.V2, 7)):
+        replies = sglang_snapshot.replies(request, state, 3, epoch, TombstonePolicy.KEEP)
+        header = msgpack.unpackb(replies[0][1])
+        records = [
+            r for kind, payload in replies if kind == b"chunk" for r in msgpack.unpackb(payload)
+        ]
+        assert len(records) == header["record_count"] == expected
+        if request == sglang_snapshot.V2:
+            lower = {
+                (r["block_hash"], r["tier"], r["component_mask"], r["block_size"])
+                for r in records
+                if r["tier"] != 1
+            }
+            assert lower == {(3, 2, 1, 2), (9, 2, 1, 2), (1, 3, 1, 2)}
+            spec = header["cache_spec"]
+            assert (spec["full_tier_mask"], spec["swa_tier_mask"]) == (0b111, 0b001)

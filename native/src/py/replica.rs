@@ -268,6 +268,19 @@ impl PyReplicaStore {
             .collect())
     }
 
+    /// The block hashes `source`'s lower tier `medium` holds, sorted (empty for a medium it
+    /// never reported).
+    fn tier_blocks(&self, source: &str, medium: &str) -> PyResult<Vec<i64>> {
+        let mut hashes: Vec<i64> = self
+            .replica(source)?
+            .tiers
+            .get(medium)
+            .map(|tier| tier.blocks.iter().copied().collect())
+            .unwrap_or_default();
+        hashes.sort_unstable();
+        Ok(hashes)
+    }
+
     /// Whether `source`'s lower tier `medium` holds `block_hash`.
     fn tier_holds(&self, source: &str, medium: &str, block_hash: i64) -> PyResult<bool> {
         Ok(self
