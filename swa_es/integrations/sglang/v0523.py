@@ -13,7 +13,9 @@ integration reads SWA residency there (each point checked against the 0.5.23 sou
   (``get_hash_values``) and FULL ids (``get_component_device_value``): a tombstoned block among
   them is restored, and the FULL ids are remembered as that block's slots.
 - **Born tombstoned.** A block an ``insert`` stores that gained no SWA value in that insert lies
-  below the request's SWA-evicted length: it is tombstoned from birth.
+  below the request's SWA-evicted length: it is tombstoned from birth. HiCache's ``load_back``
+  (stores on the GPU, then windows what it loaded) is read the same way (from the source; the
+  tests run no host tier).
 - **Tombstones.** An eviction step or an early SWA lock release (``dec_swa_lock_only``) hands the
   cache the ids it freed (``_apply_eviction_result``): SWA frees come as FULL ids. Ids freed for
   SWA but not for FULL are SWA-only frees, i.e. tombstones; their blocks are found through the
@@ -82,9 +84,9 @@ class Residency:
         self.live: set[int] = set()
         self.tombstoned: set[int] = set()
         self.slot_hash: torch.Tensor | None = None
-        self.inserting = False
-        self.windowed: list[int] = []  # blocks given an SWA value by the running insert
-        self.stored: list[int] = []  # blocks the running insert stored on the GPU
+        self.storing = 0  # how deep in calls that store blocks (insert, load_back) we are
+        self.windowed: list[int] = []  # blocks given an SWA value by the running call
+        self.stored: list[int] = []  # blocks the running call stored on the GPU
         self.unmatched_reported = False
 
     @property
@@ -104,7 +106,7 @@ class Residency:
                 self.tombstoned.clear()
             elif name == "BlockStored" and _on_gpu(event):
                 self.live.update(event.block_hashes)
-                if self.inserting:
+                if self.storing:
                     self.stored.extend(event.block_hashes)
             elif name == "BlockRemoved" and _on_gpu(event):
                 self.live.difference_update(event.block_hashes)
@@ -151,32 +153,40 @@ class Residency:
         if full is not None and len(digests) and len(full) == len(digests) * self.page:
             self._remember(full, digests)
         hashes = digests.tolist()
-        if self.inserting:
+        if self.storing:
             self.windowed.extend(hashes)
         else:
             self.drain()
             self._emit(hashes, resident=True)
 
-    def begin_insert(self) -> None:
-        """An ``insert`` starts: what it stores and windows is collected until it ends."""
-        self.drain()
-        self.inserting = True
+    def begin_storing(self) -> None:
+        """A call that stores blocks starts (``insert``; HiCache's ``load_back``): what it
+        stores and windows is collected until the outermost such call ends."""
+        if not self.storing:
+            self.drain()
+        self.storing += 1
 
-    def end_insert(self) -> None:
-        """The insert ended: blocks stored without a window are tombstoned, windowed ones
-        that were tombstoned are restored."""
+    def end_storing(self) -> None:
+        """The outermost storing call ended: blocks stored without a window are tombstoned,
+        windowed ones that were tombstoned are restored."""
+        if self.storing > 1:
+            self.storing -= 1
+            return
         self.drain()
-        windowed = set(self.windowed)
-        self._emit((h for h in self.stored if h not in windowed), resident=False)
-        self._emit(self.windowed, resident=True)
-        if not self.unmatched_reported and windowed - self.live:
-            self.unmatched_reported = True
-            logger.error(
-                "swa-es: sglang's tree hashes blocks its events do not carry (namespaced "
-                "hashes, e.g. LoRA adapters): their SWA residency is not sent"
-            )
-        self.inserting = False
+        self.storing = 0
+        ordered, stored = self.windowed, self.stored
+        windowed = set(ordered)
         self.windowed, self.stored = [], []
+        if windowed - self.live:  # the tree's hashes are not the stream's: say nothing
+            if not self.unmatched_reported:
+                self.unmatched_reported = True
+                logger.error(
+                    "swa-es: sglang's events carry other hashes than its tree (namespaced "
+                    "hashes, e.g. LoRA adapters): SWA residency of those blocks is not sent"
+                )
+            return
+        self._emit((h for h in stored if h not in windowed), resident=False)
+        self._emit(ordered, resident=True)
 
     def swa_freed(self, result: Any) -> None:
         """An eviction step's frees: ids freed for SWA and not for FULL are tombstones."""
@@ -231,6 +241,7 @@ def install() -> None:
     original_reset = cache_class.reset
     original_take = cache_class.take_events
     original_insert = cache_class.insert
+    original_load_back = cache_class.load_back
     original_apply = cache_class._apply_eviction_result
 
     def reset(self: Any) -> None:
@@ -252,11 +263,21 @@ def install() -> None:
         tracker = residency(self)
         if tracker is None:
             return original_insert(self, params)
-        tracker.begin_insert()
+        tracker.begin_storing()
         try:
             return original_insert(self, params)
         finally:
-            tracker.end_insert()
+            tracker.end_storing()
+
+    def load_back(self: Any, *args: Any, **kwargs: Any) -> Any:
+        tracker = residency(self)
+        if tracker is None:
+            return original_load_back(self, *args, **kwargs)
+        tracker.begin_storing()
+        try:
+            return original_load_back(self, *args, **kwargs)
+        finally:
+            tracker.end_storing()
 
     def apply_eviction_result(self: Any, result: Any) -> None:
         tracker = residency(self)
@@ -268,6 +289,7 @@ def install() -> None:
         ("reset", reset, original_reset),
         ("take_events", take_events, original_take),
         ("insert", insert, original_insert),
+        ("load_back", load_back, original_load_back),
         ("_apply_eviction_result", apply_eviction_result, original_apply),
     ):
         hook.__doc__ = original.__doc__
