@@ -125,3 +125,12 @@ def test_sglang_typed_decoder_reads_every_batch_of_its_own_events(cases: dict[st
             assert "rejected" in run
         else:
             assert run["decoded"] == run["sent"]
+
+
+def test_namespaced_hashes_get_no_residency_rather_than_a_guess(cases: dict[str, Any]) -> None:
+    """Under a LoRA adapter its events name, sglang namespaces the event hashes; the tree's own
+    are not the stream's, so the blocks it stored below the window get no BlockSWAEvicted (the
+    integration logs an error once) instead of one naming the wrong blocks."""
+    events = cases["lora_namespace"]["events"]
+    assert [event[0] for event in events] == ["BlockStored"]
+    assert not set(events[0][1]) & set(SHARED + TAIL_A)

@@ -11,6 +11,7 @@ import json
 import sys
 from array import array
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 from swa_es.integrations.sglang import install, installed
@@ -25,6 +26,7 @@ from sglang.srt.mem_cache.base_prefix_cache import (  # noqa: E402
     InsertParams,
     MatchPrefixParams,
 )
+from sglang.srt.mem_cache.events import KvEventLoraNames  # noqa: E402
 from sglang.srt.mem_cache.radix_cache import RadixKey  # noqa: E402
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType  # noqa: E402
 
@@ -149,6 +151,22 @@ def events_off() -> dict[str, Any]:
     return {"events": case.take()}
 
 
+def lora_namespace() -> dict[str, Any]:
+    """A request under a LoRA adapter its events name: sglang namespaces the event hashes, so
+    the tree's own page hashes are not the stream's; the integration sends no residency for
+    those blocks rather than guess."""
+    names = KvEventLoraNames()
+    names.register(SimpleNamespace(extra_key="adapter-key", lora_id="a1"), "adapter")
+    cache, allocator = build_cache(1, 4, 64, 64, CORE, lora_names=names)
+    cache.take_events()
+    value = allocator.alloc(len(A))
+    allocator.free_swa(value[:4])
+    params = InsertParams(key=RadixKey(array("q", A), extra_key="adapter-key"), value=value)
+    params.set_evicted_seqlen(ComponentType.SWA, 4)
+    cache.insert(params)
+    return {"events": [plain(e) for e in cache.take_events()]}
+
+
 def typed_decoder() -> dict[str, Any]:
     """sglang's own typed decoder on the batches the publisher splits a mixed step into."""
     case = Case()
@@ -175,6 +193,7 @@ SCENARIOS: dict[str, Callable[[], dict[str, Any]]] = {
     "locked_full_restore": locked_full_restore,
     "reset": reset,
     "events_off": events_off,
+    "lora_namespace": lora_namespace,
     "typed_decoder": typed_decoder,
 }
 

@@ -64,10 +64,17 @@ SWA = ComponentType.SWA
 
 
 def build_cache(
-    page: int, window: int, full: int, swa: int, core: str | None, events: bool = True
+    page: int,
+    window: int,
+    full: int,
+    swa: int,
+    core: str | None,
+    events: bool = True,
+    lora_names: Any = None,
 ) -> tuple[Any, Any]:
     """sglang's cache and allocator on the CPU (smallest pool shapes; the KV is never read);
-    ``core`` names sglang's tree core backend (None: its default)."""
+    ``core`` names sglang's tree core backend (None: its default); ``lora_names``: sglang's
+    ``KvEventLoraNames`` (the LoRA namespaces its events name), None for none."""
     kvcache = SWAKVPool(
         size=full,
         size_swa=swa,
@@ -98,6 +105,8 @@ def build_cache(
         tree_components=(ComponentType.FULL, SWA),
         tree_core_backend=core,
     )
+    if lora_names is not None:
+        params.kv_event_lora_names = lora_names
     return UnifiedRadixCache(params), allocator
 
 
