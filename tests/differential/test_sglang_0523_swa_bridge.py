@@ -39,13 +39,14 @@ pytestmark = pytest.mark.sglang
 STEPS = int(os.environ.get("SWA_ES_SWA_0523_DIFF_STEPS", "1000"))
 
 RUST, PYTHON = "RustUnifiedTreeCore", "UnifiedTreeCore"
-# (page size, window, full pool, SWA pool, longest conversation, seed, sglang's tree core)
+# (page size, window, full pool, SWA pool, longest conversation, seed, sglang's tree core,
+#  the bridge's --format)
 CASES = [
-    pytest.param(1, 4, 768, 320, 192, 21, RUST, id="page1-window4"),
-    pytest.param(1, 16, 1024, 384, 256, 22, RUST, id="page1-window16"),
-    pytest.param(4, 8, 1024, 384, 256, 23, RUST, id="page4-window8"),
-    pytest.param(2, 32, 1536, 512, 320, 24, RUST, id="page2-window32"),
-    pytest.param(2, 8, 1024, 384, 256, 25, PYTHON, id="page2-window8-python-core"),
+    pytest.param(1, 4, 768, 320, 192, 21, RUST, "sglang", id="page1-window4"),
+    pytest.param(1, 16, 1024, 384, 256, 22, RUST, "sglang", id="page1-window16"),
+    pytest.param(4, 8, 1024, 384, 256, 23, RUST, "auto", id="page4-window8-format-auto"),
+    pytest.param(2, 32, 1536, 512, 320, 24, RUST, "sglang", id="page2-window32"),
+    pytest.param(2, 8, 1024, 384, 256, 25, PYTHON, "sglang", id="page2-window8-python-core"),
 ]
 """The Rust core (sglang's default, what users run) in every case but one, which selects
 sglang's Python core (about four times slower a step, so it runs 2/5 of the steps)."""
@@ -63,7 +64,9 @@ def engine() -> Iterator[Sglang0523SwaEngine]:
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize(("page", "window", "full", "swa", "longest", "seed", "core"), CASES)
+@pytest.mark.parametrize(
+    ("page", "window", "full", "swa", "longest", "seed", "core", "wire"), CASES
+)
 async def test_follower_matches_sglang_0523_after_every_step(
     engine: Sglang0523SwaEngine,
     tmp_path: Path,
@@ -74,6 +77,7 @@ async def test_follower_matches_sglang_0523_after_every_step(
     longest: int,
     seed: int,
     core: str,
+    wire: str,
 ) -> None:
     """0 divergences between the follower's match and sglang 0.5.23's own, step after step."""
     pub, replay = f"ipc://{tmp_path}/kv.pub", f"ipc://{tmp_path}/kv.replay"
@@ -90,7 +94,7 @@ async def test_follower_matches_sglang_0523_after_every_step(
     async with (
         await open_log(f"file://{tmp_path}/log?fsync=never") as log,
         Bridge(
-            log, endpoint=pub, replay_endpoint=replay, source=SOURCE, wire_format="sglang"
+            log, endpoint=pub, replay_endpoint=replay, source=SOURCE, wire_format=wire
         ) as bridge,
         anyio.create_task_group() as tasks,
     ):
