@@ -227,7 +227,7 @@ async def follow(config: FollowConfig) -> int:
             port=config.http_port,
         )
         if config.zmq_publish is not None:
-            from swa_es.egress.bootstrap import follower_state
+            from swa_es.egress.bootstrap import follower_state, replica_lookup
             from swa_es.egress.stream import EgressConfig, ZmqEgress
 
             egress = ZmqEgress(
@@ -239,6 +239,8 @@ async def follow(config: FollowConfig) -> int:
                     tombstones=config.zmq_tombstones,
                 ),
                 deferred=True,
+                lookup=replica_lookup(views.replicas),
+                applied=lambda: follower.position.get(0),
             )
             # the run starts once restored: the follower's state, then the log from its position
             service.on_restored.append(

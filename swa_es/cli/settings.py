@@ -529,11 +529,13 @@ SETTINGS: Final[tuple[Setting[Any], ...]] = (
     ),
     Setting(
         "zmq-tombstones",
-        v.choice("keep", "remove"),
+        v.choice("keep", "remove", "groups", "events"),
         "keep",
         "what a tombstone (SWA KV freed, full KV kept) becomes on the ZMQ stream out: keep "
         "(nothing is sent; the block stays cached for the consumer, as sglang's own stream "
-        "says) or remove (BlockRemoved; a later SWA restore is not sent)",
+        "says), remove (BlockRemoved; a later SWA restore is not sent), groups (with "
+        "--zmq-format vllm: a vLLM hybrid model's full-attention and sliding-window groups) "
+        "or events (with --zmq-format sglang: swa-es's sglang SWA residency events)",
         ("follow",),
         metavar="MODE",
     ),

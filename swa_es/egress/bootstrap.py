@@ -28,6 +28,7 @@ from cache.events import (
     EventBatch,
 )
 from consumers.views.replica import ReplicaBlock, ReplicaSet, SourceMeta
+from swa_es.egress.residency import BlockLookup
 from swa_es.egress.stream import StreamStart
 
 
@@ -131,3 +132,16 @@ def follower_capture(
         return offset(), state_batches(replicas)
 
     return capture
+
+
+def replica_lookup(replicas: ReplicaSet) -> BlockLookup:
+    """The ``BlockLookup`` of a follower's replicas: a held block's parent and tokens."""
+
+    def lookup(source: str, block_hash: int) -> tuple[int | None, tuple[int, ...]] | None:
+        tree = replicas.get(source)
+        if tree is None or block_hash not in tree:
+            return None
+        block = tree.block(block_hash)
+        return block.parent_block_hash, block.token_ids
+
+    return lookup

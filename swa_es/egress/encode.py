@@ -17,7 +17,9 @@ consumers such as Dynamo's indexer require. Engines have no tombstone events.
 ``TombstonePolicy`` says what ours become: ``keep`` sends nothing (the consumer keeps the block as
 cached: its full KV is still resident, and that is what sglang's own stream says), ``remove``
 sends ``BlockRemoved`` for a tombstoned block (the consumer stops counting it; the later
-``BlockSWARestored`` is not sent, so it stays forgotten).
+``BlockSWARestored`` is not sent, so it stays forgotten). ``groups`` (vLLM) and ``events``
+(sglang) carry SWA residency in the shapes consumers of those engines read, with the run's state
+in a ``ResidencyStream`` (``swa_es.egress.residency``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from cache.events import (
     Event,
     EventBatch,
 )
+from swa_es.egress.residency import FULL_KIND, SWA_GROUP, SWA_KIND, ResidencyStream
 
 DATA_PARALLEL_RANK = 0
 """The rank both engines' publishers stamp on a batch of a single (non data-parallel) engine."""
@@ -57,6 +60,31 @@ class TombstonePolicy(enum.StrEnum):
 
     KEEP = "keep"
     REMOVE = "remove"
+    GROUPS = "groups"
+    EVENTS = "events"
+
+    @property
+    def needs_state(self) -> bool:
+        """Whether encoding needs the run's ``ResidencyStream``."""
+        return self in (TombstonePolicy.GROUPS, TombstonePolicy.EVENTS)
+
+
+POLICY_FORMATS: dict[TombstonePolicy, EngineFormat] = {
+    TombstonePolicy.GROUPS: EngineFormat.VLLM,
+    TombstonePolicy.EVENTS: EngineFormat.SGLANG,
+}
+"""The one format each residency-carrying policy has a shape in."""
+
+
+def policy_error(fmt: EngineFormat, tombstones: TombstonePolicy) -> str | None:
+    """Why ``tombstones`` cannot be used with ``fmt`` (None: it can)."""
+    needed = POLICY_FORMATS.get(tombstones)
+    if needed is None or needed is fmt:
+        return None
+    return (
+        f"tombstones {tombstones.value!r} has a shape in the {needed.value} format only, "
+        f"not {fmt.value}"
+    )
 
 
 def _tombstone(event: BlockSWAEvicted, tombstones: TombstonePolicy) -> list[Event]:
@@ -96,10 +124,14 @@ def _sglang_event(event: Event) -> list[list[Any]]:
             return [["AllBlocksCleared"]]
 
 
-def _vllm_event(event: Event) -> dict[str, Any]:
+def _vllm_event(
+    event: Event, group: int = VLLM_GROUP_IDX, kind: str | None = None, window: int | None = None
+) -> dict[str, Any]:
+    """vLLM's fields of ``event`` in group ``group``; a store says its group's spec ``kind``
+    and ``window`` when given (vLLM omits a field that is None)."""
     match event:
         case BlockStored():
-            return {
+            fields: dict[str, Any] = {
                 "type": "BlockStored",
                 "block_hashes": list(event.block_hashes),
                 "parent_block_hash": event.parent_block_hash,
@@ -108,27 +140,77 @@ def _vllm_event(event: Event) -> dict[str, Any]:
                 "lora_id": event.lora_id,
                 "medium": event.medium,
                 "lora_name": None,
-                "group_idx": VLLM_GROUP_IDX,
+                "group_idx": group,
             }
+            if kind is not None:
+                fields["kv_cache_spec_kind"] = kind
+            if window is not None:
+                fields["kv_cache_spec_sliding_window"] = window
+            return fields
         case BlockRemoved():
             return {
                 "type": "BlockRemoved",
                 "block_hashes": list(event.block_hashes),
                 "medium": event.medium,
-                "group_idx": VLLM_GROUP_IDX,
+                "group_idx": group,
             }
         case _:
             return {"type": "AllBlocksCleared"}
 
 
 def engine_events(
-    batch: EventBatch, fmt: EngineFormat, tombstones: TombstonePolicy = TombstonePolicy.KEEP
+    batch: EventBatch,
+    fmt: EngineFormat,
+    tombstones: TombstonePolicy = TombstonePolicy.KEEP,
+    residency: ResidencyStream | None = None,
 ) -> list[Any]:
-    """The events of ``batch`` as ``fmt``'s msgpack-ready values (what the payload lists)."""
-    engine = [e for event in batch.events for e in _engine_events(event, tombstones)]
+    """The events of ``batch`` as ``fmt``'s msgpack-ready values (what the payload lists);
+    ``residency`` is the run's state, which ``groups`` and ``events`` need (and update)."""
+    state = _state(tombstones, residency)
     if fmt is EngineFormat.SGLANG:
+        if state is not None:
+            return _sglang_with_extension(batch, state)
+        engine = [e for event in batch.events for e in _engine_events(event, tombstones)]
         return [item for event in engine for item in _sglang_event(event)]
-    return [_vllm_event(event) for event in engine]
+    return [_vllm_event(*spec) for spec in _vllm_specs(batch, tombstones, state)]
+
+
+def _state(
+    tombstones: TombstonePolicy, residency: ResidencyStream | None
+) -> ResidencyStream | None:
+    if tombstones.needs_state and residency is None:
+        raise ValueError(f"tombstones {tombstones.value!r} needs the run's ResidencyStream")
+    return residency if tombstones.needs_state else None
+
+
+def _sglang_with_extension(batch: EventBatch, state: ResidencyStream) -> list[Any]:
+    rows = state.sglang_extension(batch)
+    out: list[Any] = []
+    for event, extension in zip(batch.events, rows, strict=True):
+        for engine in _engine_events(event, TombstonePolicy.KEEP):
+            out.extend(_sglang_event(engine))
+        out.extend(extension)
+    return out
+
+
+def _vllm_specs(
+    batch: EventBatch, tombstones: TombstonePolicy, state: ResidencyStream | None
+) -> list[tuple[Event, int, str | None, int | None]]:
+    """(event, group, spec kind, window) of each vLLM event of ``batch``."""
+    if state is None:
+        engine = [e for event in batch.events for e in _engine_events(event, tombstones)]
+        return [(event, VLLM_GROUP_IDX, None, None) for event in engine]
+    pairs = state.vllm_groups(batch)  # reads the batch's meta first
+    window = state.vllm_window(batch.source)
+    specs: list[tuple[Event, int, str | None, int | None]] = []
+    for event, group in pairs:
+        if window is None:
+            specs.append((event, group, None, None))
+        elif group == SWA_GROUP:
+            specs.append((event, group, SWA_KIND, window))
+        else:
+            specs.append((event, group, FULL_KIND, None))
+    return specs
 
 
 def _array_header(length: int) -> bytes:
@@ -144,8 +226,10 @@ def _pack(value: Any) -> bytes:
     return packed
 
 
-def _vllm_event_bytes(event: Event) -> bytes:
-    fields = _vllm_event(event)
+def _vllm_event_bytes(
+    event: Event, group: int = VLLM_GROUP_IDX, kind: str | None = None, window: int | None = None
+) -> bytes:
+    fields = _vllm_event(event, group, kind, window)
     if not isinstance(event, BlockStored):
         return _pack(fields)
     # msgspec sizes a struct's map header by how many fields the class has, not how many it
@@ -155,14 +239,18 @@ def _vllm_event_bytes(event: Event) -> bytes:
 
 
 def encode_engine_batch(
-    batch: EventBatch, fmt: EngineFormat, tombstones: TombstonePolicy = TombstonePolicy.KEEP
+    batch: EventBatch,
+    fmt: EngineFormat,
+    tombstones: TombstonePolicy = TombstonePolicy.KEEP,
+    residency: ResidencyStream | None = None,
 ) -> bytes:
-    """The msgpack payload of ``batch`` in ``fmt``: ``[ts, events, data_parallel_rank]``."""
+    """The msgpack payload of ``batch`` in ``fmt``: ``[ts, events, data_parallel_rank]``;
+    ``residency`` as in ``engine_events``."""
     if fmt is EngineFormat.SGLANG:
-        sglang_events = engine_events(batch, fmt, tombstones)
+        sglang_events = engine_events(batch, fmt, tombstones, residency)
         return _pack([float(batch.ts), sglang_events, DATA_PARALLEL_RANK])
-    engine = [e for event in batch.events for e in _engine_events(event, tombstones)]
-    events = [_vllm_event_bytes(event) for event in engine]
+    specs = _vllm_specs(batch, tombstones, _state(tombstones, residency))
+    events = [_vllm_event_bytes(*spec) for spec in specs]
     return b"".join(
         [
             _array_header(3),

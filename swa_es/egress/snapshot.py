@@ -126,9 +126,8 @@ class SnapshotServer:
         if captured is None:
             return [encode_cut(CUT_UNAVAILABLE), epoch]
         cut, state = captured
-        payloads = [
-            self.egress.encode(chunk) for batch in state for chunk in chunks(batch) if batch.events
-        ]
+        encode = self.egress.fresh_encoder()  # the state is a run of its own
+        payloads = [encode(chunk) for batch in state for chunk in chunks(batch) if batch.events]
         self.metrics.served += 1
         if cut < 0 and not payloads:
             return [encode_cut(CUT_EMPTY), epoch]

@@ -18,9 +18,10 @@ end marker (seq -1): ``(seq, payload)`` messages for sglang, ``(topic, seq, payl
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
@@ -35,11 +36,13 @@ from cache.events import DecodeError, EventBatch, decode_batch
 from cache.events.liveness import decode_liveness, is_liveness
 from log import EventLog, Position, Record
 from swa_es.bridge.wire import END_SEQ_FRAME, FrameError, decode_seq, encode_seq
-from swa_es.egress.encode import EngineFormat, TombstonePolicy, encode_engine_batch
+from swa_es.egress.encode import EngineFormat, TombstonePolicy, encode_engine_batch, policy_error
+from swa_es.egress.residency import BlockLookup, ResidencyStream
 
 logger = logging.getLogger(__name__)
 
 _REPLAY_SNDHWM = 10_000
+_APPLIED_POLL_S = 0.001
 
 
 def _engine_batch(record: Record) -> EventBatch:
@@ -101,14 +104,32 @@ class ZmqEgress:
     """See the module docstring (an async context manager owning its tasks).
 
     A run starts at the log's end with no state batches, or, ``deferred``, when ``begin`` is
-    called (a follower calls it once restored, with its state and position).
+    called (a follower calls it once restored, with its state and position). ``lookup`` reads a
+    block's parent and tokens from the follower's replicas, for the ``groups`` policy's restores
+    (``swa_es.egress.residency``); ``applied`` is the follower's next log offset to apply: a
+    live record is then encoded only once the follower has applied it, so a restore's block is
+    in the replica unless a later record removed it (whose removal then follows on the stream).
     """
 
-    def __init__(self, log: EventLog, config: EgressConfig, *, deferred: bool = False) -> None:
+    def __init__(
+        self,
+        log: EventLog,
+        config: EgressConfig,
+        *,
+        deferred: bool = False,
+        lookup: BlockLookup | None = None,
+        applied: Callable[[], int] | None = None,
+    ) -> None:
         self.log = log
         self.config = config
         self.wire_format = EngineFormat(config.wire_format)
         self.tombstones = TombstonePolicy(config.tombstones)
+        refused = policy_error(self.wire_format, self.tombstones)
+        if refused is not None:
+            raise EgressError(refused)
+        self._lookup = lookup
+        self._applied = applied if self.tombstones.needs_state else None
+        self._encode = self.fresh_encoder()
         self.metrics = EgressMetrics()
         self.epoch = uuid.uuid4().bytes  # names this run (16 bytes), for snapshot replies
         self._deferred = deferred
@@ -137,18 +158,24 @@ class ZmqEgress:
             return None
         return self._start.offset + seq - len(self._state)
 
-    def encode(self, batch: EventBatch) -> bytes:
-        """``batch`` in the stream's engine format."""
-        return encode_engine_batch(batch, self.wire_format, self.tombstones)
+    def fresh_encoder(self) -> Callable[[EventBatch], bytes]:
+        """An encoder of batches in the stream's engine format that starts a run of its own:
+        fed a run's batches in order (its residency state, where the policy needs one, follows
+        them)."""
+        residency = ResidencyStream(self._lookup) if self.tombstones.needs_state else None
+        return lambda batch: encode_engine_batch(
+            batch, self.wire_format, self.tombstones, residency
+        )
 
     def frames(self, record: Record) -> list[bytes] | None:
-        """The engine frames ``(topic, seq, payload)`` of one live record (None: undecodable)."""
-        message = self._message(record)
+        """The engine frames ``(topic, seq, payload)`` of the run's next live record (None:
+        undecodable)."""
+        message = self._message(record, self._encode)
         if message is None:
             return None
         return [message.topic, encode_seq(message.seq), message.payload]
 
-    def _message(self, record: Record) -> _Message | None:
+    def _message(self, record: Record, encode: Callable[[EventBatch], bytes]) -> _Message | None:
         try:
             batch = _engine_batch(record)
         except DecodeError as exc:
@@ -157,7 +184,7 @@ class ZmqEgress:
                 "egress: skipping undecodable record at offset %d: %s", record.offset, exc
             )
             return None
-        return _Message(batch.source.encode(), self.seq_of(record.offset), self.encode(batch))
+        return _Message(batch.source.encode(), self.seq_of(record.offset), encode(batch))
 
     async def wait_started(self) -> StreamStart:
         """The run's start, once it has one."""
@@ -215,7 +242,7 @@ class ZmqEgress:
             raise EgressError("the stream run has started already")
         self._start = start
         self._state = [
-            _Message(batch.source.encode(), seq, self.encode(batch))
+            _Message(batch.source.encode(), seq, self._encode(batch))
             for seq, batch in enumerate(start.state)
         ]
         self._started.set()
@@ -227,7 +254,12 @@ class ZmqEgress:
             await self._publish(message)
         position = Position.of({0: self._start.offset})
         async for record in self.log.read(position, follow=True):
-            live = self._message(record)
+            if self._applied is not None:
+                # the follower's position has no change event; this polls only while the
+                # stream is ahead of the follower
+                while self._applied() <= record.offset:  # noqa: ASYNC110
+                    await anyio.sleep(_APPLIED_POLL_S)
+            live = self._message(record, self._encode)
             if live is not None:
                 await self._publish(live)
 
@@ -263,6 +295,23 @@ class ZmqEgress:
             return [identity, b"", message.topic, seq, message.payload]
         return [identity, b"", seq, message.payload]
 
+    async def _replay_encoder(self, first: int) -> Callable[[EventBatch], bytes]:
+        """An encoder at the run's log offset ``first``: where the policy keeps state, the run
+        re-derived from its start (its state batches, then the log up to ``first``)."""
+        encode = self.fresh_encoder()
+        if not self.tombstones.needs_state:
+            return encode
+        assert self._start is not None
+        for batch in self._start.state:
+            encode(batch)
+        if self._start.offset < first:
+            async for record in self.log.read(Position.of({0: self._start.offset}), follow=False):
+                if record.offset >= first:
+                    break
+                with contextlib.suppress(DecodeError):
+                    encode(_engine_batch(record))
+        return encode
+
     async def _replay(self, router: zmq.asyncio.Socket, identity: bytes, start: int) -> None:
         for message in self._state[start:]:
             await router.send_multipart(self._reply(identity, message))
@@ -271,6 +320,7 @@ class ZmqEgress:
         assert first is not None
         end = (await self.log.end()).get(0)
         if first < end:
+            encode = await self._replay_encoder(first)
             async for record in self.log.read(Position.of({0: first}), follow=False):
                 if record.offset >= end:
                     break
@@ -283,7 +333,7 @@ class ZmqEgress:
                         record.offset - 1,
                     )
                 first = end
-                logged = self._message(record)
+                logged = self._message(record, encode)
                 if logged is None:
                     continue
                 await router.send_multipart(self._reply(identity, logged))

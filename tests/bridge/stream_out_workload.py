@@ -175,11 +175,12 @@ class StreamOutSetUp:
 
 
 def stream_out_follower(
-    tmp_path: Path, source: str, seed: int, wire_format: str, second_socket: str
+    tmp_path: Path, source: str, seed: int, wire_format: str, second_socket: str, *more: str
 ) -> StreamOutSetUp:
     """150 batches of a fresh workload of ``source`` in a FileLog, and a follower with the
     routing API that republishes the log in ``wire_format`` with ``second_socket``
-    (``--zmq-replay`` or ``--zmq-snapshot``) on a free loopback port."""
+    (``--zmq-replay`` or ``--zmq-snapshot``) on a free loopback port; ``more`` are further
+    ``swa-es follow`` arguments."""
     log_url = f"file://{tmp_path}/log"
     workload = Workload(source, seed=seed)
     end = append(log_url, workload.batches(150))  # history from before the follower's run
@@ -190,5 +191,6 @@ def stream_out_follower(
         "router",
         *("--http-port", "0", "--zmq-publish", pub, second_socket, other),
         *("--zmq-format", wire_format),
+        *more,
     )
     return StreamOutSetUp(log_url, workload, end, (pub, other), follow)

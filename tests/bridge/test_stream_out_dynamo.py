@@ -83,3 +83,25 @@ def test_dynamo_indexer_holds_what_the_follower_holds(tmp_path: Path) -> None:
         if dynamo is not None:
             dynamo.close()
         follow.close()
+
+
+def test_dynamo_reads_the_full_attention_group_of_a_hybrid_stream(tmp_path: Path) -> None:
+    """With ``--zmq-tombstones groups`` the stream is a vLLM hybrid model's (a full-attention
+    and a sliding-window group): Dynamo, which keeps the full-attention group only, still holds
+    what the follower holds."""
+    require_dynamo()
+    setup = stream_out_follower(
+        tmp_path, SOURCE, 9, "vllm", "--zmq-replay", "--zmq-tombstones", "groups"
+    )
+    pub, replay = setup.endpoints
+    dynamo: DynamoIndexer | None = None
+    try:
+        base = start_follower(setup.follow)
+        dynamo = DynamoIndexer(tmp_path)
+        dynamo.register(WORKER, pub, replay, PAGE)
+        end = append(setup.log_url, setup.workload.batches(30))
+        assert_agree(setup.follow, dynamo, setup.workload, end, base)
+    finally:
+        if dynamo is not None:
+            dynamo.close()
+        setup.follow.close()
