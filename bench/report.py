@@ -150,6 +150,11 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "The follower's index beside NVIDIA Dynamo's KV-router index, on the same blocks",
         ("bench/dynamo_bench.py", "--dynamo-python", "{dynamo}", "--json", "{out}"),
     ),
+    Benchmark(
+        "scale",
+        "One follower's native store at scale, beside the same store at 1M blocks",
+        ("bench/scale_bench.py", "--blocks", "1000000,16000000", "--json", "{out}"),
+    ),
 )
 BY_NAME = {b.name: b for b in BENCHMARKS}
 PEER_PLACEHOLDERS = {"{sglang}": "SGLANG_PYTHON", "{dynamo}": "DYNAMO_PYTHON"}
@@ -699,6 +704,49 @@ def render_dynamo(result: Mapping[str, Any]) -> list[Row]:
     return rows
 
 
+SCALE_MEASURES: tuple[tuple[str, str, str, float | None], ...] = (
+    ("resident memory per held block", "rss_bytes_per_block", "B", 1.1),
+    ("ingest (decode + apply, one record a source)", "ingest_blocks_per_s", "blocks/s", None),
+    ("snapshot write (`snapshot()`)", "snapshot_write_s", "s", None),
+    ("snapshot restore (`load()`, holder index built)", "snapshot_restore_s", "s", None),
+    ("match from token ids, p50", "match_tokens_p50_us", "µs", None),
+    ("match from token ids, p99", "match_tokens_p99_us", "µs", 2.0),
+    ("match with the page hashes given, p50", "match_hashes_p50_us", "µs", None),
+    ("match with the page hashes given, p99", "match_hashes_p99_us", "µs", 2.0),
+)
+"""scale_bench.py's figures: measure, key, unit, and the bound on the ratio to the smallest size."""
+
+
+def render_scale(result: Mapping[str, Any]) -> list[Row]:
+    """``scale_bench.py --json``: each larger size's figures beside the smallest size's."""
+    sizes = result.get("sizes") or {}
+    small = sizes.get(str(result.get("smallest"))) or {}
+    rows: list[Row] = []
+    for name, size in sizes.items():
+        if name == str(result.get("smallest")) or not isinstance(size, Mapping):
+            continue
+        held = f"{fmt(size.get('held_blocks'))} blocks, {fmt(size.get('sources'))} sources"
+        for measure, key, unit, bound in SCALE_MEASURES:
+            mine, base = size.get(key), small.get(key)
+            value = mine / base if isinstance(mine, float) and isinstance(base, float) else None
+            shown = per_s if unit == "blocks/s" else (lambda v, u: f"{fmt(v)} {u}")
+            target = ""
+            if bound is not None:
+                met = value is not None and value <= bound
+                target = f"≤ {bound}{X}: " + ("met" if met else "**missed**")
+            rows.append(
+                (
+                    f"{measure}, {held}",
+                    shown(mine, "blocks" if unit == "blocks/s" else unit),
+                    f"{fmt(small.get('held_blocks'))} blocks: "
+                    + shown(base, "blocks" if unit == "blocks/s" else unit),
+                    ratio(value),
+                    target,
+                )
+            )
+    return rows
+
+
 RENDERERS: dict[str, Callable[[Mapping[str, Any]], list[Row]]] = {
     "cache": render_cache,
     "codec": render_codec,
@@ -708,6 +756,7 @@ RENDERERS: dict[str, Callable[[Mapping[str, Any]], list[Row]]] = {
     "http": render_http,
     "snapshot": render_snapshot,
     "dynamo": render_dynamo,
+    "scale": render_scale,
 }
 
 
