@@ -730,6 +730,8 @@ def render_scale(result: Mapping[str, Any]) -> list[Row]:
             mine, base = size.get(key), small.get(key)
             value = mine / base if isinstance(mine, float) and isinstance(base, float) else None
             shown = per_s if unit == "blocks/s" else (lambda v, u: f"{fmt(v)} {u}")
+            if mine is None:
+                shown = lambda v, u: "not measured" if v is None else f"{fmt(v)} {u}"  # noqa: E731
             target = ""
             if bound is not None:
                 met = value is not None and value <= bound
