@@ -5,8 +5,9 @@ that form a chain (each page's parent is the previous page; same ``block_size``,
 ``medium``) into one ``BlockStored`` listing every page; version 1 writes one object per event.
 Version 3 is version 2 whose ``BlockRemoved`` may carry ``reason`` (``"evicted"`` or
 ``"demoted"``; absent means null). Decoding reads all three and yields one ``BlockStored`` per
-page (a multi-page store of any version is split). It is strict: JSON syntax first (orjson), then the checks below in this order, and
-the first that fails raises ``DecodeError(field, reason)``:
+page (a multi-page store of any version is split). It is strict: JSON syntax first (orjson),
+then the checks below in this order, and the first that fails raises
+``DecodeError(field, reason)``:
 
 - the record: an object; ``v`` present, an int, 1, 2 or 3; no missing key (the first in sorted
   order is named), no unknown key; ``ts`` a number; ``events`` a list; ``meta`` an object or
