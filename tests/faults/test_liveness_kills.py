@@ -67,7 +67,7 @@ def in_state(base: str, source: str, state: str) -> dict[str, Any] | None:
 
 async def held_prompt(log_url: str) -> list[int]:
     """The tokens of the first page stored at the root in the log (a prompt a source holds
-    as long as it does not evict it)."""
+    as long as it does not evict it); empty while none is."""
     async with await open_log(log_url, readonly=True) as log:
         async for record in log.read():
             if is_liveness(record.payload):
@@ -102,10 +102,13 @@ def test_a_killed_primary_turns_offline_within_the_source_timeout(tmp_path: Path
     try:
         base = http_base(follower)
         before = poll("w0 exact", lambda: in_state(base, "w0", "exact"), STARTUP_TIMEOUT_S)
-        prompt = anyio.run(held_prompt, log_url)
+        # exact may come from a heartbeat alone, before any block is in the log
+        primary.wait_for("blocks published", lambda s: s["requests"] > 20, STARTUP_TIMEOUT_S)
+        prompt = poll(
+            "a block stored at the root", lambda: anyio.run(held_prompt, log_url), STARTUP_TIMEOUT_S
+        )
         held = match(base, prompt).get("w0")  # absent only if the primary evicted it already
         assert held is None or (held["state"] == "exact" and held["cached_tokens"]), held
-        primary.wait_for("blocks published", lambda s: s["requests"] > 20, STARTUP_TIMEOUT_S)
         primary.kill()
         killed_at = time.monotonic()
         gone = poll(
