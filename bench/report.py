@@ -701,6 +701,23 @@ def render_dynamo(result: Mapping[str, Any]) -> list[Row]:
                 f"{'≥' if at_least else '≤'} {bound}{X}: " + ("met" if met else "**missed**"),
             )
         )
+    share = ours.get("decode_share_of_ingest")
+    if isinstance(share, float):
+        rows.append(
+            ("of our ingest: decoding the records alone", f"{share:.0%} of the time", "", "", "")
+        )
+    tokens_us, hashes_us = ours.get("token_match_p50_us"), ours.get("hash_match_p50_us")
+    if isinstance(tokens_us, float) and isinstance(hashes_us, float) and tokens_us > 0:
+        hashing = (tokens_us - hashes_us) / tokens_us
+        rows.append(
+            (
+                "of our token-form match: hashing the prompt's pages",
+                f"{hashing:.0%} of p50",
+                "",
+                "",
+                "",
+            )
+        )
     return rows
 
 
