@@ -38,13 +38,8 @@ from cache.events import (
 from consumers import ReplicaSet
 from consumers.views.stats import Churn
 from swa_es.bridge import formats as bridge_formats
-from swa_es.egress.encode import (
-    EngineFormat,
-    TombstonePolicy,
-    encode_engine_batch,
-    engine_events,
-    policy_error,
-)
+from swa_es.egress.config import EngineFormat, TombstonePolicy, policy_error
+from swa_es.egress.encode import encode_engine_batch, engine_events
 from swa_es.egress.residency import ResidencyStream
 from swa_es.testing import BlockModel
 from tests.cache.codec_strategies import EVENTS

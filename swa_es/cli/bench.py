@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from swa_es.cli import settings
-from swa_es.cli.values import SettingError
+from swa_es.cli.settings import Command
+from swa_es.options.values import SettingError
 
 BENCHMARKS: Final = ("cache", "log", "replica", "codec")
 
@@ -24,6 +25,9 @@ class BenchConfig:
     args: tuple[str, ...]
 
 
+COMMAND = Command("bench", None)
+
+
 def _configure(flags: Mapping[str, object]) -> BenchConfig:
     extra = flags.get("args") or []
     assert isinstance(extra, list)
@@ -34,10 +38,9 @@ def add_parser(subparsers: Any) -> None:
     """Add ``bench`` (no settings: a name and the arguments for the script)."""
     parser = settings.add_command(
         subparsers,
-        "bench",
+        COMMAND,
         help="run the benchmarks in bench/",
         description="Run bench/<NAME>_bench.py with the remaining arguments.",
-        config_type=BenchConfig,
         run=run,
         configure=_configure,
     )

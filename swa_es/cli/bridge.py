@@ -19,6 +19,10 @@ from prometheus_client.core import Metric
 from swa_es.bridge.ingest import Bridge
 from swa_es.cli import settings
 from swa_es.cli.exit_codes import EXIT_OK
+from swa_es.cli.settings import Command
+from swa_es.cli.shared_options import HEARTBEAT, RUN_DURATION, LogAccess, MetricsEndpoint
+from swa_es.options import field_of, nested, option
+from swa_es.options import values as v
 from swa_es.service.http_app import AppParts
 from swa_es.service.http_server import start_http_server
 from swa_es.service.log_access import open_log_within
@@ -28,34 +32,74 @@ from swa_es.service.signals import cancel_on_signal
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BridgeConfig:
-    """``swa-es bridge`` (each field is a row of ``settings.SETTINGS``)."""
+    """``swa-es bridge`` (each field an option or a group of them)."""
 
-    endpoint: str
-    replay_endpoint: str | None
-    wire_format: str
-    source: str
-    log_url: str
-    page_size: int | None
-    replay_timeout_s: float
-    heartbeat_s: float
-    engine_timeout_s: float
-    duration_s: float | None
-    metrics_host: str
-    metrics_port: int | None
-    open_timeout_s: float
+    log: LogAccess = nested(LogAccess)
+    source: str = option(
+        "source", v.text_value, "source id of the engine, the record key", metavar="ID"
+    )
+    duration_s: float | None = field_of(RUN_DURATION)
+    heartbeat_s: float = field_of(HEARTBEAT)
+    engine_timeout_s: float = option(
+        "engine-timeout-s",
+        v.positive_float,
+        "declare the engine offline in the log once neither its stream nor its replay socket "
+        "was heard for S seconds",
+        default=10.0,
+        metavar="S",
+    )
+    metrics: MetricsEndpoint = nested(MetricsEndpoint)
+    endpoint: str = option(
+        "zmq",
+        v.zmq_endpoint,
+        "the engine's KV-event PUB endpoint to subscribe to",
+        metavar="ENDPOINT",
+    )
+    replay_endpoint: str | None = option(
+        "replay",
+        v.zmq_endpoint,
+        "the engine's replay (ROUTER) endpoint; without it gaps cannot be filled",
+        default=None,
+        metavar="ENDPOINT",
+        shown_default="none",
+    )
+    wire_format: str = option(
+        "format",
+        v.choice("sglang", "vllm", "auto"),
+        "the engine's wire format: sglang, vllm or auto",
+        default="auto",
+        metavar="FMT",
+    )
+    page_size: int | None = option(
+        "page-size",
+        v.positive_int,
+        "the engine's block size, for the epoch meta until the first stored block says it",
+        default=None,
+        metavar="TOKENS",
+        shown_default="learned from the stream",
+    )
+    replay_timeout_s: float = option(
+        "replay-timeout",
+        v.positive_float,
+        "seconds to wait for the engine's replay answer",
+        default=5.0,
+        metavar="S",
+    )
+
+
+COMMAND = Command("bridge", BridgeConfig)
 
 
 def add_parser(subparsers: Any) -> None:
     """Add ``bridge`` to the ``swa-es`` parser."""
     settings.add_command(
         subparsers,
-        "bridge",
+        COMMAND,
         help="append an sglang/vLLM ZMQ KV-event stream to a log",
         description="Subscribe to an engine's KV-event publisher (--zmq), fill gaps from its "
         "replay socket (--replay), and append its batches to the log as --source. A gap the "
         "engine cannot fill reaches followers as a gap (the source becomes unknown); an engine "
         "restart starts a new epoch. SIGTERM flushes and exits 0.",
-        config_type=BridgeConfig,
         run=run,
     )
 
@@ -68,7 +112,7 @@ def run(config: BridgeConfig) -> int:
 async def bridge(config: BridgeConfig) -> int:
     """Bridge until the duration or a signal, flushing on the way out; the exit status."""
     async with AsyncExitStack() as stack:
-        log = await open_log_within(config.log_url, config.open_timeout_s)
+        log = await open_log_within(config.log.url, config.log.open_timeout_s)
         await stack.enter_async_context(log)
         engine = await stack.enter_async_context(
             Bridge(
@@ -101,8 +145,8 @@ async def bridge(config: BridgeConfig) -> int:
         port = await start_http_server(
             stack,
             AppParts(registry_of(families), health),
-            host=config.metrics_host,
-            port=config.metrics_port,
+            host=config.metrics.host,
+            port=config.metrics.port,
         )
         if port is not None:
             print(f"bridge {config.source}: metrics on port {port}", flush=True)

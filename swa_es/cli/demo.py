@@ -18,32 +18,61 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from platformdirs import user_cache_dir
 from rich.console import Console
 
 from consumers import Follower, SnapshotStore
 from log import EventLog
 from log.directories import create_data_directory
 from swa_es.cli import settings
-from swa_es.cli.cache_options import CacheOptions
 from swa_es.cli.exit_codes import EXIT_FAILED, EXIT_OK
 from swa_es.cli.live_view import Frame, WorkerRow, show_live
-from swa_es.engine.engine import SyntheticEngine, synthetic_engine
+from swa_es.cli.settings import Command
+from swa_es.cli.shared_options import OPEN_TIMEOUT, SEED
+from swa_es.engine.engine import CacheConfig, SyntheticEngine, synthetic_engine
 from swa_es.engine.primary import PrimaryProgress, run_primary
+from swa_es.options import field_of, nested, option
+from swa_es.options import values as v
 from swa_es.publish.publisher import Publisher
 from swa_es.service.log_access import open_log_within, redact
 from swa_es.service.views import StandardViews
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DemoConfig(CacheOptions):
-    """``swa-es demo`` (each field is a row of ``settings.SETTINGS``)."""
+def default_data_dir() -> Path:
+    """Where the demo keeps its log and snapshots unless told otherwise."""
+    return Path(user_cache_dir("swa-es")) / "demo"
 
-    data_dir: Path
-    log_url: str | None
-    workers: int
-    duration_s: float
-    refresh_s: float
-    open_timeout_s: float
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DemoConfig:
+    """``swa-es demo`` (each field an option or a group of them)."""
+
+    log_url: str | None = option(
+        "log",
+        v.log_url,
+        "log URL instead of DATA/log, e.g. kafka://localhost:9092/demo",
+        default=None,
+        metavar="URL",
+        shown_default="DATA/log",
+    )
+    open_timeout_s: float = field_of(OPEN_TIMEOUT)
+    data_dir: Path = option(
+        "data",
+        v.path,
+        "demo data directory, holding log/ and snapshots/",
+        default=default_data_dir(),
+        metavar="DIR",
+        shown_default="the user cache dir's swa-es/demo",
+    )
+    workers: int = option("workers", v.positive_int, "simulated workers", default=2, metavar="N")
+    duration_s: float = option(
+        "duration", v.positive_float, "seconds to serve", default=10.0, metavar="S"
+    )
+    refresh_s: float = option(
+        "refresh", v.positive_float, "live view refresh period in seconds", default=0.5, metavar="S"
+    )
+    cache: CacheConfig = nested(CacheConfig)
+    seed: int = field_of(SEED)
 
     @property
     def own_log_url(self) -> str:
@@ -56,16 +85,18 @@ class DemoConfig(CacheOptions):
         return self.log_url or self.own_log_url
 
 
+COMMAND = Command("demo", DemoConfig)
+
+
 def add_parser(subparsers: Any) -> None:
     """Add ``demo`` to the ``swa-es`` parser."""
     settings.add_command(
         subparsers,
-        "demo",
+        COMMAND,
         help="simulated workers + follower, verified (the first command)",
         description="Run W simulated serving workers publishing to a log, a follower beside "
         "them, a live view, and verify replica == primary (exit 1 if not). Each run starts "
         "from an empty DATA/log and DATA/snapshots.",
-        config_type=DemoConfig,
         run=run,
     )
 

@@ -24,11 +24,24 @@ from typing import Any
 import anyio
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from cache.events import DEFAULT_MAX_RECORD_BYTES
 from consumers import Follower
 from swa_es.cli import settings
 from swa_es.cli.exit_codes import EXIT_OK
 from swa_es.cli.progress import terminal_progress
-from swa_es.cli.values import SettingError
+from swa_es.cli.settings import Command
+from swa_es.cli.shared_options import (
+    RUN_DURATION,
+    SNAPSHOTS,
+    STATUS_EVERY,
+    STATUS_FILE,
+    LogAccess,
+    MetricsEndpoint,
+)
+from swa_es.egress.config import EgressConfig
+from swa_es.options import field_of, nested, option
+from swa_es.options import values as v
+from swa_es.options.values import SettingError
 from swa_es.service.event_loop import fast_loop_options
 from swa_es.service.http_app import AppParts
 from swa_es.service.http_server import start_http_server
@@ -42,42 +55,99 @@ from swa_es.service.views import StandardViews
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FollowConfig:
-    """``swa-es follow``: one long-running follower (each field is a row of
-    ``settings.SETTINGS``)."""
+    """``swa-es follow``: one long-running follower (each field an option or a group of them;
+    ``egress`` is ``None`` without ``--zmq-publish``)."""
 
-    log_url: str
-    snapshots: str | None
-    snapshot_every_batches: int
-    snapshot_every_s: float
-    keep_snapshots: int
-    max_record_bytes: int
-    metrics_host: str
-    metrics_port: int | None
-    status_file: Path | None
-    status_every_s: float
-    duration_s: float | None
-    open_timeout_s: float
-    http_host: str
-    http_port: int | None
-    http_max_request_bytes: int
-    zmq_publish: str | None
-    zmq_replay: str | None
-    zmq_format: str
-    zmq_tombstones: str
-    zmq_snapshot: str | None
-    source_timeout_s: float
-    degraded_lag_records: int
+    log: LogAccess = nested(LogAccess)
+    duration_s: float | None = field_of(RUN_DURATION)
+    source_timeout_s: float = option(
+        "source-timeout-s",
+        v.positive_float,
+        "answer a source unheard for S seconds (no batch, no heartbeat) as offline",
+        default=15.0,
+        metavar="S",
+    )
+    degraded_lag_records: int = option(
+        "degraded-lag-records",
+        v.positive_int,
+        "answer sources as degraded while the follower is more than N records behind the log",
+        default=10_000,
+        metavar="N",
+    )
+    metrics: MetricsEndpoint = nested(MetricsEndpoint)
+    status_file: Path | None = field_of(STATUS_FILE)
+    status_every_s: float = field_of(STATUS_EVERY)
+    snapshots: str | None = field_of(SNAPSHOTS)
+    snapshot_every_batches: int = option(
+        "snapshot-every-batches",
+        v.positive_int,
+        "snapshot every N applied batches",
+        default=1000,
+        metavar="N",
+    )
+    snapshot_every_s: float = option(
+        "snapshot-every",
+        v.positive_float,
+        "snapshot every S seconds if something was applied",
+        default=30.0,
+        metavar="S",
+    )
+    keep_snapshots: int = option(
+        "keep-snapshots", v.positive_int, "snapshots kept", default=3, metavar="K"
+    )
+    max_record_bytes: int = option(
+        "max-record-bytes",
+        v.positive_int,
+        "largest record decoded; a bigger one is counted as undecodable and skipped",
+        default=DEFAULT_MAX_RECORD_BYTES,
+        metavar="BYTES",
+        shown_default="16 MiB",
+    )
+    http_host: str = option(
+        "http-host",
+        v.text_value,
+        "address of the routing API (/v1/match, /v1/sources, /metrics, /healthz)",
+        default="127.0.0.1",
+        metavar="HOST",
+    )
+    http_port: int | None = option(
+        "http-port",
+        v.port,
+        "port of the routing API; 0 picks a free one",
+        default=None,
+        metavar="PORT",
+        shown_default="off",
+    )
+    http_max_request_bytes: int = option(
+        "http-max-request-bytes",
+        v.positive_int,
+        "largest request body the routing API reads (413 beyond)",
+        default=4 * 1024 * 1024,
+        metavar="N",
+    )
+    egress: EgressConfig | None = nested(EgressConfig, optional=True)
+    zmq_snapshot: str | None = option(
+        "zmq-snapshot",
+        v.zmq_endpoint,
+        "ROUTER endpoint answering routers' snapshot requests (vLLM's proposed \"snapshot\") "
+        "for the --zmq-publish stream: the follower's state with a cut on that stream's seq",
+        default=None,
+        metavar="ENDPOINT",
+        shown_default="off",
+    )
+
+
+COMMAND = Command("follow", FollowConfig)
 
 
 def add_parser(subparsers: Any) -> None:
     """Add ``follow`` to the ``swa-es`` parser."""
     settings.add_command(
         subparsers,
-        "follow",
+        COMMAND,
         help="long-running follower with snapshots and /metrics",
         description="Restore the newest snapshot, replay the tail, then apply live records; "
         "serve Prometheus /metrics and /healthz.",
-        config_type=FollowConfig,
         run=run,
     )
 
@@ -185,17 +255,17 @@ class FollowerService:
 
 async def follow(config: FollowConfig) -> int:
     """Restore, follow until the duration or a signal, snapshot, report; the exit status."""
-    if config.zmq_snapshot is not None and config.zmq_publish is None:
+    if config.zmq_snapshot is not None and config.egress is None:
         raise SettingError("--zmq-snapshot", "answers for the stream out: give --zmq-publish too")
     views = StandardViews.create()
     async with AsyncExitStack() as stack:
         store = None
         if config.snapshots is not None:
             store = await open_snapshots(
-                config.snapshots, config.open_timeout_s, keep=config.keep_snapshots
+                config.snapshots, config.log.open_timeout_s, keep=config.keep_snapshots
             )
             stack.push_async_callback(store.close)
-        log = await open_reader(config.log_url, config.open_timeout_s, create=True)
+        log = await open_reader(config.log.url, config.log.open_timeout_s, create=True)
         await stack.enter_async_context(log)
         follower = Follower(
             log,
@@ -212,8 +282,8 @@ async def follow(config: FollowConfig) -> int:
         service.metrics_port = await start_http_server(
             stack,
             AppParts(registry, service.health),
-            host=config.metrics_host,
-            port=config.metrics_port,
+            host=config.metrics.host,
+            port=config.metrics.port,
         )
         service.http_port = await start_http_server(
             stack,
@@ -226,18 +296,13 @@ async def follow(config: FollowConfig) -> int:
             host=config.http_host,
             port=config.http_port,
         )
-        if config.zmq_publish is not None:
+        if config.egress is not None:
             from swa_es.egress.bootstrap import follower_state, replica_lookup
-            from swa_es.egress.stream import EgressConfig, ZmqEgress
+            from swa_es.egress.stream import ZmqEgress
 
             egress = ZmqEgress(
                 log,
-                EgressConfig(
-                    publish_endpoint=config.zmq_publish,
-                    replay_endpoint=config.zmq_replay,
-                    wire_format=config.zmq_format,
-                    tombstones=config.zmq_tombstones,
-                ),
+                config.egress,
                 deferred=True,
                 lookup=replica_lookup(views.replicas),
                 applied=lambda: follower.position.get(0),

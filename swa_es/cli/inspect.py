@@ -28,31 +28,65 @@ from consumers import SnapshotInfo
 from log import CorruptRecordError, EventLog, KnowsItsBeginning, Position, Record
 from swa_es.cli import settings
 from swa_es.cli.exit_codes import EXIT_FAILED, EXIT_OK
+from swa_es.cli.settings import Command
+from swa_es.cli.shared_options import LogAccess
+from swa_es.options import nested, option
+from swa_es.options import values as v
 from swa_es.service.log_access import open_reader, open_snapshots, redact
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InspectConfig:
-    """``swa-es inspect`` (each field is a row of ``settings.SETTINGS``)."""
+    """``swa-es inspect`` (each field an option or a group of them)."""
 
-    log_url: str
-    start: Position | None
-    source: str | None
-    limit: int | None
-    brief: bool
-    snapshots: str | None
-    open_timeout_s: float
+    log: LogAccess = nested(LogAccess)
+    snapshots: str | None = option(
+        "verify-snapshots",
+        v.snapshot_store,
+        "list and verify the snapshots of this store (a directory or a kafka:// URL) instead "
+        "of the log's records",
+        default=None,
+        metavar="STORE",
+        shown_default="none",
+    )
+    start: Position | None = option(
+        "from",
+        v.position,
+        "start position: N (partition 0) or P:N,P:N",
+        default=None,
+        metavar="POS",
+        shown_default="the beginning",
+    )
+    source: str | None = option(
+        "source",
+        v.text_value,
+        "print only this source's batches",
+        default=None,
+        metavar="ID",
+        shown_default="every source",
+    )
+    limit: int | None = option(
+        "limit",
+        v.positive_int,
+        "print at most N batches",
+        default=None,
+        metavar="N",
+        shown_default="no limit",
+    )
+    brief: bool = option("brief", v.boolean, "event counts instead of events", default=False)
+
+
+COMMAND = Command("inspect", InspectConfig, positional=("log",))
 
 
 def add_parser(subparsers: Any) -> None:
     """Add ``inspect`` to the ``swa-es`` parser."""
     settings.add_command(
         subparsers,
-        "inspect",
+        COMMAND,
         help="verify every record and print batches as JSON lines",
         description="Decode every record strictly; print each batch as one JSON line on "
         "stdout, problems on stderr; exit 1 if any record is bad.",
-        config_type=InspectConfig,
         run=run,
     )
 
@@ -122,7 +156,7 @@ def batch_line(record: Record, batch: EventBatch, *, brief: bool) -> bytes:
 async def inspect(config: InspectConfig, out: TextIO, err: TextIO) -> InspectReport:
     """Scan the log of ``config``; write JSON lines to ``out`` and problems to ``err``."""
     report = InspectReport()
-    log = await open_reader(config.log_url, config.open_timeout_s)
+    log = await open_reader(config.log.url, config.log.open_timeout_s)
     async with log:
         try:
             async for record in log.read(config.start or "beginning"):
@@ -152,7 +186,7 @@ async def inspect(config: InspectConfig, out: TextIO, err: TextIO) -> InspectRep
             err.write(f"corrupt log at {report.corrupt_at}: {exc.reason}\n")
     verdict = "ok" if report.ok else "FAILED"
     err.write(
-        f"inspect {redact(config.log_url)}: {report.records} records read, "
+        f"inspect {redact(config.log.url)}: {report.records} records read, "
         f"{report.printed} batches printed, {report.bad} bad records, "
         f"{report.liveness} liveness records: {verdict}\n"
     )
@@ -190,10 +224,10 @@ async def inspect_snapshots(config: InspectConfig, out: TextIO, err: TextIO) -> 
     """Verify every snapshot of ``config.snapshots`` whole; one JSON line each on ``out``."""
     assert config.snapshots is not None
     report = InspectReport()
-    log = await open_reader(config.log_url, config.open_timeout_s)
+    log = await open_reader(config.log.url, config.log.open_timeout_s)
     async with log:
         beginning = await _log_beginning(log)
-        store = await open_snapshots(config.snapshots, config.open_timeout_s)
+        store = await open_snapshots(config.snapshots, config.log.open_timeout_s)
         try:
             for info in await store.infos():
                 report.records += 1

@@ -1,7 +1,7 @@
 """The ``swa-es`` command line: assembles one module per command and runs the one asked for.
 
 Each module of ``COMMANDS`` (``swa_es/cli/<command>.py``) has ``add_parser(subparsers)``, which
-declares the command and takes its options from the settings table (``swa_es.cli.settings``),
+declares the command with the options its config class declares (``swa_es.cli.settings``),
 and ``run(config) -> int``, which gets the command's frozen config. ``main`` parses, builds the
 config (flags, then ``SWA_ES_*`` variables, then defaults), runs, and turns any error into one
 line on stderr and an exit status (``swa_es.cli.exit_codes``). To add a command, add its module
@@ -20,7 +20,8 @@ from typing import Any, Final, NoReturn
 from cache.errors import SwaEsError
 from swa_es.cli.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
 from swa_es.cli.extras import MissingExtraError, missing_extra
-from swa_es.cli.values import SettingError
+from swa_es.cli.settings import Command
+from swa_es.options.values import SettingError
 
 COMMANDS: Final[tuple[str, ...]] = (
     "demo",
@@ -43,6 +44,12 @@ class UsageError(SwaEsError):
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+def commands() -> list[Command]:
+    """Every command's declaration (its module's ``COMMAND``), in ``--help`` order; the table of
+    docs/configuration.md is written from these (every extra installed)."""
+    return [importlib.import_module(f"swa_es.cli.{name}").COMMAND for name in COMMANDS]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,6 +10,8 @@ from typing import Any
 
 from swa_es.cli import snapshot
 
+COMMAND = snapshot.COMMANDS["restore"]
+
 
 def add_parser(subparsers: Any) -> None:
     """Add ``restore`` to the ``swa-es`` parser."""

@@ -19,30 +19,44 @@ from consumers import Follower, PrefixMatch
 from swa_es.cli import settings
 from swa_es.cli.exit_codes import EXIT_OK
 from swa_es.cli.progress import terminal_progress
+from swa_es.cli.settings import Command
+from swa_es.cli.shared_options import SNAPSHOTS, LogAccess
+from swa_es.options import field_of, nested, option
+from swa_es.options import values as v
 from swa_es.service.log_access import open_reader, open_snapshots
 from swa_es.service.views import StandardViews
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RouteConfig:
-    """``swa-es route`` (each field is a row of ``settings.SETTINGS``)."""
+    """``swa-es route`` (each field an option or a group of them)."""
 
-    log_url: str
-    tokens: tuple[int, ...]
-    extra_key: str | None
-    snapshots: str | None
-    open_timeout_s: float
+    log: LogAccess = nested(LogAccess)
+    snapshots: str | None = field_of(SNAPSHOTS)
+    tokens: tuple[int, ...] = option(
+        "tokens", v.token_list, "token ids: '1,2,3', '1 2 3' or '0..512'", metavar="IDS"
+    )
+    extra_key: str | None = option(
+        "extra-key",
+        v.text_value,
+        "namespace (LoRA adapter / cache salt)",
+        default=None,
+        metavar="KEY",
+        shown_default="none",
+    )
+
+
+COMMAND = Command("route", RouteConfig, positional=("log",))
 
 
 def add_parser(subparsers: Any) -> None:
     """Add ``route`` to the ``swa-es`` parser."""
     settings.add_command(
         subparsers,
-        "route",
+        COMMAND,
         help="answer a prefix query from the log's views",
         description="Restore views from the log (and a snapshot store), then print per source the "
         "cached and SWA-usable prefix length of --tokens.",
-        config_type=RouteConfig,
         run=run,
     )
 
@@ -86,9 +100,9 @@ async def route(config: RouteConfig, out: TextIO) -> int:
     async with AsyncExitStack() as stack:
         store = None
         if config.snapshots is not None:
-            store = await open_snapshots(config.snapshots, config.open_timeout_s)
+            store = await open_snapshots(config.snapshots, config.log.open_timeout_s)
             stack.push_async_callback(store.close)
-        log = await open_reader(config.log_url, config.open_timeout_s)
+        log = await open_reader(config.log.url, config.log.open_timeout_s)
         await stack.enter_async_context(log)
         follower = Follower(log, views.all, snapshots=store, progress=terminal_progress())
         await follower.restore()

@@ -23,10 +23,21 @@ import anyio
 from prometheus_client.core import Metric
 
 from swa_es.cli import settings
-from swa_es.cli.cache_options import CacheOptions
 from swa_es.cli.exit_codes import EXIT_OK
-from swa_es.engine.engine import Engine, synthetic_engine
+from swa_es.cli.settings import Command
+from swa_es.cli.shared_options import (
+    HEARTBEAT,
+    RUN_DURATION,
+    SEED,
+    STATUS_EVERY,
+    STATUS_FILE,
+    LogAccess,
+    MetricsEndpoint,
+)
+from swa_es.engine.engine import CacheConfig, Engine, synthetic_engine
 from swa_es.engine.primary import PrimaryProgress, run_primary
+from swa_es.options import field_of, nested, option
+from swa_es.options import values as v
 from swa_es.publish.config import PublisherConfig
 from swa_es.publish.publisher import Publisher
 from swa_es.service.http_app import AppParts
@@ -40,31 +51,49 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ServeConfig(CacheOptions):
-    """``swa-es serve``: one primary (each field is a row of ``settings.SETTINGS``)."""
+class ServeConfig:
+    """``swa-es serve``: one primary (each field an option or a group of them)."""
 
-    log_url: str
-    source: str
-    duration_s: float | None
-    max_requests: int | None
-    rate_rps: float | None
-    heartbeat_s: float
-    metrics_host: str
-    metrics_port: int | None
-    status_file: Path | None
-    status_every_s: float
-    open_timeout_s: float
+    log: LogAccess = nested(LogAccess)
+    cache: CacheConfig = nested(CacheConfig)
+    seed: int = field_of(SEED)
+    source: str = option(
+        "source", v.text_value, "source id, the record key", default="worker-0", metavar="ID"
+    )
+    duration_s: float | None = field_of(RUN_DURATION)
+    max_requests: int | None = option(
+        "requests",
+        v.positive_int,
+        "requests to serve, then flush and exit",
+        default=None,
+        metavar="N",
+        shown_default="no limit",
+    )
+    rate_rps: float | None = option(
+        "rate",
+        v.positive_float,
+        "requests per second",
+        default=None,
+        metavar="RPS",
+        shown_default="as fast as it goes",
+    )
+    heartbeat_s: float = field_of(HEARTBEAT)
+    metrics: MetricsEndpoint = nested(MetricsEndpoint)
+    status_file: Path | None = field_of(STATUS_FILE)
+    status_every_s: float = field_of(STATUS_EVERY)
+
+
+COMMAND = Command("serve", ServeConfig)
 
 
 def add_parser(subparsers: Any) -> None:
     """Add ``serve`` to the ``swa-es`` parser."""
     settings.add_command(
         subparsers,
-        "serve",
+        COMMAND,
         help="one primary worker loop publishing to a log",
         description="Serve the synthetic workload on one cache and publish its events. Stops "
         "after --duration / --requests, or on SIGTERM/SIGINT, after flushing.",
-        config_type=ServeConfig,
         run=run,
     )
 
@@ -145,7 +174,7 @@ async def serve(config: ServeConfig) -> int:
     """Serve until the limits or a signal, flush, report; the exit status."""
     engine = synthetic_engine(config.cache, config.seed)
     async with AsyncExitStack() as stack:
-        log = await open_log_within(config.log_url, config.open_timeout_s)
+        log = await open_log_within(config.log.url, config.log.open_timeout_s)
         await stack.enter_async_context(log)
         publisher_config = PublisherConfig(heartbeat_s=config.heartbeat_s, offline_on_close=True)
         publisher = await stack.enter_async_context(
@@ -155,8 +184,8 @@ async def serve(config: ServeConfig) -> int:
         service.metrics_port = await start_http_server(
             stack,
             AppParts(registry_of(service.metric_families), service.health),
-            host=config.metrics_host,
-            port=config.metrics_port,
+            host=config.metrics.host,
+            port=config.metrics.port,
         )
         await service.serve()
     logger.info("served %d requests as %s", service.progress.requests, config.source)

@@ -20,6 +20,10 @@ from consumers import Follower, SnapshotInfo
 from swa_es.cli import settings
 from swa_es.cli.exit_codes import EXIT_OK
 from swa_es.cli.progress import terminal_progress
+from swa_es.cli.settings import Command
+from swa_es.cli.shared_options import LogAccess
+from swa_es.options import nested, option
+from swa_es.options import values as v
 from swa_es.service.log_access import open_reader, open_snapshots
 from swa_es.service.views import StandardViews
 
@@ -28,12 +32,21 @@ Action = Literal["snapshot", "restore"]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SnapshotConfig:
-    """``swa-es snapshot`` and ``swa-es restore`` (each field is a row of
-    ``settings.SETTINGS``)."""
+    """``swa-es snapshot`` and ``swa-es restore`` (each field an option or a group of them)."""
 
-    log_url: str
-    snapshots: str
-    open_timeout_s: float
+    log: LogAccess = nested(LogAccess)
+    snapshots: str = option(
+        "snapshots",
+        v.snapshot_store,
+        "snapshot store: a directory or a kafka:// URL",
+        metavar="STORE",
+    )
+
+
+COMMANDS: dict[Action, Command] = {
+    action: Command(action, SnapshotConfig, positional=("log",))
+    for action in ("snapshot", "restore")
+}
 
 
 _HELP: dict[Action, str] = {
@@ -42,14 +55,16 @@ _HELP: dict[Action, str] = {
 }
 
 
+COMMAND = COMMANDS["snapshot"]
+
+
 def add_parser(subparsers: Any, action: Action = "snapshot") -> None:
     """Add ``snapshot`` (or ``restore``) to the ``swa-es`` parser."""
     settings.add_command(
         subparsers,
-        action,
+        COMMANDS[action],
         help=_HELP[action],
         description=_HELP[action][0].upper() + _HELP[action][1:] + ".",
-        config_type=SnapshotConfig,
         run=partial(run, action=action),
     )
 
@@ -87,9 +102,9 @@ def summary(
 async def rebuild(config: SnapshotConfig, out: TextIO, action: Action = "snapshot") -> int:
     """Restore (newest snapshot + tail, else the whole log); for ``snapshot`` write a new one."""
     views = StandardViews.create()
-    log = await open_reader(config.log_url, config.open_timeout_s)
+    log = await open_reader(config.log.url, config.log.open_timeout_s)
     async with log:
-        store = await open_snapshots(config.snapshots, config.open_timeout_s)
+        store = await open_snapshots(config.snapshots, config.log.open_timeout_s)
         try:
             follower = Follower(log, views.all, snapshots=store, progress=terminal_progress())
             info = await follower.restore()

@@ -24,7 +24,6 @@ in a ``ResidencyStream`` (``swa_es.egress.residency``).
 
 from __future__ import annotations
 
-import enum
 from typing import Any
 
 import msgpack
@@ -39,6 +38,7 @@ from cache.events import (
     Event,
     EventBatch,
 )
+from swa_es.egress.config import EngineFormat, TombstonePolicy
 from swa_es.egress.residency import FULL_KIND, SWA_GROUP, SWA_KIND, ResidencyStream
 
 DATA_PARALLEL_RANK = 0
@@ -46,45 +46,6 @@ DATA_PARALLEL_RANK = 0
 
 VLLM_GROUP_IDX = 0
 """vLLM's KV-cache group of our blocks: the one full-attention group."""
-
-
-class EngineFormat(enum.StrEnum):
-    """The wire format of the stream out."""
-
-    SGLANG = "sglang"
-    VLLM = "vllm"
-
-
-class TombstonePolicy(enum.StrEnum):
-    """What a ``BlockSWAEvicted`` becomes for a consumer that does not know SWA."""
-
-    KEEP = "keep"
-    REMOVE = "remove"
-    GROUPS = "groups"
-    EVENTS = "events"
-
-    @property
-    def needs_state(self) -> bool:
-        """Whether encoding needs the run's ``ResidencyStream``."""
-        return self in (TombstonePolicy.GROUPS, TombstonePolicy.EVENTS)
-
-
-POLICY_FORMATS: dict[TombstonePolicy, EngineFormat] = {
-    TombstonePolicy.GROUPS: EngineFormat.VLLM,
-    TombstonePolicy.EVENTS: EngineFormat.SGLANG,
-}
-"""The one format each residency-carrying policy has a shape in."""
-
-
-def policy_error(fmt: EngineFormat, tombstones: TombstonePolicy) -> str | None:
-    """Why ``tombstones`` cannot be used with ``fmt`` (None: it can)."""
-    needed = POLICY_FORMATS.get(tombstones)
-    if needed is None or needed is fmt:
-        return None
-    return (
-        f"tombstones {tombstones.value!r} has a shape in the {needed.value} format only, "
-        f"not {fmt.value}"
-    )
 
 
 def _tombstone(event: BlockSWAEvicted, tombstones: TombstonePolicy) -> list[Event]:

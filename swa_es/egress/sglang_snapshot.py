@@ -32,7 +32,7 @@ from typing import Any
 import msgpack
 
 from cache.events import MEDIUM_GPU, BlockStored, BlockSWAEvicted, EventBatch
-from swa_es.egress.encode import TombstonePolicy
+from swa_es.egress.config import TombstonePolicy
 
 V1 = b"snapshot-v1"
 V2 = b"snapshot-v2"

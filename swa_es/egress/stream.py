@@ -36,7 +36,8 @@ from cache.events import DecodeError, EventBatch, decode_batch
 from cache.events.liveness import decode_liveness, is_liveness
 from log import EventLog, Position, Record
 from swa_es.bridge.wire import END_SEQ_FRAME, FrameError, decode_seq, encode_seq
-from swa_es.egress.encode import EngineFormat, TombstonePolicy, encode_engine_batch, policy_error
+from swa_es.egress.config import EgressConfig, EngineFormat, TombstonePolicy, policy_error
+from swa_es.egress.encode import encode_engine_batch
 from swa_es.egress.residency import BlockLookup, ResidencyStream
 
 logger = logging.getLogger(__name__)
@@ -60,16 +61,6 @@ def _engine_batch(record: Record) -> EventBatch:
 
 class EgressError(SwaEsError):
     """The stream out cannot run on this log (for example, several partitions)."""
-
-
-@dataclass(frozen=True, slots=True)
-class EgressConfig:
-    """Where and how the stream out is served."""
-
-    publish_endpoint: str
-    replay_endpoint: str | None = None
-    wire_format: EngineFormat | str = EngineFormat.SGLANG
-    tombstones: TombstonePolicy | str = TombstonePolicy.KEEP
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from cache.errors import SwaEsError
+from swa_es.options import FieldError, option
+from swa_es.options import values as v
 from swa_es.publish.batching import PublishedCache
 
 if TYPE_CHECKING:
@@ -19,15 +21,31 @@ if TYPE_CHECKING:
     from swa_es.engine.workload import ChatWorkload
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CacheConfig:
-    """One primary's cache: pool sizes in slots, window and page in tokens, torch device."""
+    """One primary's cache: window and page in tokens, pool sizes in slots, torch device (the
+    options of ``demo`` and ``serve``). Each pool holds whole pages: ``FieldError`` otherwise."""
 
-    full_size: int
-    swa_size: int
-    window_tokens: int
-    page_size: int
-    device: str
+    window_tokens: int = option(
+        "window", v.positive_int, "sliding window in tokens", default=256, metavar="TOKENS"
+    )
+    page_size: int = option(
+        "page-size", v.positive_int, "tokens per page", default=16, metavar="TOKENS"
+    )
+    full_size: int = option(
+        "full-size", v.positive_int, "full KV pool slots per worker", default=32768, metavar="N"
+    )
+    swa_size: int = option(
+        "swa-size", v.positive_int, "SWA KV pool slots per worker", default=8192, metavar="N"
+    )
+    device: str = option(
+        "device", v.device, "torch device: cpu, cuda or cuda:N", default="cpu", metavar="DEV"
+    )
+
+    def __post_init__(self) -> None:
+        for name, size in (("full_size", self.full_size), ("swa_size", self.swa_size)):
+            if size % self.page_size:
+                raise FieldError(name, f"{size} is not a multiple of the page size")
 
 
 class DeviceUnavailableError(SwaEsError, ValueError):

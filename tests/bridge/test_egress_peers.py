@@ -20,7 +20,8 @@ from cache.events import (
     encode_batch,
 )
 from log import EventLog, open_log
-from swa_es.egress.stream import EgressConfig, ZmqEgress
+from swa_es.egress.config import EgressConfig
+from swa_es.egress.stream import ZmqEgress
 from tests.peers.sglang_venv import ROOT, require_sglang, require_vllm
 
 BATCHES = 100_000

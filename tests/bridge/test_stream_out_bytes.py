@@ -26,7 +26,8 @@ from cache.events import (
     event_to_dict,
 )
 from log import open_log
-from swa_es.egress.stream import EgressConfig, ZmqEgress
+from swa_es.egress.config import EgressConfig
+from swa_es.egress.stream import ZmqEgress
 from tests.peers.sglang_venv import ROOT, require_sglang, require_vllm
 
 TOPIC = "worker-0"

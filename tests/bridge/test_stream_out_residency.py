@@ -26,7 +26,8 @@ from consumers import Follower, PrefixMatch
 from log import EventLog, open_log
 from swa_es.bridge.ingest import Bridge
 from swa_es.egress.bootstrap import follower_state, replica_lookup
-from swa_es.egress.stream import EgressConfig, EgressError, ZmqEgress
+from swa_es.egress.config import EgressConfig
+from swa_es.egress.stream import EgressError, ZmqEgress
 from swa_es.service.views import StandardViews
 from tests.bridge.stream_out_workload import Workload
 

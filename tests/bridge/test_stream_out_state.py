@@ -22,9 +22,9 @@ from consumers import ReplicaSet
 from log import open_log
 from swa_es.egress import sglang_snapshot
 from swa_es.egress.bootstrap import state_batches
-from swa_es.egress.encode import TombstonePolicy
+from swa_es.egress.config import EgressConfig, TombstonePolicy
 from swa_es.egress.snapshot import CUT_EMPTY, CUT_UNAVAILABLE, SnapshotServer, chunks
-from swa_es.egress.stream import EgressConfig, StreamStart, ZmqEgress
+from swa_es.egress.stream import StreamStart, ZmqEgress
 
 
 def replicas_with_tree() -> ReplicaSet:

@@ -9,7 +9,7 @@ import pytest
 
 import log.opening
 from log import ConfigError, EventLog, LogScheme, MemoryLog, log_schemes, open_log, register_scheme
-from swa_es.cli import values
+from swa_es.options import values
 
 
 def test_the_built_in_schemes() -> None:

@@ -26,10 +26,8 @@ from log.file import FileLog
 from log.kafka import parse_options
 from log.kafka.producer import producer_kwargs
 from log.kafka.reader import consumer_kwargs
-from swa_es.cli import settings
-from swa_es.cli.bridge import BridgeConfig
+from swa_es.cli import bridge, follow, serve, settings
 from swa_es.cli.follow import FollowConfig
-from swa_es.cli.serve import ServeConfig
 from swa_es.service.log_access import open_reader
 from tests.compose.services import STARTUP_TIMEOUT_S, Service
 from tests.consumers.primary_model import PrimaryModel
@@ -91,7 +89,8 @@ def test_decode_limits_are_configurable(tmp_path: Path) -> None:
     assert anyio.run(replay).metrics.undecodable == 1
 
     def follow_config(flags: dict[str, object], env: dict[str, str]) -> FollowConfig:
-        return settings.build_config("follow", FollowConfig, {"log": "x", **flags}, env)
+        config: FollowConfig = settings.build_config(follow.COMMAND, {"log": "x", **flags}, env)
+        return config
 
     flags = follow_config({"max_record_bytes": "4096"}, {})
     env = follow_config({}, {"SWA_ES_MAX_RECORD_BYTES": "512"})
@@ -144,12 +143,12 @@ def test_servers_bind_loopback_unless_told_otherwise(tmp_path: Path) -> None:
         assert _listening_addresses(int(status["metrics_port"])) == {"0100007F"}  # 127.0.0.1
     finally:
         service.close()
-    follow = settings.build_config("follow", FollowConfig, {"log": "x"}, {})
-    serve = settings.build_config("serve", ServeConfig, {"log": "x"}, {})
+    follows = settings.build_config(follow.COMMAND, {"log": "x"}, {})
+    serves = settings.build_config(serve.COMMAND, {"log": "x"}, {})
     bridge_flags = {"log": "x", "zmq": "tcp://127.0.0.1:5557", "source": "worker-0"}
-    bridge = settings.build_config("bridge", BridgeConfig, bridge_flags, {})
-    assert follow.metrics_host == serve.metrics_host == bridge.metrics_host == "127.0.0.1"
-    assert follow.http_host == "127.0.0.1"
+    bridges = settings.build_config(bridge.COMMAND, bridge_flags, {})
+    assert follows.metrics.host == serves.metrics.host == bridges.metrics.host == "127.0.0.1"
+    assert follows.http_host == "127.0.0.1"
     compose = yaml.safe_load((REPO / "compose.yaml").read_text())
     assert compose["x-swa-es-env"]["SWA_ES_METRICS_HOST"] == "0.0.0.0"
 

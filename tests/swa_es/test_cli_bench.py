@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from swa_es.cli.bench import BENCHMARKS, bench_dir, scripts_for
-from swa_es.cli.values import SettingError
+from swa_es.options.values import SettingError
 from tests.compose.services import swa_es_command
 
 

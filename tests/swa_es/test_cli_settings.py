@@ -1,21 +1,24 @@
-"""The settings table: flags over SWA_ES_* variables over defaults, one config per command."""
+"""Options declared on the configs: flags over SWA_ES_* variables over defaults, one config per
+command, the help and the documented table derived from the declarations."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from log import Position
-from swa_es.cli import build_parser, main, settings, values
+from swa_es.cli import demo as demo_command
+from swa_es.cli import follow, inspect, main, serve, settings
 from swa_es.cli.demo import DemoConfig
-from swa_es.cli.follow import FollowConfig
-from swa_es.cli.inspect import InspectConfig
-from swa_es.cli.serve import ServeConfig
-from swa_es.cli.settings import SETTINGS, build_config, env_name
-from swa_es.cli.values import SettingError
+from swa_es.cli.main import commands
+from swa_es.cli.settings import Command, build_config, env_name
+from swa_es.egress.config import EgressConfig
+from swa_es.options import FieldError, nested, option, values
+from swa_es.options.values import SettingError
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLE = re.compile(
@@ -30,7 +33,8 @@ def env(**variables: str) -> dict[str, str]:
 
 def demo(flags: dict[str, object] | None = None, **variables: str) -> DemoConfig:
     """The demo's config from ``flags`` and ``variables``."""
-    return build_config("demo", DemoConfig, flags or {}, env(**variables))
+    config: DemoConfig = build_config(demo_command.COMMAND, flags or {}, env(**variables))
+    return config
 
 
 def test_demo_defaults_are_the_table_defaults(tmp_path: Path) -> None:
@@ -79,30 +83,30 @@ def test_bad_values_name_where_they_came_from(
 def test_required_log_is_reported() -> None:
     """serve without a log names --log and its variable."""
     with pytest.raises(SettingError, match="SWA_ES_LOG"):
-        build_config("serve", ServeConfig, {}, {})
+        build_config(serve.COMMAND, {}, {})
 
 
 def test_positional_settings_are_named_in_upper_case() -> None:
     """A bad positional LOG is reported as LOG, not --log."""
     with pytest.raises(SettingError) as caught:
-        build_config("inspect", InspectConfig, {"log": "gopher://x"}, {})
+        build_config(inspect.COMMAND, {"log": "gopher://x"}, {})
     assert caught.value.what == "LOG"
 
 
 def test_a_directory_path_means_a_file_log(tmp_path: Path) -> None:
     """A plain directory given as a log becomes a file:// URL."""
-    config = build_config("inspect", InspectConfig, {"log": str(tmp_path)}, {})
-    assert config.log_url == tmp_path.resolve().as_uri()
+    config = build_config(inspect.COMMAND, {"log": str(tmp_path)}, {})
+    assert config.log.url == tmp_path.resolve().as_uri()
 
 
 def test_a_switch_comes_from_its_flag_or_its_variable(tmp_path: Path) -> None:
     """--brief (stored as "1") and SWA_ES_BRIEF=yes both turn it on; it is off by default."""
     flags: dict[str, Any] = {"log": str(tmp_path)}
-    assert not build_config("inspect", InspectConfig, flags, {}).brief
-    assert build_config("inspect", InspectConfig, {**flags, "brief": "1"}, {}).brief
-    assert build_config("inspect", InspectConfig, flags, env(brief="yes")).brief
+    assert not build_config(inspect.COMMAND, flags, {}).brief
+    assert build_config(inspect.COMMAND, {**flags, "brief": "1"}, {}).brief
+    assert build_config(inspect.COMMAND, flags, env(brief="yes")).brief
     with pytest.raises(SettingError, match="SWA_ES_BRIEF"):
-        build_config("inspect", InspectConfig, flags, env(brief="maybe"))
+        build_config(inspect.COMMAND, flags, env(brief="maybe"))
 
 
 def test_positions_and_token_lists_parse() -> None:
@@ -119,9 +123,9 @@ def test_positions_and_token_lists_parse() -> None:
 
 def test_configs_are_frozen(tmp_path: Path) -> None:
     """A config cannot be changed after it was built."""
-    config = build_config("follow", FollowConfig, {"log": str(tmp_path)}, {})
+    config = build_config(follow.COMMAND, {"log": str(tmp_path)}, {})
     with pytest.raises(AttributeError):
-        config.log_url = "x"  # type: ignore[misc]  # the point: frozen
+        config.log = config.log  # the point: frozen
 
 
 def test_the_process_env_gives_only_prefixed_variables(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -131,39 +135,63 @@ def test_the_process_env_gives_only_prefixed_variables(monkeypatch: pytest.Monke
     variables = settings.process_env()
     assert variables["SWA_ES_SEED"] == "9"
     assert "UNRELATED_SEED" not in variables
-    assert build_config("demo", DemoConfig, {}).seed == 9
+    assert build_config(demo_command.COMMAND, {}).seed == 9
 
 
-def _config_types() -> dict[str, type[Any]]:
-    """Each command's config class, read from the parser the CLI builds."""
-    parser = build_parser()
-    sub = next(a for a in parser._actions if a.dest == "command")  # argparse keeps them here
-    found = {}
-    for name, command_parser in sub.choices.items():  # type: ignore[union-attr]  # subparsers
-        configure = command_parser.get_default("configure")
-        found[name] = getattr(configure, "args", (None, None))[1]  # partial(build_config, ..)
-    return {name: kind for name, kind in found.items() if kind is not None}
+def test_every_command_declares_each_option_once() -> None:
+    """Every config field is an option or a group, no command takes a name twice, and every
+    positional argument is one of the command's options (``Command.options`` checks)."""
+    for command in commands():
+        names = [opt.name for opt in command.options()]
+        assert len(names) == len(set(names)), command.name
+        assert (command.config_type is None) == (command.name == "bench")
 
 
-def test_every_config_field_is_a_setting_and_every_setting_a_field() -> None:
-    """Each command's config class has exactly the fields its table rows fill."""
-    config_types = _config_types()
-    assert set(config_types) == set(settings.ALL_BUT_BENCH)
-    for command, config_type in config_types.items():
-        rows = {s.field for s in settings.settings_of(command)}
-        fields = settings.config_fields(config_type)
-        assert fields - rows == set(), f"{command}: fields without a setting row"
-        assert rows - fields == set(), f"{command}: settings without a config field"
+def test_a_field_without_a_declaration_is_refused() -> None:
+    """A config field declared with neither option() nor nested() is a TypeError naming it."""
+
+    @dataclass(frozen=True)
+    class Loose:
+        plain: int = 3
+
+    with pytest.raises(TypeError, match=r"Loose\.plain"):
+        Command("loose", Loose).options()
 
 
-def test_a_setting_appears_once_per_command() -> None:
-    """No command takes two rows of the same name, and every row names known commands."""
-    known = set(settings.ALL_BUT_BENCH)
-    for command in known:
-        names = [s.name for s in settings.settings_of(command)]
-        assert len(names) == len(set(names)), command
-    for row in SETTINGS:
-        assert set(row.commands) <= known and set(row.positional_in) <= set(row.commands)
+def test_an_optional_group_is_none_until_its_required_options_are_given(tmp_path: Path) -> None:
+    """follow's stream out (EgressConfig itself) is off without --zmq-publish, and built from
+    the --zmq-* flags and variables with it."""
+    flags: dict[str, object] = {"log": str(tmp_path)}
+    assert build_config(follow.COMMAND, flags, env(zmq_format="vllm")).egress is None
+    config = build_config(
+        follow.COMMAND, {**flags, "zmq_publish": "ipc:///tmp/x"}, env(zmq_format="vllm")
+    )
+    assert config.egress == EgressConfig(publish_endpoint="ipc:///tmp/x", wire_format="vllm")
+
+
+def test_a_group_refusing_a_value_is_reported_under_the_flag_or_variable() -> None:
+    """A FieldError of a group config names the flag or the variable that gave the value."""
+
+    @dataclass(frozen=True, kw_only=True)
+    class Pair:
+        low: int = option("low", values.positive_int, "low", default=1)
+        high: int = option("high", values.positive_int, "high", default=2)
+
+        def __post_init__(self) -> None:
+            if self.high < self.low:
+                raise FieldError("high", "below --low")
+
+    @dataclass(frozen=True, kw_only=True)
+    class Outer:
+        pair: Pair = nested(Pair)
+
+    command = Command("pair", Outer)
+    with pytest.raises(SettingError) as caught:
+        build_config(command, {"low": "5"}, {})
+    assert caught.value.what == "--high"
+    with pytest.raises(SettingError) as caught:
+        build_config(command, {"low": "5"}, {"SWA_ES_HIGH": "4"})
+    assert caught.value.what == "SWA_ES_HIGH"
 
 
 def test_help_shows_each_default_from_the_table(capsys: pytest.CaptureFixture[str]) -> None:
@@ -179,7 +207,7 @@ def test_the_documented_configuration_table_is_the_settings_table() -> None:
     ``settings.configuration_table()``."""
     found = TABLE.search((ROOT / "docs" / "configuration.md").read_text())
     assert found is not None, "docs/configuration.md lacks the settings-table markers"
-    expected = settings.configuration_table()
+    expected = settings.configuration_table(commands())
     assert found.group(1) == expected, (
         "docs/configuration.md's table is stale; run `.venv/bin/python tools/settings_table.py` "
         "or paste:\n" + expected

@@ -1,19 +1,22 @@
 """Parsers of setting values: ``(text, where) -> value``, raising ``SettingError`` naming
 ``where`` (the flag, positional or ``SWA_ES_*`` variable the text came from).
 
-``swa_es.cli.settings`` names one of these per setting; nothing here reads the environment.
+An option (``swa_es.options.option``) names one of these; nothing here reads the environment.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from enum import StrEnum
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeVar
 from urllib.parse import urlsplit
 
 from cache.errors import SwaEsError
 from log.opening import log_schemes
 from log.position import Position
+
+S = TypeVar("S", bound=StrEnum)
 
 DEVICES: Final = ("cpu", "cuda")
 _TRUE: Final = frozenset({"1", "true", "yes", "on"})
@@ -174,4 +177,15 @@ def choice(*allowed: str) -> Callable[[str, str], str]:
         return text
 
     parse.__name__ = f"choice({', '.join(allowed)})"
+    return parse
+
+
+def member_of(kind: type[S]) -> Callable[[str, str], S]:
+    """A parser accepting the value of one member of the string enum ``kind``."""
+    allowed = choice(*kind)
+
+    def parse(text: str, where: str) -> S:
+        return kind(allowed(text, where))
+
+    parse.__name__ = f"member_of({kind.__name__})"
     return parse
