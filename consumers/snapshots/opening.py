@@ -5,14 +5,15 @@ compacted topic (created unless it exists). Its query takes ``group`` (the follo
 snapshots these are; default ``default``), ``segment_ms`` (the topic's ``segment.ms`` when this
 creates it) and every connection option of a ``kafka://`` log (``security_protocol``, SASL and
 TLS options, ``replication_factor``, ``partitions``, ``max_record_bytes``: the largest record,
-default 1 MiB, the broker's own default limit...). Anything else is a directory path.
+default 1 MiB, the broker's own default limit...). A text without a URL scheme is a directory
+path; any other scheme is refused (``STORE_SCHEMES``).
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from consumers.snapshots.base import SnapshotStorage
@@ -20,6 +21,8 @@ from consumers.snapshots.chunks import GROUP
 from consumers.snapshots.directory import DirectorySnapshotStore
 from log import ConfigError
 
+STORE_SCHEMES: Final = ("file", "kafka")
+"""The URL schemes of a snapshot store (the command line's ``--snapshots`` accepts these)."""
 DEFAULT_GROUP = "default"
 DEFAULT_MAX_RECORD_BYTES = 1024 * 1024 - 1024
 
@@ -45,6 +48,11 @@ async def open_snapshot_store(
 ) -> SnapshotStorage:
     """The store ``url`` names (see the module docstring); keyword ``options`` override the
     query of a ``kafka://`` URL. Close it when done."""
+    scheme = urlsplit(url).scheme if isinstance(url, str) else ""
+    if scheme and scheme not in STORE_SCHEMES:
+        raise ConfigError(
+            "snapshots", f"unknown store scheme {scheme!r} in {url!r} (a directory, file, kafka)"
+        )
     if not is_kafka_url(url):
         if options:
             raise ConfigError(sorted(options)[0], "options are for kafka:// snapshot stores")

@@ -13,6 +13,7 @@ from typing import Final, TypeVar
 from urllib.parse import urlsplit
 
 from cache.errors import SwaEsError
+from consumers.snapshots.opening import STORE_SCHEMES
 from log.opening import log_schemes
 from log.position import Position
 
@@ -103,15 +104,17 @@ def log_url(text: str, where: str) -> str:
 
 
 def snapshot_store(text: str, where: str) -> str:
-    """A snapshot store: a ``kafka://`` URL (a compacted topic), a ``file://`` URL or a
-    directory path (returned absolute)."""
+    """A snapshot store: a URL of a scheme ``open_snapshot_store`` knows (``STORE_SCHEMES``:
+    ``kafka://``, a compacted topic; ``file://``) or a directory path (returned absolute)."""
     text = text_value(text, where)
     scheme = urlsplit(text).scheme
     if not scheme:
         return str(Path(text).expanduser().resolve())
-    if scheme not in ("file", "kafka"):
+    if scheme not in STORE_SCHEMES:
         raise SettingError(
-            where, f"unknown snapshot store scheme {scheme!r} in {text!r} (a directory, kafka)"
+            where,
+            f"unknown snapshot store scheme {scheme!r} in {text!r} (a directory, "
+            f"{', '.join(STORE_SCHEMES)})",
         )
     return text
 

@@ -29,6 +29,7 @@ async def test_paths_and_file_urls_open_a_directory_store(tmp_path: Path) -> Non
         ("kafka://127.0.0.1:1/bad topic", "topic"),
         ("kafka:///snaps", "host:port"),
         ("file://elsewhere/snaps", "host"),
+        ("s3://bucket/snaps", "unknown store scheme 's3'"),
     ],
 )
 async def test_bad_urls_are_refused_naming_what(url: str, needle: str) -> None:
