@@ -351,8 +351,12 @@ impl PyReplicaStore {
         let mut loaded = py
             .detach(|| replica::from_bytes(data))
             .map_err(|error| snapshot_error(py, error))?;
+        // keep a holder index exactly when this store kept one: the snapshot's (version 4 on)
+        // or, when it holds none, one built from the blocks
         if self.store.holders().is_some() {
             py.detach(|| loaded.enable_holders());
+        } else {
+            loaded.disable_holders();
         }
         self.store = loaded;
         self.names.clear();

@@ -11,18 +11,22 @@
 //! table read per page.
 //!
 //! The index is derived state: the per-source block tables stay the truth, and a store builds
-//! the index from them when asked (`HolderIndex::build`) instead of writing it to snapshots.
+//! the index from them when asked (`HolderIndex::build`). A snapshot stores it too (its buckets
+//! and sets as they are), so a restore copies it instead of building it again
+//! (`HolderIndex::from_parts`).
 
 use std::collections::HashMap;
 
 use super::ordered::{mixed_top, Bucket, OrderedTable};
 
-/// One bucket: a block hash (as two halves, so a bucket is 12 bytes) and its set id + 1.
+/// One bucket: a block hash (as two halves, so a bucket is 12 bytes) and its set id + 1 (0:
+/// empty). `#[repr(C)]`, three u32 and no padding: a snapshot stores the buckets as they are.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct HolderBucket {
-    hash_low: u32,
-    hash_high: u32,
-    set: u32,
+#[repr(C)]
+pub struct HolderBucket {
+    pub(crate) hash_low: u32,
+    pub(crate) hash_high: u32,
+    pub(crate) set: u32,
 }
 
 impl HolderBucket {
@@ -235,6 +239,15 @@ impl SourceSets {
     }
 }
 
+/// The positions of the set bits of `word`, lowest first.
+fn bit_positions(mut word: u64) -> impl Iterator<Item = usize> {
+    std::iter::from_fn(move || {
+        let at = word.trailing_zeros() as usize;
+        word &= word.wrapping_sub(1);
+        (at < 64).then_some(at)
+    })
+}
+
 /// Block hash -> holder set, over every source of a store; see the module docs.
 #[derive(Clone, Debug)]
 pub struct HolderIndex {
@@ -400,6 +413,123 @@ impl HolderIndex {
         debug_assert!(buckets.windows(2).all(|w| w[0].top() <= w[1].top()));
         let table = OrderedTable::from_sorted(&buckets, buckets.len());
         Self { table, sets }
+    }
+
+    /// The parts a snapshot stores: the interned sets' masks back to back (`2 * words()` words
+    /// a set, holders then tombstones), the table's home count and its buckets.
+    pub fn parts(&self) -> (&[u64], usize, &[HolderBucket]) {
+        (&self.sets.masks, self.table.homes(), self.table.buckets())
+    }
+
+    /// The same holdings in canonical form, with masks of the words `sources` sources need
+    /// (what a snapshot stores): only the sets some bucket names, numbered in order of first
+    /// use over the buckets, and the buckets in order of (check bits, hash), laid out as
+    /// `from_sorted` lays them. Indexes of the same holdings have the same canonical form,
+    /// whatever history built them, so equal stores write equal snapshots.
+    pub fn canonical(&self, sources: usize) -> Self {
+        let mut buckets: Vec<HolderBucket> = self
+            .table
+            .buckets()
+            .iter()
+            .filter(|b| !b.is_empty())
+            .copied()
+            .collect();
+        // already in order of check bits: a stable sort only orders the rare equal ones
+        buckets.sort_by_key(|b| (b.top(), b.hash()));
+        let mut sets = SourceSets::new(sources);
+        let (old_words, words) = (self.sets.words, sets.words);
+        let kept = old_words.min(words);
+        let mut renumbered = vec![u32::MAX; self.sets.refs.len()];
+        for bucket in &mut buckets {
+            let old = bucket.set_id() as usize;
+            if renumbered[old] == u32::MAX {
+                renumbered[old] = sets.refs.len() as u32;
+                let masks = self.sets.masks_of(old as u32);
+                let start = sets.masks.len();
+                sets.masks.resize(start + 2 * words, 0);
+                sets.masks[start..start + kept].copy_from_slice(&masks[..kept]);
+                sets.masks[start + words..start + words + kept]
+                    .copy_from_slice(&masks[old_words..old_words + kept]);
+                sets.refs.push(0);
+            }
+            let new = renumbered[old];
+            sets.refs[new as usize] += 1;
+            bucket.set = new + 1;
+        }
+        sets.reindex();
+        let table = OrderedTable::from_sorted(&buckets, buckets.len());
+        Self { table, sets }
+    }
+
+    /// The index of the parts `parts` gave, for a store of `held.len()` sources where source
+    /// `id` holds `held[id]` = (blocks, tombstones); `Err` with the reason when they do not fit.
+    ///
+    /// Checked in one pass over the buckets and one over the sets: the words per mask, every
+    /// set's bits (holders named, tombstones among them, no source out of range, no set twice),
+    /// the table's layout, that each bucket names a set, and that the blocks and tombstones the
+    /// index gives each source are the counts its table holds. Which hashes the buckets name is
+    /// not looked up in the tables (that would cost the build this saves); the snapshot's
+    /// checksum covers them.
+    pub fn from_parts(
+        held: &[(usize, u64)],
+        masks: Vec<u64>,
+        homes: usize,
+        buckets: Vec<HolderBucket>,
+    ) -> Result<Self, String> {
+        let sources = held.len();
+        let words = sources.div_ceil(64).max(1);
+        if masks.len() % (2 * words) != 0 || masks.len() / (2 * words) >= u32::MAX as usize {
+            return Err(format!("holder sets of {} words", masks.len()));
+        }
+        let set_count = masks.len() / (2 * words);
+        // buckets naming each set, counted in the layout's own pass: `uses[set + 1]` (so an
+        // empty bucket counts at 0, and one naming no set at the end, refused anyway)
+        let mut uses = vec![0u32; set_count + 2];
+        let table = OrderedTable::from_parts_with(homes, buckets, |b| {
+            let at = (b.set as usize).min(set_count + 1);
+            uses[at] += 1;
+            at <= set_count
+        })
+        .ok_or("malformed holder index, or a bucket that names no set")?;
+        let refs = uses[1..=set_count].to_vec();
+        let mut counted = vec![(0usize, 0u64); sources];
+        let beyond = |word: usize| match sources.checked_sub(64 * word) {
+            Some(left) if left < 64 => !0u64 << left,
+            Some(_) => 0,
+            None => !0,
+        };
+        for (set, pair) in masks.chunks_exact(2 * words).enumerate() {
+            let (holders, tombstones) = pair.split_at(words);
+            let fits = holders.iter().any(|&w| w != 0)
+                && (0..words)
+                    .all(|w| tombstones[w] & !holders[w] == 0 && holders[w] & beyond(w) == 0);
+            if !fits {
+                return Err(format!(
+                    "holder set {set} names no source or one out of range"
+                ));
+            }
+            let uses = refs[set] as usize;
+            for word in 0..words {
+                for source in bit_positions(holders[word]) {
+                    counted[64 * word + source].0 += uses;
+                }
+                for source in bit_positions(tombstones[word]) {
+                    counted[64 * word + source].1 += uses as u64;
+                }
+            }
+        }
+        if counted[..] != *held {
+            return Err("the holder index does not match the blocks".to_owned());
+        }
+        let mut sets = SourceSets::new(sources);
+        sets.masks = masks;
+        sets.dead = refs.iter().filter(|&&uses| uses == 0).count();
+        sets.refs = refs;
+        sets.reindex();
+        if sets.ids.len() != set_count {
+            return Err("a holder set is stored twice".to_owned());
+        }
+        Ok(Self { table, sets })
     }
 
     /// Make room for `additional` more distinct hashes at once.

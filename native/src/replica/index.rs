@@ -45,6 +45,17 @@ impl SlotIndex {
         OrderedTable::from_parts(homes, entries).map(|table| Self { table })
     }
 
+    /// `from_parts`, also asking `slot_ok` of every indexed slot in the same pass (None when it
+    /// refuses one); `slot_ok` is asked of empty buckets too, whose answer is ignored.
+    pub fn from_parts_checked(
+        homes: usize,
+        entries: Vec<u64>,
+        slot_ok: impl Fn(u32) -> bool,
+    ) -> Option<Self> {
+        OrderedTable::from_parts_with(homes, entries, |&entry| slot_ok(slot_of(entry)))
+            .map(|table| Self { table })
+    }
+
     /// How many buckets are homes (for snapshots).
     pub fn homes(&self) -> usize {
         self.table.homes()

@@ -74,36 +74,52 @@ impl<B: Bucket> OrderedTable<B> {
     /// wrong size, an overfull table, buckets out of order, before their home or after a gap,
     /// or a filled last bucket).
     pub fn from_parts(homes: usize, buckets: Vec<B>) -> Option<Self> {
+        Self::from_parts_with(homes, buckets, |_| true)
+    }
+
+    /// `from_parts`, also asking `keep` of every bucket in the same pass (what it says of an
+    /// empty one is ignored): None when the layout is wrong or `keep` refuses a filled bucket
+    /// (the caller's own checks of what the buckets hold, without a second pass over them).
+    ///
+    /// The pass is branch-free per bucket: which buckets are filled follows the hashes, so a
+    /// branch on it would be mispredicted about half the time at the loads a table keeps.
+    pub fn from_parts_with(
+        homes: usize,
+        buckets: Vec<B>,
+        mut keep: impl FnMut(&B) -> bool,
+    ) -> Option<Self> {
         if !(MIN_HOMES..=MAX_HOMES).contains(&homes) || buckets.len() != homes + slack(homes) {
             return None;
         }
-        let table = Self {
-            len: buckets.iter().filter(|b| !b.is_empty()).count(),
-            homes,
-            buckets,
-        };
-        if table.len * 5 > table.homes * 4 || !table.buckets.last()?.is_empty() {
+        if !buckets.last()?.is_empty() {
             return None;
         }
         // Every bucket sits at or after its home, with no empty bucket between (so a probe from
-        // the home reaches it), and in order of top bits.
-        let mut run_start = 0;
-        let mut previous_top: Option<u32> = None;
-        for (at, bucket) in table.buckets.iter().enumerate() {
-            if bucket.is_empty() {
-                previous_top = None;
-                continue;
-            }
-            if previous_top.is_none() {
-                run_start = at;
-            }
-            let home = table.home(bucket.top());
-            if home > at || home < run_start || previous_top.is_some_and(|p| p > bucket.top()) {
-                return None;
-            }
-            previous_top = Some(bucket.top());
+        // the home reaches it), and in order of top bits. `run_start` is the bucket after the
+        // last empty one; `previous_top` is 0 after an empty bucket (no bound: tops are >= 0).
+        let mut len = 0usize;
+        let mut bad = false;
+        let mut run_start = 0usize;
+        let mut previous_top = 0u32;
+        for (at, bucket) in buckets.iter().enumerate() {
+            let filled = !bucket.is_empty();
+            let top = bucket.top();
+            let home = ((u64::from(top) * homes as u64) >> 32) as usize;
+            let misplaced = (home > at) | (home < run_start) | (previous_top > top);
+            let kept = keep(bucket);
+            bad |= filled & (misplaced | !kept);
+            len += usize::from(filled);
+            run_start = if filled { run_start } else { at + 1 };
+            previous_top = if filled { top } else { 0 };
         }
-        Some(table)
+        if bad || len * 5 > homes * 4 {
+            return None;
+        }
+        Some(Self {
+            len,
+            homes,
+            buckets,
+        })
     }
 
     /// How many buckets are homes (the rest is slack); for snapshots.

@@ -12,14 +12,21 @@
 //!   | u32 free[free] | u64 index[capacity]
 //!   | u32 tier block_size (0: none yet) | u32 tier count            (version 3 on)
 //!   | per tier: str medium | u32 blocks | i64 hashes[blocks], ascending
+//! u8 has holder index                                               (version 4 on)
+//!   [u32 holder sets | u64 masks[sets * 2 * words] | u32 homes | u32 capacity
+//!    | (u32 hash low, u32 hash high, u32 set + 1)[capacity]]
 //! u32 crc32c of everything before it
 //! ```
-//! where `str` is a u32 byte length and UTF-8 bytes. The index is copied too, so loading is
-//! array copies and one linear check, no rehashing. A snapshot whose magic, version or checksum
+//! where `str` is a u32 byte length and UTF-8 bytes, and `words` is the u64 words of a mask
+//! over the store's sources (`ceil(replicas / 64)`, at least 1). The indexes are copied too
+//! (each table's slot index, and the store's holder index when it keeps one), so loading is
+//! array copies and linear checks, no rehashing. A snapshot whose magic, version or checksum
 //! is wrong, or whose arrays do not fit together, is refused with a reason; nothing is loaded.
-//! Version 2 (no lower tiers) still loads: its replicas hold no tier.
+//! Version 2 (no lower tiers) still loads: its replicas hold no tier; versions 2 and 3 hold no
+//! holder index (a store that keeps one builds it from the blocks).
 
 use super::blocks::{Block, BlockTable, FREE, MAX_SLOTS, NO_PARENT, TOMBSTONE};
+use super::holders::{HolderBucket, HolderIndex};
 use super::index::SlotIndex;
 use super::source::{Replica, SourceMeta};
 use super::store::ReplicaStore;
@@ -30,9 +37,9 @@ use crate::events::Medium;
 /// The first bytes of a replica snapshot.
 pub const MAGIC: &[u8; 8] = b"SWAREPL\0";
 /// The layout version this build writes.
-pub const VERSION: u32 = 3;
-/// The layout versions this build reads (2: before lower tiers).
-pub const READS: [u32; 2] = [2, 3];
+pub const VERSION: u32 = 4;
+/// The layout versions this build reads (2: before lower tiers; 3: before the holder index).
+pub const READS: [u32; 3] = [2, 3, 4];
 const CHECKSUM_BYTES: usize = 4;
 
 /// Why bytes are not a snapshot this build can load.
@@ -150,7 +157,11 @@ pub fn to_bytes(store: &ReplicaStore) -> Vec<u8> {
 
 /// The bytes of every replica of `store` in layout `version` (2 leaves the tiers out).
 fn to_bytes_as(store: &ReplicaStore, version: u32) -> Vec<u8> {
-    let size: usize = store.replicas().iter().map(replica_bytes).sum();
+    let size: usize = store.replicas().iter().map(replica_bytes).sum::<usize>()
+        + store.holders().map_or(1, |h| {
+            let (masks, _, buckets) = h.parts();
+            16 + masks.len() * 8 + buckets.len() * 12
+        });
     let mut out = Vec::with_capacity(16 + size + CHECKSUM_BYTES);
     out.extend_from_slice(MAGIC);
     put_u32(&mut out, version);
@@ -158,9 +169,31 @@ fn to_bytes_as(store: &ReplicaStore, version: u32) -> Vec<u8> {
     for replica in store.replicas() {
         write_replica(&mut out, replica, version);
     }
+    if version >= 4 {
+        let canonical = store
+            .holders()
+            .map(|holders| holders.canonical(store.replicas().len()));
+        write_holders(&mut out, canonical.as_ref());
+    }
     let checksum = crc32c::crc32c(&out);
     put_u32(&mut out, checksum);
     out
+}
+
+fn write_holders(out: &mut Vec<u8>, holders: Option<&HolderIndex>) {
+    let Some(holders) = holders else {
+        out.push(0);
+        return;
+    };
+    out.push(1);
+    let (masks, homes, buckets) = holders.parts();
+    put_u32(out, (masks.len() / (2 * holders.words())) as u32);
+    put_u64s(out, masks.iter().copied());
+    put_u32(out, homes as u32);
+    put_u32(out, buckets.len() as u32);
+    for bucket in buckets {
+        put_u32s(out, &[bucket.hash_low, bucket.hash_high, bucket.set]);
+    }
 }
 
 // --- reading ----------------------------------------------------------------------------------
@@ -214,34 +247,137 @@ impl<'a> Reader<'a> {
             .map_err(|_| SnapshotError::new(format!("{what} is not UTF-8")))
     }
 
-    fn u32s(&mut self, count: usize, what: &str) -> Result<Vec<u32>, SnapshotError> {
-        let bytes = self.take(count.saturating_mul(4), what)?;
-        Ok(bytes
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect())
-    }
-
-    fn blocks(&mut self, count: usize) -> Result<Vec<Block>, SnapshotError> {
-        let bytes = self.take(count.saturating_mul(16), "blocks")?;
-        Ok(bytes
-            .chunks_exact(16)
-            .map(|c| Block {
-                hash: i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]),
-                parent: u32::from_le_bytes([c[8], c[9], c[10], c[11]]),
-                state: u32::from_le_bytes([c[12], c[13], c[14], c[15]]),
-            })
-            .collect())
-    }
-
-    fn u64s(&mut self, count: usize, what: &str) -> Result<Vec<u64>, SnapshotError> {
-        let bytes = self.take(count.saturating_mul(8), what)?;
-        Ok(bytes
-            .chunks_exact(8)
-            .map(|c| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
-            .collect())
+    /// `count` values of `T` copied straight from the bytes (see `Plain`).
+    fn plain<T: Plain>(&mut self, count: usize, what: &str) -> Result<Vec<T>, SnapshotError> {
+        let bytes = self.take(count.saturating_mul(T::SIZE), what)?;
+        Ok(T::vec_from_le(bytes, count))
     }
 }
+
+/// A value stored as its little-endian bytes: a run of them is read with one copy on a
+/// little-endian machine (and value by value elsewhere).
+///
+/// # Safety
+///
+/// An implementer is plain data: `size_of::<Self>() == SIZE`, no padding, every bit pattern a
+/// valid value, and its in-memory bytes on a little-endian machine are exactly what `from_le`
+/// reads (for a struct: `#[repr(C)]` with its fields in the stored order). Each impl below
+/// backs that with const assertions of its size, alignment and field offsets.
+unsafe trait Plain: Copy {
+    const SIZE: usize;
+    fn from_le(bytes: &[u8]) -> Self;
+
+    /// `count` values from `bytes` (exactly `count * SIZE` of them).
+    fn vec_from_le(bytes: &[u8], count: usize) -> Vec<Self> {
+        assert_eq!(Some(bytes.len()), count.checked_mul(Self::SIZE));
+        if cfg!(target_endian = "little") {
+            let mut values = Vec::<Self>::with_capacity(count);
+            advise_huge_pages(values.spare_capacity_mut());
+            // SAFETY: `values` owns room for `count` values, `count * SIZE` bytes (asserted
+            // equal to `bytes.len()` above, and `SIZE` is `size_of::<Self>()` by the trait's
+            // contract), aligned for `Self`; a fresh allocation cannot overlap `bytes`. After
+            // the copy every value is initialised: `Self` has no padding and no invalid bit
+            // patterns, and on a little-endian machine its bytes are the stored ones.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    bytes.as_ptr(),
+                    values.as_mut_ptr().cast::<u8>(),
+                    bytes.len(),
+                );
+                values.set_len(count);
+            }
+            values
+        } else {
+            bytes.chunks_exact(Self::SIZE).map(Self::from_le).collect()
+        }
+    }
+}
+
+/// Ask the kernel to back the 2 MiB-aligned part of `memory` (a fresh allocation about to be
+/// filled) with huge pages where it allows them on request (transparent huge pages in
+/// `madvise` mode): filling it then takes one page fault per 2 MiB instead of one per 4 KiB,
+/// which is much of the cost of copying a large snapshot's arrays. Only a hint: a refusal
+/// leaves ordinary pages.
+#[cfg(target_os = "linux")]
+fn advise_huge_pages<T>(memory: &mut [std::mem::MaybeUninit<T>]) {
+    const HUGE_PAGE: usize = 2 << 20;
+    let start = memory.as_mut_ptr() as usize;
+    let end = start + std::mem::size_of_val(memory);
+    let (first, last) = (
+        start.next_multiple_of(HUGE_PAGE),
+        end / HUGE_PAGE * HUGE_PAGE,
+    );
+    if last > first {
+        // SAFETY: [first, last) lies inside `memory`, which the caller owns; the advice changes
+        // no contents and no mapping the program relies on, only how pages are backed.
+        unsafe {
+            libc::madvise(
+                first as *mut libc::c_void,
+                last - first,
+                libc::MADV_HUGEPAGE,
+            );
+        }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn advise_huge_pages<T>(_memory: &mut [std::mem::MaybeUninit<T>]) {}
+
+// SAFETY: a u32 is 4 bytes, any bits a value, stored little-endian.
+unsafe impl Plain for u32 {
+    const SIZE: usize = 4;
+    fn from_le(c: &[u8]) -> Self {
+        u32::from_le_bytes([c[0], c[1], c[2], c[3]])
+    }
+}
+
+// SAFETY: a u64 is 8 bytes, any bits a value, stored little-endian.
+unsafe impl Plain for u64 {
+    const SIZE: usize = 8;
+    fn from_le(c: &[u8]) -> Self {
+        u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])
+    }
+}
+
+// SAFETY: `HolderBucket` is `#[repr(C)]` `(u32 hash low, u32 hash high, u32 set + 1)`, three
+// u32 at offsets 0, 4 and 8 with no padding (asserted below): the snapshot's own layout; any
+// bits are a value (`HolderIndex::from_parts` checks what they mean).
+unsafe impl Plain for HolderBucket {
+    const SIZE: usize = 12;
+    fn from_le(c: &[u8]) -> Self {
+        HolderBucket {
+            hash_low: <u32 as Plain>::from_le(&c[..4]),
+            hash_high: <u32 as Plain>::from_le(&c[4..8]),
+            set: <u32 as Plain>::from_le(&c[8..]),
+        }
+    }
+}
+
+const _: () = assert!(
+    std::mem::size_of::<HolderBucket>() == 12
+        && std::mem::offset_of!(HolderBucket, hash_high) == 4
+        && std::mem::offset_of!(HolderBucket, set) == 8
+);
+
+// SAFETY: `Block` is `#[repr(C)]` `(i64 hash, u32 parent, u32 state)`, at offsets 0, 8 and 12
+// with no padding (asserted below): the snapshot's own layout; any bits are a value
+// (`check_table` checks what they mean).
+unsafe impl Plain for Block {
+    const SIZE: usize = 16;
+    fn from_le(c: &[u8]) -> Self {
+        Block {
+            hash: <u64 as Plain>::from_le(&c[..8]) as i64,
+            parent: <u32 as Plain>::from_le(&c[8..12]),
+            state: <u32 as Plain>::from_le(&c[12..]),
+        }
+    }
+}
+
+const _: () = assert!(
+    std::mem::size_of::<Block>() == 16
+        && std::mem::offset_of!(Block, parent) == 8
+        && std::mem::offset_of!(Block, state) == 12
+);
 
 fn read_meta(reader: &mut Reader<'_>) -> Result<Option<SourceMeta>, SnapshotError> {
     if !reader.flag("meta")? {
@@ -270,7 +406,7 @@ fn read_tiers(reader: &mut Reader<'_>, name: &str) -> Result<Tiers, SnapshotErro
     for _ in 0..count {
         let medium = reader.string("tier medium")?;
         let blocks = reader.u32("tier block count")? as usize;
-        let hashes = reader.u64s(blocks, "tier blocks")?;
+        let hashes: Vec<u64> = reader.plain(blocks, "tier blocks")?;
         if hashes
             .windows(2)
             .any(|pair| pair[0] as i64 >= pair[1] as i64)
@@ -315,23 +451,17 @@ fn read_replica(reader: &mut Reader<'_>, version: u32) -> Result<Replica, Snapsh
             "{name:?}: {slots} slots of block size {block_size}"
         )));
     }
-    let blocks = reader.blocks(slots)?;
-    let tokens = reader.u32s(slots * block_size as usize, "token ids")?;
-    let free = reader.u32s(free, "free slots")?;
-    let entries = reader.u64s(capacity, "index")?;
-    let index = SlotIndex::from_parts(homes, entries)
-        .ok_or_else(|| SnapshotError::new(format!("{name:?}: malformed index")))?;
+    let blocks: Vec<Block> = reader.plain(slots, "blocks")?;
+    let tokens = reader.plain(slots * block_size as usize, "token ids")?;
+    let free: Vec<u32> = reader.plain(free, "free slots")?;
+    let entries = reader.plain(capacity, "index")?;
+    let table = check_table(blocks, tokens, free, homes, entries, tombstones)
+        .map_err(|why| SnapshotError::new(format!("{name:?}: {why}")))?;
     let table = BlockTable {
         block_size: (block_size > 0).then_some(block_size),
-        blocks,
-        tokens,
-        free,
-        index,
-        tombstones,
         digest: StateDigest { value: digest },
-        ..BlockTable::default()
+        ..table
     };
-    check_table(&table).map_err(|why| SnapshotError::new(format!("{name:?}: {why}")))?;
     let tiers = if version >= 3 {
         read_tiers(reader, &name)?
     } else {
@@ -346,55 +476,111 @@ fn read_replica(reader: &mut Reader<'_>, version: u32) -> Result<Replica, Snapsh
     })
 }
 
-/// The arrays fit together: every slot named is in range, free slots are exactly the ones
-/// marked free, the index names each live slot, and the counts agree.
+/// The live slots of a table, one bit each (small: checks that name slots at random read it,
+/// not the block array).
 ///
-/// Liveness is read from a bitmap of the slots (one bit each, built in one pass over the
-/// blocks), so checking the parents, the free list and the index (whose slots come in hash
-/// order) touches that small bitmap at random, not the block array.
-fn check_table(table: &BlockTable) -> Result<(), String> {
-    let blocks = &table.blocks;
-    let slots = blocks.len();
-    let mut live_slots = vec![0u64; slots.div_ceil(64)];
-    for (slot, block) in blocks.iter().enumerate() {
-        if block.parent != FREE {
-            live_slots[slot / 64] |= 1 << (slot % 64);
+/// The bits run one past the last slot (that bit never set), so a slot out of range is read
+/// there, without a branch: the index check asks of empty buckets too, which fall at random.
+struct LiveSlots {
+    bits: Vec<u64>,
+    slots: usize,
+}
+
+impl LiveSlots {
+    fn new(slots: usize) -> Self {
+        Self {
+            bits: vec![0u64; slots / 64 + 1],
+            slots,
         }
     }
-    let is_live = |slot: u32| {
-        let slot = slot as usize;
-        slot < slots && live_slots[slot / 64] & (1 << (slot % 64)) != 0
-    };
+
+    #[inline]
+    fn set(&mut self, slot: usize) {
+        self.bits[slot / 64] |= 1 << (slot % 64);
+    }
+
+    #[inline]
+    fn has(&self, slot: u32) -> bool {
+        let slot = (slot as usize).min(self.slots);
+        self.bits[slot / 64] & (1 << (slot % 64)) != 0
+    }
+}
+
+/// One pass over the blocks: which slots are live, how many, and that each live block's parent
+/// is live and its child count in range; the tombstones counted must be `tombstones`.
+///
+/// A parent at an earlier slot is checked at once (its bit is already set); one at a later
+/// slot (a slot reused after a removal) is kept and checked after the pass.
+fn check_blocks(blocks: &[Block], tombstones: u64) -> Result<(LiveSlots, usize), String> {
+    let slots = blocks.len();
+    let mut live_slots = LiveSlots::new(slots);
+    let mut later_parents = Vec::new();
     let mut live = 0usize;
-    let mut tombstones = 0u64;
-    for block in blocks {
+    let mut counted = 0u64;
+    let mut counts_in_range = true;
+    for (slot, block) in blocks.iter().enumerate() {
         if block.parent == FREE {
             continue;
         }
-        if block.parent != NO_PARENT && !is_live(block.parent) {
-            return Err(format!("parent slot {} is not a block", block.parent));
-        }
-        if block.state & !TOMBSTONE >= 1 << 30 {
-            return Err("a child count is out of range".to_owned());
-        }
+        live_slots.set(slot);
         live += 1;
-        tombstones += u64::from(block.state & TOMBSTONE != 0);
+        counted += u64::from(block.state & TOMBSTONE != 0);
+        counts_in_range &= block.state & !TOMBSTONE < 1 << 30;
+        let parent = block.parent;
+        if parent == NO_PARENT {
+            continue;
+        }
+        if (parent as usize) >= slot {
+            later_parents.push(parent);
+        } else if !live_slots.has(parent) {
+            return Err(format!("parent slot {parent} is not a block"));
+        }
     }
-    if tombstones != table.tombstones {
+    if let Some(parent) = later_parents.into_iter().find(|&p| !live_slots.has(p)) {
+        return Err(format!("parent slot {parent} is not a block"));
+    }
+    if !counts_in_range {
+        return Err("a child count is out of range".to_owned());
+    }
+    if counted != tombstones {
         return Err("tombstone count does not match the blocks".to_owned());
     }
-    if live + table.free.len() != slots
-        || table
-            .free
+    Ok((live_slots, live))
+}
+
+/// The table of the arrays read, when they fit together: every slot named is in range, free
+/// slots are exactly the ones marked free, the index is well formed and names each live slot,
+/// and the counts agree. Each array is read once (the index's own layout is checked in the
+/// same pass as the slots it names).
+fn check_table(
+    blocks: Vec<Block>,
+    tokens: Vec<u32>,
+    free: Vec<u32>,
+    homes: usize,
+    entries: Vec<u64>,
+    tombstones: u64,
+) -> Result<BlockTable, String> {
+    let (live_slots, live) = check_blocks(&blocks, tombstones)?;
+    if live + free.len() != blocks.len()
+        || free
             .iter()
-            .any(|&slot| slot as usize >= slots || is_live(slot))
+            .any(|&slot| slot as usize >= blocks.len() || live_slots.has(slot))
     {
         return Err("free slots do not match the blocks".to_owned());
     }
-    if table.index.len() != live || table.index.slots().any(|slot| !is_live(slot)) {
+    let index = SlotIndex::from_parts_checked(homes, entries, |slot| live_slots.has(slot))
+        .ok_or("malformed index, or one that names a slot that is not a block")?;
+    if index.len() != live {
         return Err("index does not match the blocks".to_owned());
     }
-    Ok(())
+    Ok(BlockTable {
+        blocks,
+        tokens,
+        free,
+        index,
+        tombstones,
+        ..BlockTable::default()
+    })
 }
 
 /// The store `to_bytes` wrote; `SnapshotError` when `data` is not such a snapshot.
@@ -419,7 +605,7 @@ pub fn from_bytes(data: &[u8]) -> Result<ReplicaStore, SnapshotError> {
     let version = reader.u32("version")?;
     if !READS.contains(&version) {
         return Err(SnapshotError::new(format!(
-            "replica snapshot version {version}, this build reads 2 and 3"
+            "replica snapshot version {version}, this build reads 2, 3 and 4"
         )));
     }
     let expected = u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]);
@@ -431,14 +617,41 @@ pub fn from_bytes(data: &[u8]) -> Result<ReplicaStore, SnapshotError> {
     for _ in 0..count {
         replicas.push(read_replica(&mut reader, version)?);
     }
+    let holders = if version >= 4 && reader.flag("holder index")? {
+        Some(read_holders(&mut reader, &replicas)?)
+    } else {
+        None
+    };
     if reader.at != body.len() {
         return Err(SnapshotError::new(format!(
             "{} trailing bytes",
             body.len() - reader.at
         )));
     }
-    ReplicaStore::from_replicas(replicas)
-        .ok_or_else(|| SnapshotError::new("two replicas share a source name"))
+    let mut store = ReplicaStore::from_replicas(replicas)
+        .ok_or_else(|| SnapshotError::new("two replicas share a source name"))?;
+    if let Some(holders) = holders {
+        store.set_holders(holders);
+    }
+    Ok(store)
+}
+
+/// The holder index (version 4 on), checked against `replicas`.
+fn read_holders(
+    reader: &mut Reader<'_>,
+    replicas: &[Replica],
+) -> Result<HolderIndex, SnapshotError> {
+    let words = replicas.len().div_ceil(64).max(1);
+    let sets = reader.u32("holder set count")? as usize;
+    let masks = reader.plain(sets.saturating_mul(2 * words), "holder sets")?;
+    let homes = reader.u32("holder index homes")? as usize;
+    let capacity = reader.u32("holder index capacity")? as usize;
+    let buckets = reader.plain(capacity, "holder index")?;
+    let held: Vec<(usize, u64)> = replicas
+        .iter()
+        .map(|r| (r.blocks.len(), r.blocks.tombstone_count()))
+        .collect();
+    HolderIndex::from_parts(&held, masks, homes, buckets).map_err(SnapshotError::new)
 }
 
 #[cfg(test)]
@@ -447,7 +660,11 @@ mod tests {
     use crate::events::{Event, Medium, Stored};
 
     fn sample() -> ReplicaStore {
-        let mut store = ReplicaStore::new();
+        sample_from(ReplicaStore::new())
+    }
+
+    /// The sample's replicas, applied to `store`.
+    fn sample_from(mut store: ReplicaStore) -> ReplicaStore {
         for (source, page_size) in [("a", 1u32), ("b", 4)] {
             let id = store.id_or_create(source);
             store.by_id_mut(id).meta = Some(SourceMeta {
@@ -533,6 +750,86 @@ mod tests {
         assert_ne!(a.digest(), a.blocks.digest());
     }
 
+    /// The holder index of `store`, as (hash, holders, tombstones) in hash order.
+    fn holdings(store: &ReplicaStore) -> Vec<(i64, Vec<u64>, Vec<u64>)> {
+        let mut all: Vec<_> = store
+            .holders()
+            .unwrap()
+            .entries()
+            .map(|(hash, (held, tomb))| (hash, held.to_vec(), tomb.to_vec()))
+            .collect();
+        all.sort_unstable();
+        all
+    }
+
+    #[test]
+    fn the_holder_index_is_stored_and_loaded_as_built() {
+        let mut store = sample();
+        store.enable_holders();
+        let bytes = to_bytes(&store);
+        let loaded = from_bytes(&bytes).unwrap();
+        assert_eq!(loaded, store);
+        assert_eq!(holdings(&loaded), holdings(&store));
+        assert_eq!(to_bytes(&loaded), bytes);
+        // kept in step event by event or built at once: the same bytes
+        let mut in_step = ReplicaStore::new();
+        in_step.enable_holders();
+        assert_eq!(to_bytes(&sample_from(in_step)), bytes);
+        // a store that keeps none writes none, and loads none
+        assert!(from_bytes(&to_bytes(&sample()))
+            .unwrap()
+            .holders()
+            .is_none());
+        // version 3 (before the holder index) still loads; the store builds it when asked
+        let mut old = from_bytes(&to_bytes_as(&store, 3)).unwrap();
+        assert!(old.holders().is_none());
+        old.enable_holders();
+        assert_eq!(holdings(&old), holdings(&store));
+    }
+
+    #[test]
+    fn a_holder_index_that_does_not_fit_is_refused_even_with_a_valid_checksum() {
+        let mut store = sample();
+        store.enable_holders();
+        let bytes = to_bytes(&store);
+        let tail = bytes.len() - CHECKSUM_BYTES;
+        let resealed = |mut body: Vec<u8>| {
+            let checksum = crc32c::crc32c(&body);
+            put_u32(&mut body, checksum);
+            body
+        };
+        let canonical = store.holders().unwrap().canonical(store.replicas().len());
+        let (masks, _, buckets) = canonical.parts();
+        let buckets_at = tail - buckets.len() * 12;
+        let filled = buckets.iter().position(|b| b.set != 0).unwrap();
+        // a bucket that names another holder set than its own: the counts no longer agree
+        let mut renamed = bytes[..tail].to_vec();
+        let set_at = buckets_at + filled * 12 + 8;
+        let other = if buckets[filled].set == 1 { 2u32 } else { 1 };
+        renamed[set_at..set_at + 4].copy_from_slice(&other.to_le_bytes());
+        let reason = from_bytes(&resealed(renamed)).unwrap_err().reason;
+        assert!(reason.contains("holder index does not match"), "{reason}");
+        // a bucket that names no set
+        let mut dangling = bytes[..tail].to_vec();
+        dangling[set_at..set_at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        let reason = from_bytes(&resealed(dangling)).unwrap_err().reason;
+        assert!(reason.contains("names no set"), "{reason}");
+        // a bucket moved away from its place in the table
+        let mut moved = bytes[..tail].to_vec();
+        let empty = buckets.iter().position(|b| b.set == 0).unwrap();
+        let (from, to) = (buckets_at + filled * 12, buckets_at + empty * 12);
+        let bucket = moved[from..from + 12].to_vec();
+        moved[to..to + 12].copy_from_slice(&bucket);
+        moved[from..from + 12].fill(0);
+        assert!(from_bytes(&resealed(moved)).is_err());
+        // a set naming a source the store does not have
+        let mut foreign = bytes[..tail].to_vec();
+        let sets_at = buckets_at - 8 - masks.len() * 8;
+        foreign[sets_at..sets_at + 8].copy_from_slice(&(1u64 << 40).to_le_bytes());
+        let reason = from_bytes(&resealed(foreign)).unwrap_err().reason;
+        assert!(reason.contains("out of range"), "{reason}");
+    }
+
     #[test]
     fn a_version_2_snapshot_still_loads_without_tiers() {
         let store = sample();
@@ -551,7 +848,7 @@ mod tests {
         store
             .apply_events("a", &[tier_store("CPU", &[5, 6], 1)])
             .unwrap();
-        let bytes = to_bytes(&store);
+        let bytes = to_bytes_as(&store, 3); // the tiers last (version 4 adds the holder index)
         let tail = bytes.len() - CHECKSUM_BYTES;
         let resealed = |mut body: Vec<u8>| {
             let checksum = crc32c::crc32c(&body);
@@ -573,7 +870,9 @@ mod tests {
 
     #[test]
     fn every_flipped_bit_and_every_truncation_is_refused() {
-        let bytes = to_bytes(&sample());
+        let mut store = sample();
+        store.enable_holders();
+        let bytes = to_bytes(&store);
         for at in (0..bytes.len()).step_by(7) {
             let mut bad = bytes.clone();
             bad[at] ^= 0x10;
@@ -596,7 +895,7 @@ mod tests {
         bytes[8] = 9;
         assert_eq!(
             from_bytes(&bytes).unwrap_err().reason,
-            "replica snapshot version 9, this build reads 2 and 3"
+            "replica snapshot version 9, this build reads 2, 3 and 4"
         );
         bytes[0] = b'X';
         assert!(from_bytes(&bytes)

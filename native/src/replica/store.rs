@@ -214,6 +214,11 @@ impl ReplicaStore {
         }
     }
 
+    /// Keep `holders` as the holder index (a snapshot's, checked against these replicas).
+    pub fn set_holders(&mut self, holders: HolderIndex) {
+        self.holders = Some(holders);
+    }
+
     /// Stop keeping the holder index (a bulk replay builds it once at its end with
     /// `enable_holders`, which costs less than keeping it in step event by event).
     pub fn disable_holders(&mut self) {
