@@ -298,8 +298,10 @@ class ReplicaSet:
         """Within it, the holder index is not kept in step with each batch; it is built once
         from the replicas at the end, which costs a bulk replay less. A prefix match meanwhile
         builds it at once and it is kept from then on (always correct). No-op when no
-        ``PrefixIndex`` reads this set."""
-        if not self._store.prefix_index_enabled():
+        ``PrefixIndex`` reads this set, and when the replicas already hold blocks (the tail after
+        a restored snapshot: keeping the index in step through it costs less than building it
+        again from every block held)."""
+        if not self._store.prefix_index_enabled() or self._holds_blocks():
             yield
             return
         self._store.disable_prefix_index()
@@ -307,6 +309,9 @@ class ReplicaSet:
             yield
         finally:
             self._store.enable_prefix_index()
+
+    def _holds_blocks(self) -> bool:
+        return any(self._store.block_count(source) for source in self._store.sources())
 
     def mark_diverged(self, source: str, reason: str) -> None:
         """Mark ``source``'s replica diverged until it is cleared by a resync."""
@@ -330,7 +335,7 @@ class ReplicaSet:
         change) when ``data`` is not such a snapshot."""
         store = ReplicaStore()
         if self._store.prefix_index_enabled():
-            store.enable_prefix_index()  # rebuilt from the loaded blocks
+            store.enable_prefix_index()  # the snapshot's, or rebuilt from the loaded blocks
         try:
             store.load(data)
         except ReplicaSnapshotError as exc:
