@@ -128,6 +128,11 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         ),
     ),
     Benchmark(
+        "restore",
+        "Restoring a snapshot against replaying a log of exactly the same blocks",
+        ("bench/restore_bench.py", "--blocks", "1000000", "--runs", "3", "--json", "{out}"),
+    ),
+    Benchmark(
         "snapshot",
         "A fresh follower bootstrapping from the Kafka snapshot topic against a full replay",
         (
@@ -633,6 +638,29 @@ def render_http(result: Mapping[str, Any]) -> list[Row]:
     return rows
 
 
+def render_restore(result: Mapping[str, Any]) -> list[Row]:
+    """``restore_bench.py --json``: a snapshot restored against a replay of the same blocks."""
+    rows: list[Row] = []
+    for case in result.values():
+        if not (isinstance(case, Mapping) and "restore_wall_s" in case):
+            continue
+        target, got = case.get("target_replay_over_restore"), case.get("replay_over_restore_wall")
+        met = None if target is None or got is None else got >= target
+        rows.append(
+            (
+                f"restore {fmt(case.get('blocks'))} page-{fmt(case.get('page_size'))} blocks "
+                "into the views every command builds (snapshot + empty tail)",
+                f"{fmt(case.get('restore_wall_s'))} s ({fmt(case.get('restore_cpu_s'))} s CPU); "
+                f"{fmt(case.get('snapshot_bytes_per_block'))} B per block",
+                f"replay of a log holding exactly those blocks: {fmt(case.get('replay_wall_s'))} s "
+                f"({fmt(case.get('replay_cpu_s'))} s CPU)",
+                f"replay ÷ restore {ratio(got)}",
+                target_text({"target": f"{target:g}", "at_least": True, "met": met}),
+            )
+        )
+    return rows
+
+
 def render_snapshot(result: Mapping[str, Any]) -> list[Row]:
     """``snapshot_bench.py --json``: bootstrap from the snapshot topic against a full replay."""
     rows: list[Row] = []
@@ -773,6 +801,7 @@ RENDERERS: dict[str, Callable[[Mapping[str, Any]], list[Row]]] = {
     "log_kafka": render_log_kafka,
     "replica": render_replica,
     "http": render_http,
+    "restore": render_restore,
     "snapshot": render_snapshot,
     "dynamo": render_dynamo,
     "scale": render_scale,
