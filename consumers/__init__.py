@@ -25,7 +25,7 @@ from consumers.snapshots import (
 # SnapshotStore: the directory store under its first name, kept for code that uses it
 from consumers.snapshots.directory import DirectorySnapshotStore as SnapshotStore
 from consumers.views.prefix_index import PrefixIndex, PrefixMatch
-from consumers.views.replica import ReplicaBlock, ReplicaSet, ReplicaTree, SourceMeta
+from consumers.views.replica import ReplicaBlock, ReplicaSet, ReplicaTree
 from consumers.views.stats import Churn, SourceStats, Stats
 from consumers.views.view import DigestView, View
 
@@ -48,7 +48,6 @@ __all__ = [
     "ReplicaSet",
     "ReplicaTree",
     "ReplicaBlock",
-    "SourceMeta",
     "PrefixIndex",
     "PrefixMatch",
     "Stats",

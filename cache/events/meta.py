@@ -8,8 +8,12 @@ restores (engine streams without tombstones say False). ``device``, ``producer``
 
 A ``BatchMeta`` is also a read-only mapping of its JSON object (typed fields at their defaults
 are left out), so ``meta["page_size"]``, ``meta.get(...)`` and ``dict(meta)`` work as they did
-when ``meta`` was a plain dict. The native decoder applies the same checks
-(``native/src/codec/meta.rs``); the differential tests hold the two equal.
+when ``meta`` was a plain dict.
+
+The rules live once, in the native decoder (``native/src/codec/meta.rs``): a decoded record's
+``BatchMeta`` is made from its parse, and ``from_json``, ``from_dict`` and the constructor ask it
+too. This module is the typed face; the pure-Python twin that the differential tests hold equal
+to it is ``tests.oracles.meta``.
 """
 
 from __future__ import annotations
@@ -20,11 +24,10 @@ from typing import Any, Final
 
 import orjson
 
+from cache.events import _native
+from cache.events.digest import DIGEST_ALGORITHM
 from cache.events.errors import DecodeError
 
-_UINT64_LIMIT: Final = 1 << 64
-_REQUIRED: Final = ("page_size", "sliding_window_size")
-_OPTIONAL_STR: Final = ("digest_alg", "device", "producer")
 TYPED_FIELDS: Final = (
     "page_size",
     "sliding_window_size",
@@ -42,39 +45,29 @@ _DEFAULTS: Final[dict[str, Any]] = {
     "producer": None,
     "digest_every_batches": None,
 }
-_MISSING: Final = object()
 
 
-def _type_name(value: object) -> str:
-    return "null" if value is None else type(value).__name__
-
-
-def _describe(value: object) -> str:
-    return str(value) if type(value) is int else _type_name(value)
-
-
-def _positive(value: object) -> bool:
-    return type(value) is int and 0 < value < _UINT64_LIMIT
-
-
-def field_problem(name: str, value: object) -> str | None:
-    """Why ``value`` (``_MISSING`` when absent) is not valid for the typed key ``name``."""
-    if name in _REQUIRED:
-        if value is _MISSING:
-            return "missing"
-        return None if _positive(value) else f"expected a positive int, got {_describe(value)}"
-    if value is _MISSING or value is None:
-        return "expected bool, got null" if name == "swa_events" and value is None else None
-    if name in _OPTIONAL_STR:
-        return None if type(value) is str else f"expected str or null, got {_type_name(value)}"
-    if name == "swa_events":
-        return None if type(value) is bool else f"expected bool, got {_type_name(value)}"
-    return None if _positive(value) else f"expected a positive int or null, got {_describe(value)}"
+def _json_text(raw: Mapping[str, Any]) -> bytes:
+    """``raw`` as JSON text; ``DecodeError`` names the first key whose value is not JSON."""
+    try:
+        return orjson.dumps(raw)
+    except orjson.JSONEncodeError:
+        pass
+    for key, value in raw.items():
+        try:
+            orjson.dumps({key: value})
+        except orjson.JSONEncodeError:
+            shown = f"{value} (beyond 64 bits)" if type(value) is int else type(value).__name__
+            raise DecodeError(f"meta.{key}", f"not a JSON value: {shown}") from None
+    raise DecodeError("meta", "not a JSON object")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
 class BatchMeta(Mapping[str, Any]):
-    """What a consumer needs to interpret a source's batches (see the module docstring)."""
+    """What a consumer needs to interpret a source's batches (see the module docstring).
+
+    Made wrong, it raises ``DecodeError`` (a ``ValueError``) naming the field, as the decoder
+    would for the same JSON."""
 
     page_size: int
     sliding_window_size: int
@@ -86,33 +79,40 @@ class BatchMeta(Mapping[str, Any]):
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name in TYPED_FIELDS:
-            problem = field_problem(name, getattr(self, name))
-            if problem is not None:
-                raise ValueError(f"meta.{name}: {problem}")
+        typed = {name: getattr(self, name) for name in TYPED_FIELDS}
+        _native.parse_meta(_json_text(typed).decode())
         clash = sorted(set(self.extra) & set(TYPED_FIELDS))
         if clash:
             raise ValueError(f"meta.extra: {clash[0]!r} is a typed field, not an extra key")
         object.__setattr__(self, "extra", dict(self.extra))
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> BatchMeta:
-        """Validate a meta JSON object; ``DecodeError`` names the first wrong typed field."""
-        for name in TYPED_FIELDS:
-            problem = field_problem(name, raw.get(name, _MISSING))
-            if problem is not None:
-                raise DecodeError(f"meta.{name}", problem)
-        typed = {name: raw[name] for name in TYPED_FIELDS if raw.get(name) is not None}
-        extra = {key: value for key, value in raw.items() if key not in TYPED_FIELDS}
-        return cls(**typed, extra=extra)
+    def from_json(cls, text: str | bytes) -> BatchMeta:
+        """Check a meta JSON object's text; ``DecodeError`` names the first wrong typed field."""
+        if isinstance(text, bytes):
+            try:
+                text = text.decode()
+            except UnicodeDecodeError:
+                raise DecodeError("meta", "not UTF-8") from None
+        meta: BatchMeta = _native.parse_meta(text)
+        return meta
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> BatchMeta:
-        """``from_dict`` of a JSON object's text."""
-        raw = orjson.loads(text)
-        if type(raw) is not dict:
-            raise DecodeError("meta", f"expected an object or null, got {_type_name(raw)}")
-        return cls.from_dict(raw)
+    def from_dict(cls, raw: Mapping[str, Any]) -> BatchMeta:
+        """``from_json`` of a meta JSON object held as a mapping."""
+        return cls.from_json(_json_text(raw))
+
+    @staticmethod
+    def _extra_keys(text: str) -> dict[str, Any]:
+        """The keys of a checked meta object's text besides the typed ones (the native parse
+        asks for these only when there are any)."""
+        raw: dict[str, Any] = orjson.loads(text)
+        return {key: value for key, value in raw.items() if key not in TYPED_FIELDS}
+
+    @property
+    def digest_verifiable(self) -> bool:
+        """Whether this build computes the source's digest the way its producer does."""
+        return self.digest_alg == DIGEST_ALGORITHM
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object: typed fields not at their default, then the extra keys."""

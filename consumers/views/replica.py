@@ -20,9 +20,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import orjson
-
-from cache.events import DIGEST_ALGORITHM, Event, EventBatch, WireBatch
+from cache.events import BatchMeta, DecodeError, Event, EventBatch, WireBatch
 from cache.events.replica_store import (
     ReplicaConsistencyError,
     ReplicaSnapshotError,
@@ -40,48 +38,6 @@ class ReplicaBlock:
     parent_block_hash: int | None
     token_ids: tuple[int, ...]
     swa_resident: bool
-
-
-@dataclass(frozen=True, slots=True)
-class SourceMeta:
-    """What a consumer needs to interpret a source: from the ``meta`` of its epoch's first
-    batch. ``swa_events`` is False for a stream that carries no tombstone events (an engine's
-    stream bridged from ZMQ): its SWA-usable lengths are unknown."""
-
-    page_size: int
-    sliding_window_size: int
-    raw: Mapping[str, Any]
-    swa_events: bool = True
-    digest_alg: str | None = None
-
-    @property
-    def digest_verifiable(self) -> bool:
-        """Whether this build computes the source's digest the way its primary does."""
-        return self.digest_alg == DIGEST_ALGORITHM
-
-    @classmethod
-    def parse(cls, source: str, meta: Mapping[str, Any]) -> SourceMeta:
-        """Validate ``meta``; a missing or non-positive size, or a non-bool ``swa_events``,
-        raises ``ViewConsistencyError``."""
-        values: list[int] = []
-        for key in ("page_size", "sliding_window_size"):
-            value = meta.get(key)
-            if type(value) is not int or value <= 0 or value >= 1 << 32:
-                raise ViewConsistencyError(
-                    source, f"meta.{key} must be a positive int, got {value!r}"
-                )
-            values.append(value)
-        swa_events = meta.get("swa_events", True)
-        if type(swa_events) is not bool:
-            raise ViewConsistencyError(
-                source, f"meta.swa_events must be a bool, got {swa_events!r}"
-            )
-        digest_alg = meta.get("digest_alg")
-        if digest_alg is not None and type(digest_alg) is not str:
-            raise ViewConsistencyError(
-                source, f"meta.digest_alg must be a string, got {digest_alg!r}"
-            )
-        return cls(values[0], values[1], dict(meta), swa_events, digest_alg)
 
 
 def _consistency(exc: ReplicaConsistencyError) -> ViewConsistencyError:
@@ -109,7 +65,7 @@ class ReplicaTree:
     # --- reading --------------------------------------------------------------------------
 
     @property
-    def meta(self) -> SourceMeta | None:
+    def meta(self) -> BatchMeta | None:
         """The source's meta, from its epoch's first batch (None until one arrives)."""
         return self._owner.meta_of(self.source)
 
@@ -183,7 +139,7 @@ class ReplicaTree:
         """Answer "unknown" until the next ``AllBlocksCleared`` (the first reason is kept)."""
         self._store.mark_diverged(self.source, reason)
 
-    def set_meta(self, meta: Mapping[str, Any]) -> None:
+    def set_meta(self, meta: BatchMeta | Mapping[str, Any]) -> None:
         """Record the source's meta (page size, window) from an epoch's first batch."""
         self._owner.set_meta(self.source, meta)
 
@@ -207,7 +163,7 @@ class ReplicaSet:
     def __init__(self, name: str = "replicas") -> None:
         self._name = name
         self._store = ReplicaStore()
-        self._metas: dict[str, SourceMeta] = {}
+        self._metas: dict[str, BatchMeta] = {}
         self._trees: dict[str, ReplicaTree] = {}
 
     @property
@@ -220,7 +176,7 @@ class ReplicaSet:
         """The native store (for views that read it, like ``PrefixIndex``)."""
         return self._store
 
-    def meta_of(self, source: str) -> SourceMeta | None:
+    def meta_of(self, source: str) -> BatchMeta | None:
         """The meta of ``source`` (None until its epoch's first batch)."""
         return self._metas.get(source)
 
@@ -256,18 +212,19 @@ class ReplicaSet:
         self._store.add_source(source)
         return self[source]
 
-    def set_meta(self, source: str, meta: Mapping[str, Any]) -> None:
-        """Validate and record ``source``'s meta; ``ViewConsistencyError`` when it is bad."""
-        self._store.add_source(source)
-        parsed = SourceMeta.parse(source, meta)
-        self._store.set_meta(
-            source,
-            parsed.page_size,
-            parsed.sliding_window_size,
-            parsed.swa_events,
-            orjson.dumps(parsed.raw).decode(),
-        )
-        self._metas[source] = parsed
+    def set_meta(self, source: str, meta: BatchMeta | Mapping[str, Any]) -> None:
+        """Record ``source``'s meta (a plain mapping is checked first, as the decoder would);
+        ``ViewConsistencyError`` when it is bad."""
+        if not isinstance(meta, BatchMeta):
+            try:
+                meta = BatchMeta.from_dict(meta)
+            except DecodeError as exc:
+                raise ViewConsistencyError(source, str(exc)) from None
+        try:
+            self._store.set_meta(source, meta)
+        except ReplicaConsistencyError as exc:
+            raise _consistency(exc) from None
+        self._metas[source] = meta
 
     def apply(self, batch: EventBatch) -> None:
         """Apply one in-order batch to its source's replica (meta first, then its events)."""
@@ -280,10 +237,12 @@ class ReplicaSet:
             raise _consistency(exc) from None
 
     def apply_wire(self, batch: WireBatch) -> None:
-        """``apply`` for a decoded record, read natively (no Python object per event)."""
-        if batch.meta is not None:
-            self.set_meta(batch.source, batch.meta)
+        """``apply`` for a decoded record, read natively (no Python object per event); its meta
+        is recorded as the decoder parsed it, with no second check."""
         try:
+            if batch.meta is not None:
+                self._store.set_wire_meta(batch)
+                self._metas[batch.source] = batch.meta
             self._store.apply_wire(batch)
         except ReplicaConsistencyError as exc:
             raise _consistency(exc) from None
@@ -340,13 +299,13 @@ class ReplicaSet:
             store.load(data)
         except ReplicaSnapshotError as exc:
             raise ViewStateError(self._name, exc.reason) from None
-        metas: dict[str, SourceMeta] = {}
+        metas: dict[str, BatchMeta] = {}
         for source in store.sources():
             meta_json = store.meta_json(source)
             if meta_json is None:
                 continue
             try:
-                metas[source] = SourceMeta.parse(source, orjson.loads(meta_json))
-            except (orjson.JSONDecodeError, ViewConsistencyError, AttributeError) as exc:
+                metas[source] = BatchMeta.from_json(meta_json)
+            except DecodeError as exc:
                 raise ViewStateError(self._name, f"meta of {source!r}: {exc}") from None
         self._store, self._metas, self._trees = store, metas, {}

@@ -27,7 +27,7 @@ from cache.events import (
     Event,
     EventBatch,
 )
-from consumers.views.replica import ReplicaBlock, ReplicaSet, SourceMeta
+from consumers.views.replica import ReplicaBlock, ReplicaSet
 from swa_es.egress.residency import BlockLookup
 from swa_es.egress.stream import StreamStart
 
@@ -91,7 +91,7 @@ def source_state(
     return EventBatch(source, "", 0, ts, tuple(events), meta=meta)
 
 
-def _meta(meta: SourceMeta | None) -> BatchMeta | None:
+def _meta(meta: BatchMeta | None) -> BatchMeta | None:
     if meta is None:
         return None
     return BatchMeta(page_size=meta.page_size, sliding_window_size=meta.sliding_window_size)

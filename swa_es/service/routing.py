@@ -36,7 +36,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from consumers import Follower, SourceMeta
+from cache.events import BatchMeta
+from consumers import Follower
 from swa_es.service.match_query import HashQuery, Query
 from swa_es.service.views import StandardViews
 
@@ -259,7 +260,7 @@ class FollowerRouting:
         }
 
 
-def swa_residency(meta: SourceMeta | None) -> str:
+def swa_residency(meta: BatchMeta | None) -> str:
     """``"events"`` when the source's stream reports SWA residency (usable lengths answered),
     else ``"none: <reason>"``: the reason its producer wrote in ``meta.swa_residency`` (a
     bridged engine), or the generic one."""
@@ -267,7 +268,7 @@ def swa_residency(meta: SourceMeta | None) -> str:
         return "none: no epoch meta read for this source yet"
     if meta.swa_events:
         return "events"
-    reason = meta.raw.get("swa_residency")
+    reason = meta.get("swa_residency")
     if isinstance(reason, str) and reason.startswith("none: "):
         return reason
     return "none: the stream carries no SWA residency events (meta swa_events false)"

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cache.events import BlockStored, chain_block_hashes, namespace_prior
+from cache.events import BatchMeta, BlockStored, chain_block_hashes, namespace_prior
 from cache.events.replica_store import ReplicaStore, prompt_token_ids
 from tests.fixtures.prompts import shrinking_prompt
 from tests.oracles.replica import ReferenceReplicaSet
@@ -35,7 +35,7 @@ def _fleet(prompts: list[list[int]], page_size: int = PAGE) -> ReplicaStore:
     store = ReplicaStore()
     for index, prompt in enumerate(prompts):
         source = f"w{index}"
-        store.set_meta(source, page_size, 8, True, "{}")
+        store.set_meta(source, BatchMeta(page_size, 8))
         hashes = tuple(chain_block_hashes(b"", prompt, page_size))
         tokens = tuple(prompt[: len(hashes) * page_size])
         store.apply_events(source, [BlockStored(hashes, None, tokens, page_size)])

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from cache.events import (
     AllBlocksCleared,
+    BatchMeta,
     BlockRemoved,
     BlockStored,
     BlockSWAEvicted,
@@ -98,7 +99,7 @@ def apply_both(
         reference.mark_diverged(source, "test")
         return
     if step == "meta":
-        store.set_meta(source, 1, 3, True, '{"page_size": 1}')
+        store.set_meta(source, BatchMeta(1, 3))
         reference.set_meta(source, {"page_size": 1, "sliding_window_size": 3})
         return
     assert not isinstance(step, str)
@@ -182,7 +183,7 @@ def fleets(draw: st.DrawFn) -> tuple[ReplicaStore, ReferenceReplicaSet, list[lis
         swa_events = draw(st.booleans())
         meta = {"page_size": page_size, "sliding_window_size": window, "swa_events": swa_events}
         if draw(st.booleans()) or index == 0:
-            store.set_meta(source, page_size, window, swa_events, "{}")
+            store.set_meta(source, BatchMeta(page_size, window, swa_events=swa_events))
             reference.set_meta(source, meta)
         extra_key = draw(st.none() | st.just("lora"))
         for prompt in draw(st.lists(st.sampled_from(prompts), max_size=3)):
@@ -247,13 +248,14 @@ def test_the_native_swa_rule_equals_the_python_rule(
 
 
 def test_bad_arguments_raise_value_errors() -> None:
-    """Out-of-range token ids, a zero block size, or a non-event are refused."""
+    """Out-of-range token ids, a zero block size, or a non-event are refused, named as the
+    codec's encoder names them (``events[i].field``)."""
     store = ReplicaStore()
-    with pytest.raises(ValueError, match="token id"):
+    with pytest.raises(ValueError, match=r"events\[0\]\.token_ids\[0\]: token id -1"):
         store.apply_events("w", [BlockStored((1,), None, (-1,), 1)])
-    with pytest.raises(ValueError, match="block_size"):
-        store.apply_events("w", [BlockStored((1,), None, (), 0)])
-    with pytest.raises(ValueError, match="not a cache event"):
+    with pytest.raises(ValueError, match=r"events\[1\]\.block_size"):
+        store.apply_events("w", [AllBlocksCleared(), BlockStored((1,), None, (), 0)])
+    with pytest.raises(ValueError, match=r"events\[0\]: not an event"):
         store.apply_events("w", [object()])
     with pytest.raises(ValueError, match="token id"):
         store.match_prefix([1 << 32])

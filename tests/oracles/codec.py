@@ -12,7 +12,7 @@ then the checks below in this order, and the first that fails raises
 - the record: an object; ``v`` present, an int, 1, 2 or 3; no missing key (the first in sorted
   order is named), no unknown key; ``ts`` a number; ``events`` a list; ``meta`` an object or
   null; ``source`` and ``epoch`` strings; ``seq`` a non-negative int; each event in order;
-  ``digest`` a string or null; the typed fields of ``meta`` (``cache.events.meta``);
+  ``digest`` a string or null; the typed fields of ``meta`` (``tests.oracles.meta``);
 - an event: an object; ``type`` present, a string, a known type; exactly its keys; then its
   fields in this order: ``block_size`` (a positive int), ``token_ids`` (ints in [0, 2**32)),
   ``block_hashes`` (int64s, at least one), the token count, ``parent_block_hash`` and
@@ -44,6 +44,7 @@ from cache.events.types import (
     Event,
     EventBatch,
 )
+from tests.oracles.meta import meta_from_dict
 
 DEFAULT_MAX_RECORD_BYTES: Final = 16 * 1024 * 1024
 SUPPORTED_VERSIONS: Final = (1, 2, 3)
@@ -387,6 +388,6 @@ def decode_batch(data: bytes, *, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTE
         ts=float(ts),
         events=events,
         digest=digest,
-        meta=None if meta is None else BatchMeta.from_dict(meta),
+        meta=None if meta is None else meta_from_dict(meta),
         v=version,
     )

@@ -1,9 +1,11 @@
-//! The typed `meta` of an epoch's first batch, validated while the record is decoded.
+//! The typed `meta` of an epoch's first batch, validated while the record is decoded: the one
+//! check of a meta. Python's `BatchMeta` is made from it (`crate::py::meta`), for decoded records
+//! and for metas made in Python alike; its pure-Python twin is `tests/oracles/meta.py`.
 //!
-//! The rules mirror `cache/events/meta.py` (`BatchMeta`): `page_size` and `sliding_window_size`
-//! are required positive ints; `digest_alg`, `device` and `producer` are strings or null;
-//! `swa_events` a bool (default true); `digest_every_batches` a positive int or null. Other keys
-//! are kept as they are in the record's text (`Header::meta_json`) and not judged here.
+//! `page_size` and `sliding_window_size` are required positive ints; `digest_alg`, `device` and
+//! `producer` are strings or null; `swa_events` a bool (default true); `digest_every_batches` a
+//! positive int or null. Other keys are kept as they are in the record's text
+//! (`Header::meta_json`) and not judged here.
 
 use super::scan::{Scanner, SyntaxError, Value};
 use super::DecodeError;
@@ -22,6 +24,8 @@ pub struct Meta {
     pub device: Option<String>,
     pub producer: Option<String>,
     pub digest_every_batches: Option<u64>,
+    /// Whether the object has keys besides the typed ones (kept, unjudged, in its text).
+    pub has_extra_keys: bool,
 }
 
 /// The typed keys, in the order they are checked.
@@ -43,15 +47,20 @@ pub(super) fn scan_meta<'a>(
     scanner.open_object()?;
     let mut slots: [Option<Value<'a>>; 7] = Default::default();
     let mut first = true;
+    let mut has_extra_keys = false;
     while let Some(key) = scanner.next_key(&mut first)? {
         match FIELDS.iter().position(|name| *name == key) {
             Some(index) => slots[index] = Some(scanner.value()?),
             None => {
                 scanner.skip_value()?;
+                has_extra_keys = true;
             }
         }
     }
-    Ok(judge(slots))
+    Ok(judge(slots).map(|meta| Meta {
+        has_extra_keys,
+        ..meta
+    }))
 }
 
 fn error(index: usize, reason: String) -> DecodeError {
@@ -131,6 +140,7 @@ fn judge(mut slots: [Option<Value<'_>>; 7]) -> Result<Meta, DecodeError> {
         device,
         producer,
         digest_every_batches,
+        has_extra_keys: false,
     })
 }
 
@@ -170,6 +180,9 @@ mod tests {
         assert_eq!(meta.device.as_deref(), Some("cpu"));
         assert_eq!(meta.producer, None);
         assert_eq!(meta.digest_every_batches, Some(8));
+        assert!(meta.has_extra_keys);
+        let typed_only = Meta::from_json(r#"{"page_size":1,"sliding_window_size":2}"#).unwrap();
+        assert!(!typed_only.has_extra_keys);
     }
 
     #[test]

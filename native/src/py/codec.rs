@@ -1,5 +1,5 @@
-//! Bindings of `crate::codec`: `decode_wire` into a `WireBatch`, `encode_batch`, and
-//! `decode_event`.
+//! Bindings of `crate::codec`: `decode_wire` into a `WireBatch`, `encode_batch`, `decode_event`
+//! and `parse_meta`.
 //!
 //! A `WireBatch` holds its decoded `Batch` natively; Python objects for its events are only
 //! made when asked for (`events`, `to_batch()`), one event per page. Native code
@@ -12,13 +12,15 @@ use pyo3::exceptions::PyValueError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBytes, PyInt, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyInt, PyTuple};
 use pyo3::{intern, IntoPyObjectExt};
 
 use super::classes::{classes, Classes};
+use super::events_in::{event_from_py, field};
+use super::meta::batch_meta;
 
 use crate::codec::{self, DecodeError, Meta};
-use crate::events::{Batch, Event, Hashes, Header, Medium, RemovalReason, Stored};
+use crate::events::{Batch, Event, Header, RemovalReason, Stored};
 
 /// Records at least this long are decoded with the GIL released.
 const DETACH_BYTES: usize = 64 * 1024;
@@ -141,7 +143,6 @@ pub struct WireBatch {
     /// allocation less per record than behind an `Arc`).
     pub(crate) batch: Batch,
     /// The typed meta (present on an epoch's first batch).
-    #[allow(dead_code)] // read by the replica store's bindings
     pub(crate) meta: Option<Arc<Meta>>,
     page_count: usize,
     events: PyOnceLock<Py<PyTuple>>,
@@ -204,19 +205,15 @@ impl WireBatch {
         self.header().version
     }
 
-    /// The epoch's `BatchMeta` (None on every batch but an epoch's first).
+    /// The epoch's `BatchMeta` (None on every batch but an epoch's first), made once from the
+    /// native parse.
     #[getter]
     fn meta(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let Some(text) = self.header().meta_json.as_deref() else {
+        let (Some(meta), Some(text)) = (&self.meta, self.header().meta_json.as_deref()) else {
             return Ok(py.None());
         };
         self.meta_object
-            .get_or_try_init(py, || {
-                let class = classes(py)?.batch_meta.bind(py);
-                Ok(class
-                    .call_method1(intern!(py, "from_json"), (text,))?
-                    .unbind())
-            })
+            .get_or_try_init(py, || batch_meta(py, meta, text))
             .map(|meta| meta.clone_ref(py))
     }
 
@@ -296,6 +293,14 @@ fn decode_wire(
     }
 }
 
+/// Check a meta object given as JSON text: its `BatchMeta`, or `DecodeError` naming the first
+/// wrong typed field (`meta.page_size`, ...).
+#[pyfunction]
+fn parse_meta(py: Python<'_>, text: &str) -> PyResult<Py<PyAny>> {
+    let meta = Meta::from_json(text).map_err(|error| decode_error(py, error))?;
+    batch_meta(py, &meta, text)
+}
+
 /// Decode one event object's JSON text as it is on the wire; errors are named under `path`.
 #[pyfunction]
 fn decode_event(py: Python<'_>, data: &[u8], path: &str) -> PyResult<Py<PyAny>> {
@@ -318,90 +323,6 @@ fn decode_event(py: Python<'_>, data: &[u8], path: &str) -> PyResult<Py<PyAny>> 
         other => push_events(py, classes, other, &mut items)?,
     }
     Ok(items.swap_remove(0).unbind())
-}
-
-/// Attribute `name` of `object` as a `T`; a ValueError names `path` when it does not convert.
-fn field<'py, T>(
-    object: &Bound<'py, PyAny>,
-    name: &Bound<'py, PyString>,
-    path: impl FnOnce() -> String,
-) -> PyResult<T>
-where
-    T: for<'a> FromPyObject<'a, 'py>,
-    for<'a> <T as FromPyObject<'a, 'py>>::Error: Into<PyErr>,
-{
-    let value = object.getattr(name)?;
-    value.extract::<T>().map_err(|error| {
-        let error: PyErr = error.into();
-        PyValueError::new_err(format!("{}: {}", path(), error.value(object.py())))
-    })
-}
-
-/// The `RemovalReason` named by a Python event's `reason`; a ValueError names `path` when it is
-/// not one.
-pub(crate) fn removal_reason(
-    name: Option<String>,
-    path: impl FnOnce() -> String,
-) -> PyResult<Option<RemovalReason>> {
-    name.map(|name| {
-        RemovalReason::from_name(&name).ok_or_else(|| {
-            PyValueError::new_err(format!(
-                "{}: expected \"evicted\", \"demoted\" or None, got {name:?}",
-                path()
-            ))
-        })
-    })
-    .transpose()
-}
-
-/// The native `Event` of one Python event.
-fn event_from_py(
-    py: Python<'_>,
-    classes: &Classes,
-    event: &Bound<'_, PyAny>,
-    index: usize,
-) -> PyResult<Event> {
-    let class = event.get_type();
-    let at = |name: &'static str| move || format!("events[{index}].{name}");
-    let hashes = || {
-        field::<Vec<i64>>(event, intern!(py, "block_hashes"), at("block_hashes")).map(Hashes::from)
-    };
-    if class.is(classes.stored.class(py)) {
-        Ok(Event::Stored(Stored {
-            hashes: hashes()?,
-            parent: field(
-                event,
-                intern!(py, "parent_block_hash"),
-                at("parent_block_hash"),
-            )?,
-            tokens: field::<Vec<u32>>(event, intern!(py, "token_ids"), at("token_ids"))?.into(),
-            block_size: field(event, intern!(py, "block_size"), at("block_size"))?,
-            lora_id: field(event, intern!(py, "lora_id"), at("lora_id"))?,
-            medium: field::<Option<String>>(event, intern!(py, "medium"), at("medium"))?
-                .map(Medium::from),
-        }))
-    } else if class.is(classes.removed.class(py)) {
-        Ok(Event::Removed {
-            hashes: hashes()?,
-            medium: field::<Option<String>>(event, intern!(py, "medium"), at("medium"))?
-                .map(Medium::from),
-            reason: removal_reason(
-                field::<Option<String>>(event, intern!(py, "reason"), at("reason"))?,
-                at("reason"),
-            )?,
-        })
-    } else if class.is(classes.swa_evicted.class(py)) {
-        Ok(Event::SwaEvicted { hashes: hashes()? })
-    } else if class.is(classes.swa_restored.class(py)) {
-        Ok(Event::SwaRestored { hashes: hashes()? })
-    } else if class.is(classes.all_cleared_class.bind(py)) {
-        Ok(Event::Cleared)
-    } else {
-        Err(PyValueError::new_err(format!(
-            "events[{index}]: not an event: {}",
-            event.repr()?
-        )))
-    }
 }
 
 /// The native `Batch` of an `EventBatch` (`meta_json`: its meta already as JSON text).
@@ -451,6 +372,7 @@ pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<WireBatch>()?;
     module.add_function(wrap_pyfunction!(decode_wire, module)?)?;
     module.add_function(wrap_pyfunction!(decode_event, module)?)?;
+    module.add_function(wrap_pyfunction!(parse_meta, module)?)?;
     module.add_function(wrap_pyfunction!(encode_batch, module)?)?;
     module.add("DEFAULT_MAX_RECORD_BYTES", codec::DEFAULT_MAX_RECORD_BYTES)?;
     module.add("WIRE_VERSION", codec::WIRE_VERSION)?;

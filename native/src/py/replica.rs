@@ -8,11 +8,10 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString, PyTuple, PyType};
 
-use super::classes::{classes, new_uninitialised, set_field, Classes};
-use super::codec::{removal_reason, WireBatch};
-use super::hashing::tokens_u32;
+use super::classes::{classes, new_uninitialised, set_field};
+use super::codec::WireBatch;
+use super::events_in::event_from_py;
 use super::tokens::prompt_tokens;
-use crate::events::{Event, Hashes, Medium, Stored};
 use crate::hashing::namespace_prior;
 use crate::replica::{
     self, swa_rule, Answer, Churn, ChurnCounts, ConsistencyError, Replica, SourceMeta, TierHits,
@@ -34,66 +33,6 @@ fn snapshot_error(py: Python<'_>, error: replica::SnapshotError) -> PyErr {
         Ok(classes) => PyErr::from_type(classes.snapshot_error.bind(py).clone(), (error.reason,)),
         Err(err) => err,
     }
-}
-
-/// One Python event as the core's `Event` (one object per event: the slow path for callers
-/// that hold `EventBatch` objects; decoded records go through `apply_wire`).
-fn event_from_py(py: Python<'_>, classes: &Classes, event: &Bound<'_, PyAny>) -> PyResult<Event> {
-    let kind = event.get_type();
-    let hashes = || -> PyResult<Hashes> {
-        Ok(event
-            .getattr(intern!(py, "block_hashes"))?
-            .extract::<Vec<i64>>()?
-            .into())
-    };
-    if kind.is(classes.stored.class(py)) {
-        let block_size: i64 = event.getattr(intern!(py, "block_size"))?.extract()?;
-        let block_size = u32::try_from(block_size)
-            .ok()
-            .filter(|&size| size > 0)
-            .ok_or_else(|| {
-                PyValueError::new_err(format!(
-                    "block_size must be a positive u32, got {block_size}"
-                ))
-            })?;
-        let tokens: Vec<i64> = event.getattr(intern!(py, "token_ids"))?.extract()?;
-        return Ok(Event::Stored(Stored {
-            hashes: hashes()?,
-            parent: event.getattr(intern!(py, "parent_block_hash"))?.extract()?,
-            tokens: tokens_u32(&tokens)?.into(),
-            block_size,
-            lora_id: event.getattr(intern!(py, "lora_id"))?.extract()?,
-            medium: event
-                .getattr(intern!(py, "medium"))?
-                .extract::<Option<String>>()?
-                .map(Medium::from),
-        }));
-    }
-    if kind.is(classes.removed.class(py)) {
-        return Ok(Event::Removed {
-            hashes: hashes()?,
-            medium: event
-                .getattr(intern!(py, "medium"))?
-                .extract::<Option<String>>()?
-                .map(Medium::from),
-            reason: removal_reason(event.getattr(intern!(py, "reason"))?.extract()?, || {
-                "reason".to_string()
-            })?,
-        });
-    }
-    if kind.is(classes.swa_evicted.class(py)) {
-        return Ok(Event::SwaEvicted { hashes: hashes()? });
-    }
-    if kind.is(classes.swa_restored.class(py)) {
-        return Ok(Event::SwaRestored { hashes: hashes()? });
-    }
-    if kind.is(classes.all_cleared_class.bind(py)) {
-        return Ok(Event::Cleared);
-    }
-    Err(PyValueError::new_err(format!(
-        "not a cache event: {}",
-        kind.name()?
-    )))
 }
 
 /// A `result_type` instance with `full_tokens` and `swa_tokens` set, made without running its
@@ -128,6 +67,44 @@ pub(crate) struct PyReplicaStore {
 }
 
 impl PyReplicaStore {
+    /// Set `source`'s meta; sizes must fit the store's u32 (`meta.<field>` names one that does
+    /// not).
+    fn record_meta(
+        &mut self,
+        py: Python<'_>,
+        source: &str,
+        page_size: u64,
+        sliding_window_size: u64,
+        swa_events: bool,
+        json: String,
+    ) -> PyResult<()> {
+        let fit = |name: &str, value: u64| {
+            u32::try_from(value)
+                .ok()
+                .filter(|&size| size > 0)
+                .ok_or_else(|| {
+                    let reason =
+                        format!("meta.{name}: expected a positive int below 2**32, got {value}");
+                    match classes(py) {
+                        Ok(classes) => PyErr::from_type(
+                            classes.consistency_error.bind(py).clone(),
+                            (source.to_owned(), reason),
+                        ),
+                        Err(err) => err,
+                    }
+                })
+        };
+        let page_size = fit("page_size", page_size)?;
+        let sliding_window_size = fit("sliding_window_size", sliding_window_size)?;
+        self.store.replica_mut(source).meta = Some(SourceMeta {
+            page_size,
+            sliding_window_size,
+            swa_events,
+            json,
+        });
+        Ok(())
+    }
+
     fn replica(&self, source: &str) -> PyResult<&Replica> {
         self.store
             .get(source)
@@ -160,27 +137,36 @@ impl PyReplicaStore {
         self.store.id_or_create(source);
     }
 
-    #[pyo3(signature = (source, page_size, sliding_window_size, swa_events, meta_json))]
-    fn set_meta(
-        &mut self,
-        source: &str,
-        page_size: u32,
-        sliding_window_size: u32,
-        swa_events: bool,
-        meta_json: String,
-    ) -> PyResult<()> {
-        if page_size == 0 || sliding_window_size == 0 {
-            return Err(PyValueError::new_err(
-                "page_size and sliding_window_size must be positive",
-            ));
-        }
-        self.store.replica_mut(source).meta = Some(SourceMeta {
-            page_size,
-            sliding_window_size,
-            swa_events,
-            json: meta_json,
-        });
-        Ok(())
+    /// Record `source`'s meta from a `BatchMeta` (already checked when it was made);
+    /// `ReplicaConsistencyError` when a size does not fit the store (at most 2**32 - 1).
+    fn set_meta(&mut self, py: Python<'_>, source: &str, meta: &Bound<'_, PyAny>) -> PyResult<()> {
+        let size = |name: &Bound<'_, PyString>| -> PyResult<u64> { meta.getattr(name)?.extract() };
+        let page_size = size(intern!(py, "page_size"))?;
+        let sliding_window_size = size(intern!(py, "sliding_window_size"))?;
+        let swa_events: bool = meta.getattr(intern!(py, "swa_events"))?.extract()?;
+        let json: String = meta
+            .call_method0(intern!(py, "to_json"))?
+            .extract::<&[u8]>()
+            .map(|bytes| String::from_utf8_lossy(bytes).into_owned())?;
+        self.record_meta(py, source, page_size, sliding_window_size, swa_events, json)
+    }
+
+    /// Record the meta a decoded record carries (if any) for its source, as the decoder parsed
+    /// it: nothing is parsed or serialised again.
+    fn set_wire_meta(&mut self, py: Python<'_>, wire: &Bound<'_, WireBatch>) -> PyResult<()> {
+        let wire = wire.get();
+        let header = &wire.batch.header;
+        let (Some(meta), Some(json)) = (&wire.meta, &header.meta_json) else {
+            return Ok(());
+        };
+        self.record_meta(
+            py,
+            &header.source,
+            meta.page_size,
+            meta.sliding_window_size,
+            meta.swa_events,
+            json.clone(),
+        )
     }
 
     fn meta_json(&self, source: &str) -> PyResult<Option<String>> {
@@ -224,8 +210,8 @@ impl PyReplicaStore {
     ) -> PyResult<()> {
         let classes = classes(py)?;
         let mut decoded = Vec::new();
-        for event in events.try_iter()? {
-            decoded.push(event_from_py(py, classes, &event?)?);
+        for (index, event) in events.try_iter()?.enumerate() {
+            decoded.push(event_from_py(py, classes, &event?, index)?);
         }
         self.store
             .apply_events(source, &decoded)
