@@ -1,4 +1,4 @@
-"""The native core keeps to CPython's stable ABI: its sources name no private object layout, its
+"""The native core keeps to CPython's stable ABI: its Python edge names no private object layout, its
 compiled module needs no private symbol, and it loads and works on every Python 3.11+ found here.
 
 The first two tests read the sources and the built file; the last runs ``abi3_smoke.py`` on each
@@ -21,6 +21,10 @@ import cache.events._native as native
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = sorted((ROOT / "native" / "src").rglob("*.rs"))
+# The only sources that reach the interpreter: the crate confines pyo3 to its Python edge, so
+# the core's own buffers (a snapshot's arrays, say) may be handled as bytes elsewhere.
+PYTHON_EDGE = ROOT / "native" / "src" / "py"
+INTERPRETER_NAMES = re.compile(r"\bpyo3\b|\bffi::")
 
 # What only CPython's private object layout or its non-limited API names: object and type
 # fields, the item arrays of lists and tuples, int digits, the unchecked item macros, a type's
@@ -47,14 +51,34 @@ PRIVATE_LAYOUT = {
 }
 
 
+def _code_lines(source: Path) -> list[tuple[int, str, str]]:
+    """Each line of ``source`` with its number and its code (comments may explain what is
+    avoided)."""
+    lines = source.read_text().splitlines()
+    return [(number, line, line.split("//", 1)[0]) for number, line in enumerate(lines, start=1)]
+
+
+def test_only_the_python_edge_reaches_the_interpreter() -> None:
+    """pyo3 and its ffi are named only under ``native/src/py``, which is what lets the layout
+    check below read that directory alone."""
+    outside = [
+        f"{source.relative_to(ROOT)}:{number}: {line.strip()}"
+        for source in SOURCES
+        if PYTHON_EDGE not in source.parents
+        for number, line, code in _code_lines(source)
+        if INTERPRETER_NAMES.search(code)
+    ]
+    assert not outside, "the interpreter reached outside native/src/py:\n" + "\n".join(outside)
+
+
 def test_the_sources_name_no_private_cpython_layout() -> None:
-    """No source of the crate names a private layout field, macro or API (a fail names the
-    file, line and what it is)."""
-    assert SOURCES, "native/src has no Rust sources"
+    """No source of the Python edge names a private layout field, macro or API (a fail names
+    the file, line and what it is)."""
+    edge = [source for source in SOURCES if PYTHON_EDGE in source.parents]
+    assert edge, "native/src/py has no Rust sources"
     found = []
-    for source in SOURCES:
-        for number, line in enumerate(source.read_text().splitlines(), start=1):
-            code = line.split("//", 1)[0]  # comments may explain what is avoided
+    for source in edge:
+        for number, line, code in _code_lines(source):
             for pattern, what in PRIVATE_LAYOUT.items():
                 if re.search(pattern, code):
                     found.append(f"{source.relative_to(ROOT)}:{number}: {what}: {line.strip()}")
