@@ -1,5 +1,5 @@
-"""The native core keeps to CPython's stable ABI: its Python edge names no private object layout, its
-compiled module needs no private symbol, and it loads and works on every Python 3.11+ found here.
+"""The native core keeps to CPython's stable ABI: its Python edge names no private object layout,
+its compiled module needs no private symbol, and it loads and works on every Python 3.11+ here.
 
 The first two tests read the sources and the built file; the last runs ``abi3_smoke.py`` on each
 CPython 3.11 or newer this machine has (the venv's, the system's, pyenv's), so a version that
