@@ -66,14 +66,6 @@ def apply_records(
     return _native.apply_records(store, records, start, limit, max_record_bytes, cursors)
 
 
-def swa_usable_prefix(
-    segments: Sequence[tuple[int, bool]], sliding_window_size: int
-) -> tuple[int, int]:
-    """The native SWA rule: (segments walked, leading segments usable) of a path of
-    ``(tokens, resident)`` segments (twin of ``cache.events.swa_rule.usable_prefix``)."""
-    return _native.swa_usable_prefix(list(segments), sliding_window_size)
-
-
 def prompt_token_ids(token_ids: Sequence[int]) -> list[int]:
     """The ids ``ReplicaStore.match_prefix`` reads ``token_ids`` as, with its errors (for tests
     of the reader: a list through the C API, a buffer in bulk, anything else by iteration)."""
@@ -88,6 +80,5 @@ __all__ = [
     "ReplayCursors",
     "apply_records",
     "prompt_token_ids",
-    "swa_usable_prefix",
     "wire_churn",
 ]

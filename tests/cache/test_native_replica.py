@@ -28,9 +28,9 @@ from cache.events.replica_store import (
     ReplicaConsistencyError,
     ReplicaSnapshotError,
     ReplicaStore,
-    swa_usable_prefix,
 )
 from cache.events.swa_rule import usable_prefix
+from tests.oracles import swa_rule as swa_rule_oracle
 from tests.oracles.replica import ReferenceReplicaSet
 
 SOURCES = ("a", "b")
@@ -240,11 +240,11 @@ def test_prefix_match_equals_the_reference(
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.integers(1, 16), st.booleans()), max_size=30), st.integers(1, 40))
-def test_the_native_swa_rule_equals_the_python_rule(
+def test_the_native_swa_rule_equals_its_python_oracle(
     segments: list[tuple[int, bool]], window: int
 ) -> None:
-    """The Rust twin of cache.events.swa_rule gives the same walked and usable counts."""
-    assert swa_usable_prefix(segments, window) == usable_prefix(segments, window)
+    """The native rule (cache.events.swa_rule's) gives its oracle's walked and usable counts."""
+    assert usable_prefix(segments, window) == swa_rule_oracle.usable_prefix(segments, window)
 
 
 def test_bad_arguments_raise_value_errors() -> None:

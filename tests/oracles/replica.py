@@ -16,7 +16,6 @@ from typing import Any
 from cache.events.digest import StateDigest
 from cache.events.hashing import chain_block_hashes, namespace_prior
 from cache.events.replica_store import ReplicaConsistencyError
-from cache.events.swa_rule import usable_prefix
 from cache.events.types import (
     AllBlocksCleared,
     BlockRemoved,
@@ -26,6 +25,7 @@ from cache.events.types import (
     Event,
     EventBatch,
 )
+from tests.oracles.swa_rule import usable_prefix
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,15 +14,15 @@
 //! it). The tier walk reads the same page hashes (recorded as the GPU walk asks for them, then
 //! hashed on only as far as some tier still holds the prompt), for the sources that have tiers.
 //!
-//! The SWA rule (`super::swa_rule`, docs/design.md §3) is applied from the tombstones alone: between
-//! two tombstones every page is resident, so the longest usable prefix only changes at a
-//! tombstone and at the end of the source's walk (`SwaTrack`).
+//! The SWA rule (`super::swa_rule::SwaRule`, docs/design.md §3) is fed each source's tombstones
+//! as page positions and asked once, at the end of the source's walk.
 
 use smallvec::SmallVec;
 
 use super::chains::{ChainCache, PromptChain};
 use super::holders::HolderIndex;
 use super::source::Replica;
+use super::swa_rule::SwaRule;
 
 /// Per source id whose lower tiers take part in an answer: the tokens each of its tiers holds
 /// continuing after its GPU hit, in the order of its `Tiers::tiers`. Sorted by source id.
@@ -38,47 +38,9 @@ pub enum Answer {
     Held { tokens: u64, usable: Option<u64> },
 }
 
-/// The SWA rule for one source, fed only its tombstones (page indexes along the walk).
-///
-/// After a tombstone at page `t`, a prefix of `p` pages is usable again once `p - 1 - t` resident
-/// pages follow it, that is `p >= t + 1 + pages_needed` with `pages_needed = ceil(window /
-/// page_size)`; before the first tombstone every prefix is usable.
-#[derive(Clone, Copy, Debug)]
-struct SwaTrack {
-    pages_needed: u64,
-    last_tombstone: Option<u64>,
-    /// The longest usable prefix (in pages) that ends at or before `last_tombstone`.
-    usable_before: u64,
-}
-
-impl SwaTrack {
-    fn new(window: u64, page_size: u64) -> Self {
-        Self {
-            pages_needed: window.div_ceil(page_size),
-            last_tombstone: None,
-            usable_before: 0,
-        }
-    }
-
-    /// The longest usable prefix of the first `pages` pages.
-    fn usable(&self, pages: u64) -> u64 {
-        match self.last_tombstone {
-            None => pages,
-            Some(last) if pages >= last + 1 + self.pages_needed => pages,
-            Some(_) => self.usable_before,
-        }
-    }
-
-    /// Page `page` (0-based) is a tombstone.
-    fn tombstone(&mut self, page: u64) {
-        self.usable_before = self.usable(page);
-        self.last_tombstone = Some(page);
-    }
-}
-
 /// A source taking part in a walk.
 struct Walker {
-    swa: SwaTrack,
+    swa: SwaRule,
     swa_events: bool,
 }
 
@@ -119,7 +81,7 @@ impl Setup {
                 continue;
             };
             setup.walkers[id as usize] = Some(Walker {
-                swa: SwaTrack::new(
+                swa: SwaRule::in_pages(
                     u64::from(meta.sliding_window_size),
                     u64::from(meta.page_size),
                 ),
@@ -442,7 +404,7 @@ fn walk<H: PageHashes>(
             for_each_bit(word, *alive_word & !kept, |id| held.push((id, pages)));
             for_each_bit(word, kept & tombstones[word], |id| {
                 if let Some(walker) = &mut walkers[id as usize] {
-                    walker.swa.tombstone(pages);
+                    walker.swa.tombstone(pages, pages + 1);
                 }
             });
             remaining -= (*alive_word & !kept).count_ones() as usize;
@@ -466,7 +428,7 @@ mod tests {
     use crate::hashing::{block_hash, chain_page_digests};
     use crate::replica::source::SourceMeta;
     use crate::replica::store::ReplicaStore;
-    use crate::replica::swa_rule::UsablePrefix;
+    use crate::replica::swa_rule::usable_prefix;
 
     fn hashes(prior: &[u8], tokens: &[u32], page_size: usize) -> Vec<i64> {
         chain_page_digests(prior, tokens, page_size)
@@ -666,16 +628,15 @@ mod tests {
                 continue;
             };
             let size = u64::from(meta.page_size);
-            let mut rule = UsablePrefix::new(u64::from(meta.sliding_window_size));
-            for block_hash in hashes(prior, tokens, meta.page_size as usize) {
-                match replica.blocks.residency(block_hash) {
-                    Some(resident) => rule.step(size, resident),
-                    None => break,
-                }
-            }
-            if rule.walked() > 0 {
-                let usable = meta.swa_events.then(|| rule.usable() as u64 * size);
-                let tokens = rule.walked() as u64 * size;
+            let segments: Vec<(u64, bool)> = hashes(prior, tokens, meta.page_size as usize)
+                .into_iter()
+                .map_while(|block_hash| replica.blocks.residency(block_hash))
+                .map(|resident| (size, resident))
+                .collect();
+            let (walked, usable) = usable_prefix(&segments, u64::from(meta.sliding_window_size));
+            if walked > 0 {
+                let usable = meta.swa_events.then(|| usable as u64 * size);
+                let tokens = walked as u64 * size;
                 answers.push((id, Answer::Held { tokens, usable }));
             }
         }
