@@ -668,6 +668,11 @@ def render_snapshot(result: Mapping[str, Any]) -> list[Row]:
         if not (isinstance(case, Mapping) and "bootstrap_wall_s" in case):
             continue
         churn = case.get("churn_batches") or 0
+        target, got = (
+            case.get("target_replay_over_bootstrap"),
+            case.get("replay_over_bootstrap_wall"),
+        )
+        met = None if target is None or got is None else got >= target
         history = f"{fmt(case.get('blocks'))} live blocks" + (
             f" after {fmt(churn)} churn batches" if churn else ", each stored once"
         )
@@ -679,8 +684,10 @@ def render_snapshot(result: Mapping[str, Any]) -> list[Row]:
                 f"{fmt(case.get('bytes_per_block'))} B per block on the topic",
                 f"full replay: {fmt(case.get('replay_wall_s'))} s "
                 f"({fmt(case.get('replay_cpu_s'))} s CPU)",
-                f"replay ÷ bootstrap {ratio(case.get('replay_over_bootstrap_wall'))}",
-                "",
+                f"replay ÷ bootstrap {ratio(got)}",
+                target_text({"target": f"{target:g}", "at_least": True, "met": met})
+                if target is not None
+                else "",
             )
         )
     return rows
