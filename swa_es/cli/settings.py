@@ -228,6 +228,15 @@ def _build(
         else:
             values[declared.name] = opt.default
     if missing:
+        # A flag of an optional group given without what turns the group on would be silently
+        # unused; a variable may be set for every command of a deployment, so it is not refused.
+        flags_given = [named for named in where.values() if not named.startswith(ENV_PREFIX)]
+        if optional and flags_given:
+            raise SettingError(
+                flags_given[0],
+                f"takes effect only with {command.where(missing[0])} "
+                f"(or {env_name(missing[0].name)}), which is not set",
+            )
         if optional:
             return None
         raise SettingError(

@@ -94,8 +94,8 @@ def option(
 class Nested:
     """A field holding a group config built from its own options.
 
-    ``optional``: the field is ``None`` unless the group's ``REQUIRED`` options are given (the
-    group's other options are then unused)."""
+    ``optional``: the field is ``None`` unless the group's ``REQUIRED`` options are given; a
+    flag of the group given without them is a ``SettingError`` (a variable is left unused)."""
 
     group: type[Any]
     optional: bool = False

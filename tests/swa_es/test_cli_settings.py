@@ -169,6 +169,20 @@ def test_an_optional_group_is_none_until_its_required_options_are_given(tmp_path
     assert config.egress == EgressConfig(publish_endpoint="ipc:///tmp/x", wire_format="vllm")
 
 
+def test_a_flag_of_an_optional_group_without_its_required_option_is_refused(
+    tmp_path: Path,
+) -> None:
+    """--zmq-tombstones without --zmq-publish would be silently unused: a SettingError names
+    the flag and what it needs (a variable alone stays unused: it may be set for every
+    command)."""
+    flags: dict[str, object] = {"log": str(tmp_path), "zmq_tombstones": "remove"}
+    with pytest.raises(
+        SettingError,
+        match=r"--zmq-tombstones: takes effect only with --zmq-publish \(or SWA_ES_ZMQ_PUBLISH\)",
+    ):
+        build_config(follow.COMMAND, flags, env())
+
+
 def test_a_group_refusing_a_value_is_reported_under_the_flag_or_variable() -> None:
     """A FieldError of a group config names the flag or the variable that gave the value."""
 
