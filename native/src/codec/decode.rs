@@ -12,10 +12,11 @@ use std::borrow::Cow;
 
 use super::canonical::{canonical_event, canonical_events};
 use super::decode_parts::{events_capacity, EventType, Scratch};
+use super::error::{Error as DecodeError, Reason};
 use super::meta::{scan_meta, Meta};
-use super::scan::{Kind, Number, Scanner, SyntaxError, Value};
+use super::scan::{Got, Kind, Number, Scanner, SyntaxError, Value};
 use super::text::quoted_excerpt;
-use super::{DecodeError, REASON_VERSION, SUPPORTED_VERSIONS};
+use super::{REASON_VERSION, SUPPORTED_VERSIONS};
 use crate::events::{Batch, Event, Hashes, Header, Medium, RemovalReason, Stored, Tokens};
 
 /// `decode_with_meta` through the slots alone (the general path), without the size check.
@@ -24,10 +25,7 @@ pub(super) fn decode_slots(data: &[u8]) -> Result<(Batch, Option<Meta>), DecodeE
     let mut events = Vec::with_capacity(events_capacity(data));
     let top = scan_top(&mut scanner, &mut events).map_err(not_json)?;
     match top {
-        Top::NotObject(kind) => Err(DecodeError::new(
-            "",
-            format!("expected an object, got {}", kind.name()),
-        )),
+        Top::NotObject(kind) => Err(DecodeError::expected("", "an object", Got::Kind(kind))),
         Top::Object(slots) => slots.judge(&scanner, events),
     }
 }
@@ -40,9 +38,10 @@ pub fn decode_event(data: &[u8], path: &str) -> Result<Event, DecodeError> {
     let outcome = (|| {
         let outcome = match scanner.peek_kind()? {
             Kind::Object => scan_event(&mut scanner, &mut scratch)?,
-            _ => Err(DecodeError::new(
+            _ => Err(DecodeError::expected(
                 "",
-                format!("expected an object, got {}", scanner.skip_value()?.name()),
+                "an object",
+                Got::Kind(scanner.skip_value()?),
             )),
         };
         scanner.finish()?;
@@ -53,7 +52,7 @@ pub fn decode_event(data: &[u8], path: &str) -> Result<Event, DecodeError> {
 }
 
 fn not_json(error: SyntaxError) -> DecodeError {
-    DecodeError::new("", format!("not JSON: {error}"))
+    DecodeError::new("", Reason::NotJson(error))
 }
 
 /// An event-relative error named under `path` (e.g. `events[3]`).
@@ -174,9 +173,10 @@ fn scan_top<'a>(
 fn expected_str(field: &str, value: Option<Value<'_>>) -> Result<String, DecodeError> {
     match value {
         Some(Value::Str(text)) => Ok(text.into_owned()),
-        other => Err(DecodeError::new(
+        other => Err(DecodeError::expected(
             field,
-            format!("expected str, got {}", kind_of(&other).name()),
+            "str",
+            Got::Kind(kind_of(&other)),
         )),
     }
 }
@@ -193,54 +193,43 @@ impl TopSlots<'_> {
         events: Vec<Event>,
     ) -> Result<(Batch, Option<Meta>), DecodeError> {
         let version = match self.scalars[VERSION].take() {
-            None => return Err(DecodeError::new("v", "missing")),
+            None => return Err(DecodeError::new("v", Reason::Missing)),
             Some(Value::Int(number)) => match u8::try_from(number) {
                 Ok(version) if SUPPORTED_VERSIONS.contains(&version) => version,
-                _ => {
-                    return Err(DecodeError::new(
-                        "v",
-                        format!("unsupported batch version {number}"),
-                    ))
-                }
+                _ => return Err(DecodeError::new("v", Reason::UnsupportedVersion(number))),
             },
-            Some(other) => {
-                return Err(DecodeError::new(
-                    "v",
-                    format!("expected int, got {}", other.kind().name()),
-                ))
-            }
+            Some(other) => return Err(DecodeError::expected("v", "int", Got::Kind(other.kind()))),
         };
         let missing = !self.present;
         if missing != 0 {
             let index = missing.trailing_zeros() as usize;
-            return Err(DecodeError::new(TOP_FIELDS[index], "missing"));
+            return Err(DecodeError::new(TOP_FIELDS[index], Reason::Missing));
         }
         if let Some(key) = self.least_unknown.take() {
-            return Err(DecodeError::new(key, "unknown field"));
+            return Err(DecodeError::new(key, Reason::UnknownField));
         }
         let ts = match self.scalars[TS].take() {
             Some(Value::Int(number)) => number as f64,
             Some(Value::Float(number)) => number,
             other => {
-                return Err(DecodeError::new(
+                return Err(DecodeError::expected(
                     "ts",
-                    format!("expected a number, got {}", kind_of(&other).name()),
+                    "a number",
+                    Got::Kind(kind_of(&other)),
                 ))
             }
         };
         if let Some(kind) = self.events_kind.filter(|kind| *kind != Kind::Array) {
-            return Err(DecodeError::new(
-                "events",
-                format!("expected a list, got {}", kind.name()),
-            ));
+            return Err(DecodeError::expected("events", "a list", Got::Kind(kind)));
         }
         if let Some(kind) = self
             .meta_kind
             .filter(|kind| !matches!(kind, Kind::Object | Kind::Null))
         {
-            return Err(DecodeError::new(
+            return Err(DecodeError::expected(
                 "meta",
-                format!("expected an object or null, got {}", kind.name()),
+                "an object or null",
+                Got::Kind(kind),
             ));
         }
         let source = expected_str("source", self.scalars[SOURCE].take())?;
@@ -248,11 +237,8 @@ impl TopSlots<'_> {
         let seq = match self.scalars[SEQ].take() {
             Some(Value::Int(number)) if number >= 0 => number as u64,
             other => {
-                let shown = other.map_or_else(|| "null".to_string(), |value| value.describe());
-                return Err(DecodeError::new(
-                    "seq",
-                    format!("expected a non-negative int, got {shown}"),
-                ));
+                let got = other.map_or(Got::Kind(Kind::Null), |value| value.got());
+                return Err(DecodeError::expected("seq", "a non-negative int", got));
             }
         };
         // Every event decoded comes before the one that failed, if any.
@@ -271,7 +257,7 @@ impl TopSlots<'_> {
             Some(meta) => {
                 let (start, end) = self.meta_span;
                 let text = std::str::from_utf8(scanner.slice(start, end))
-                    .map_err(|_| DecodeError::new("meta", "not UTF-8"))?;
+                    .map_err(|_| DecodeError::new("meta", Reason::NotUtf8))?;
                 (Some(meta?), Some(text.to_string()))
             }
         };
@@ -307,9 +293,7 @@ pub(super) fn reason_before_its_version(version: u8, events: &[Event]) -> Option
     })?;
     Some(DecodeError::new(
         format!("events[{index}].reason"),
-        format!(
-            "a removal reason needs wire version {REASON_VERSION}, the batch is version {version}"
-        ),
+        Reason::ReasonNeedsVersion { version },
     ))
 }
 
@@ -334,9 +318,10 @@ pub(super) fn scan_events(
             }
         } else {
             let kind = scanner.skip_value()?;
-            failure = Some(DecodeError::new(
+            failure = Some(DecodeError::expected(
                 format!("events[{index}]"),
-                format!("expected an object, got {}", kind.name()),
+                "an object",
+                Got::Kind(kind),
             ));
         }
         index += 1;
@@ -413,7 +398,7 @@ enum TypeSlot<'a> {
 /// item out of range or of the wrong type.
 enum ListSlot {
     NotList(Kind),
-    List { bad: Option<(usize, String)> },
+    List { bad: Option<(usize, Got)> },
 }
 
 #[derive(Default)]
@@ -451,18 +436,18 @@ fn scan_int_list<T>(
         } else if let Some(number) = scanner.plain_int() {
             match accept(number) {
                 Some(item) => out.push(item),
-                None => bad = Some((index, number.to_string())),
+                None => bad = Some((index, Got::Int(number))),
             }
         } else if matches!(scanner.peek_value()?, b'-' | b'0'..=b'9') {
             match scanner.number()? {
                 Number::Int(number) => match accept(number) {
                     Some(item) => out.push(item),
-                    None => bad = Some((index, number.to_string())),
+                    None => bad = Some((index, Got::Int(number))),
                 },
-                Number::Float(_) => bad = Some((index, Kind::Float.name().to_string())),
+                Number::Float(_) => bad = Some((index, Got::Kind(Kind::Float))),
             }
         } else {
-            bad = Some((index, scanner.skip_value()?.name().to_string()));
+            bad = Some((index, Got::Kind(scanner.skip_value()?)));
         }
         index += 1;
     }
@@ -526,17 +511,16 @@ fn scan_event_slots<'a>(
     Ok(slots.judge(scratch))
 }
 
-fn list_error(field: &str, range: &str, slot: &Option<ListSlot>) -> Option<DecodeError> {
+fn list_error(field: &str, range: &'static str, slot: &Option<ListSlot>) -> Option<DecodeError> {
     match slot {
-        Some(ListSlot::NotList(kind)) => Some(DecodeError::new(
-            field,
-            format!("expected a list, got {}", kind.name()),
-        )),
+        Some(ListSlot::NotList(kind)) => {
+            Some(DecodeError::expected(field, "a list", Got::Kind(*kind)))
+        }
         Some(ListSlot::List {
-            bad: Some((index, shown)),
+            bad: Some((index, got)),
         }) => Some(DecodeError::new(
             format!("{field}[{index}]"),
-            format!("expected int in {range}, got {shown}"),
+            Reason::ExpectedIntIn { range, got: *got },
         )),
         _ => None,
     }
@@ -547,10 +531,7 @@ fn hashes_of(slot: &Option<ListSlot>, scratch: &Scratch) -> Result<Hashes, Decod
         return Err(error);
     }
     if scratch.hashes.is_empty() {
-        return Err(DecodeError::new(
-            "block_hashes",
-            "must hold at least one block hash",
-        ));
+        return Err(DecodeError::new("block_hashes", Reason::NoBlockHashes));
     }
     Ok(Hashes::from_slice(&scratch.hashes))
 }
@@ -560,10 +541,11 @@ fn optional_int64(field: &str, value: Option<Value<'_>>) -> Result<Option<i64>, 
         None | Some(Value::Null) => Ok(None),
         Some(Value::Int(number)) => i64::try_from(number)
             .map(Some)
-            .map_err(|_| DecodeError::new(field, format!("{number} is outside int64"))),
-        Some(other) => Err(DecodeError::new(
+            .map_err(|_| DecodeError::new(field, Reason::OutsideInt64(number))),
+        Some(other) => Err(DecodeError::expected(
             field,
-            format!("expected int64, got {}", other.kind().name()),
+            "int64",
+            Got::Kind(other.kind()),
         )),
     }
 }
@@ -572,10 +554,7 @@ fn optional_medium(field: &str, value: Option<Value<'_>>) -> Result<Option<Mediu
     match value {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Str(text)) => Ok(Some(Medium::new(&text))),
-        Some(other) => Err(DecodeError::new(
-            field,
-            format!("expected str, got {}", other.kind().name()),
-        )),
+        Some(other) => Err(DecodeError::expected(field, "str", Got::Kind(other.kind()))),
     }
 }
 
@@ -585,15 +564,15 @@ fn optional_reason(value: Option<Value<'_>>) -> Result<Option<RemovalReason>, De
         Some(Value::Str(text)) => RemovalReason::from_name(&text).map(Some).ok_or_else(|| {
             DecodeError::new(
                 "reason",
-                format!(
-                    "expected \"evicted\", \"demoted\" or null, got {}",
-                    quoted_excerpt(&text)
-                ),
+                Reason::UnknownRemovalReason {
+                    got: quoted_excerpt(&text),
+                },
             )
         }),
-        Some(other) => Err(DecodeError::new(
+        Some(other) => Err(DecodeError::expected(
             "reason",
-            format!("expected str, got {}", other.kind().name()),
+            "str",
+            Got::Kind(other.kind()),
         )),
     }
 }
@@ -602,17 +581,16 @@ impl EventSlots<'_> {
     /// The reference's checks of one event, in its order; fields are named relative to it.
     fn judge(self, scratch: &Scratch) -> Result<Event, DecodeError> {
         let kind = match self.kind {
-            None => return Err(DecodeError::new("type", "missing")),
+            None => return Err(DecodeError::new("type", Reason::Missing)),
             Some(TypeSlot::NotStr(kind)) => {
-                return Err(DecodeError::new(
-                    "type",
-                    format!("expected str, got {}", kind.name()),
-                ))
+                return Err(DecodeError::expected("type", "str", Got::Kind(kind)))
             }
             Some(TypeSlot::Unknown(name)) => {
                 return Err(DecodeError::new(
                     "type",
-                    format!("unknown event type {}", quoted_excerpt(&name)),
+                    Reason::UnknownEventType {
+                        name: quoted_excerpt(&name),
+                    },
                 ))
             }
             Some(TypeSlot::Known(kind)) => kind,
@@ -621,7 +599,7 @@ impl EventSlots<'_> {
         let missing = expected & !self.present;
         if missing != 0 {
             let name = EVENT_FIELDS[missing.trailing_zeros() as usize];
-            return Err(DecodeError::new(name, "missing"));
+            return Err(DecodeError::new(name, Reason::Missing));
         }
         let extra = self.present & !(expected | kind.optional_fields());
         let known_extra = (extra != 0).then(|| EVENT_FIELDS[extra.trailing_zeros() as usize]);
@@ -630,7 +608,7 @@ impl EventSlots<'_> {
             (known, unknown) => known.or(unknown),
         };
         if let Some(name) = least {
-            return Err(DecodeError::new(name, "unknown field"));
+            return Err(DecodeError::new(name, Reason::UnknownField));
         }
         match kind {
             EventType::Stored => self.judge_stored(scratch),
@@ -658,13 +636,8 @@ impl EventSlots<'_> {
         let block_size = match &self.block_size {
             Some(Value::Int(number)) if *number > 0 => *number,
             other => {
-                let shown = other
-                    .as_ref()
-                    .map_or_else(|| "null".into(), Value::describe);
-                return Err(DecodeError::new(
-                    "block_size",
-                    format!("expected a positive int, got {shown}"),
-                ));
+                let got = other.as_ref().map_or(Got::Kind(Kind::Null), Value::got);
+                return Err(DecodeError::expected("block_size", "a positive int", got));
             }
         };
         if let Some(error) = list_error("token_ids", UINT32_RANGE, &self.tokens) {
@@ -677,16 +650,19 @@ impl EventSlots<'_> {
         if tokens as i128 != block_size * pages as i128 {
             return Err(DecodeError::new(
                 "token_ids",
-                format!("{tokens} tokens for {pages} block(s) of size {block_size}"),
+                Reason::TokenCount {
+                    tokens,
+                    pages,
+                    block_size,
+                },
             ));
         }
         let parent = optional_int64("parent_block_hash", self.parent)?;
         let lora_id = optional_int64("lora_id", self.lora_id)?;
         let medium = optional_medium("medium", self.medium)?;
         // Only a record of 2^32 tokens or more (40 GB of JSON) gets here with a wider size.
-        let block_size = u32::try_from(block_size).map_err(|_| {
-            DecodeError::new("block_size", format!("{block_size} exceeds 4294967295"))
-        })?;
+        let block_size = u32::try_from(block_size)
+            .map_err(|_| DecodeError::new("block_size", Reason::BlockSizeTooLarge(block_size)))?;
         Ok(Event::Stored(Stored {
             hashes,
             parent,

@@ -6,31 +6,16 @@
 //! parent. Version 1 writes every event as it is. The bytes are exactly `orjson.dumps` of the
 //! reference codec's JSON object (keys in the same order, doubles and strings written alike).
 
+use super::error::{Error as EncodeError, Reason};
 use super::meta::Meta;
+use super::scan::Got;
 use super::text::{write_f64, write_i64, write_str, write_u64};
 use super::{REASON_VERSION, SUPPORTED_VERSIONS};
 use crate::events::{Batch, Event, Stored};
 
-/// A batch that would not decode again; `field` names the part as a decode error would.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EncodeError {
-    pub field: String,
-    pub reason: String,
-}
-
-impl std::fmt::Display for EncodeError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.field, self.reason)
-    }
-}
-
-impl std::error::Error for EncodeError {}
-
-fn refuse(field: impl Into<String>, reason: impl Into<String>) -> EncodeError {
-    EncodeError {
-        field: field.into(),
-        reason: reason.into(),
-    }
+/// A field of a batch that would not decode again, named as a decode error would name it.
+fn refuse(field: impl Into<String>, reason: Reason) -> EncodeError {
+    EncodeError::new(field, reason)
 }
 
 /// The record of `batch`, written as its header's version says.
@@ -94,17 +79,14 @@ fn check(batch: &Batch) -> Result<(), EncodeError> {
     if !SUPPORTED_VERSIONS.contains(&header.version) {
         return Err(refuse(
             "v",
-            format!("unsupported batch version {}", header.version),
+            Reason::UnsupportedVersion(i128::from(header.version)),
         ));
     }
     if !header.ts.is_finite() {
-        return Err(refuse(
-            "ts",
-            format!("{} is not a finite number", header.ts),
-        ));
+        return Err(refuse("ts", Reason::NotFinite(header.ts)));
     }
     if let Some(meta) = &header.meta_json {
-        Meta::from_json(meta).map_err(|error| refuse(error.field, error.reason))?;
+        Meta::from_json(meta)?;
     }
     for (index, event) in batch.events.iter().enumerate() {
         let hashes = match event {
@@ -112,19 +94,21 @@ fn check(batch: &Batch) -> Result<(), EncodeError> {
                 if stored.block_size == 0 {
                     return Err(refuse(
                         format!("events[{index}].block_size"),
-                        "expected a positive int, got 0",
+                        Reason::Expected {
+                            expected: "a positive int",
+                            got: Got::Int(0),
+                        },
                     ));
                 }
                 let expected = stored.block_size as usize * stored.hashes.len();
                 if stored.tokens.len() != expected {
                     return Err(refuse(
                         format!("events[{index}].token_ids"),
-                        format!(
-                            "{} tokens for {} block(s) of size {}",
-                            stored.tokens.len(),
-                            stored.hashes.len(),
-                            stored.block_size
-                        ),
+                        Reason::TokenCount {
+                            tokens: stored.tokens.len(),
+                            pages: stored.hashes.len(),
+                            block_size: i128::from(stored.block_size),
+                        },
                     ));
                 }
                 &stored.hashes
@@ -134,10 +118,9 @@ fn check(batch: &Batch) -> Result<(), EncodeError> {
             {
                 return Err(refuse(
                     format!("events[{index}].reason"),
-                    format!(
-                        "a removal reason needs wire version {REASON_VERSION}, the batch is version {}",
-                        header.version
-                    ),
+                    Reason::ReasonNeedsVersion {
+                        version: header.version,
+                    },
                 ));
             }
             Event::Removed { hashes, .. }
@@ -148,7 +131,7 @@ fn check(batch: &Batch) -> Result<(), EncodeError> {
         if hashes.is_empty() {
             return Err(refuse(
                 format!("events[{index}].block_hashes"),
-                "must hold at least one block hash",
+                Reason::NoBlockHashes,
             ));
         }
     }

@@ -7,8 +7,8 @@
 //! positive int or null. Other keys are kept as they are in the record's text
 //! (`Header::meta_json`) and not judged here.
 
-use super::scan::{Scanner, SyntaxError, Value};
-use super::DecodeError;
+use super::error::{Error as DecodeError, Reason};
+use super::scan::{Got, Scanner, SyntaxError, Value};
 
 /// What a consumer needs to interpret a source's batches.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -63,7 +63,7 @@ pub(super) fn scan_meta<'a>(
     }))
 }
 
-fn error(index: usize, reason: String) -> DecodeError {
+fn error(index: usize, reason: Reason) -> DecodeError {
     DecodeError::new(format!("meta.{}", FIELDS[index]), reason)
 }
 
@@ -76,11 +76,14 @@ fn positive(value: &Value<'_>) -> Option<u64> {
 
 fn required_positive(slots: &[Option<Value<'_>>; 7], index: usize) -> Result<u64, DecodeError> {
     match &slots[index] {
-        None => Err(error(index, "missing".into())),
+        None => Err(error(index, Reason::Missing)),
         Some(value) => positive(value).ok_or_else(|| {
             error(
                 index,
-                format!("expected a positive int, got {}", value.describe()),
+                Reason::Expected {
+                    expected: "a positive int",
+                    got: value.got(),
+                },
             )
         }),
     }
@@ -95,7 +98,10 @@ fn optional_positive(
         Some(value) => positive(value).map(Some).ok_or_else(|| {
             error(
                 index,
-                format!("expected a positive int or null, got {}", value.describe()),
+                Reason::Expected {
+                    expected: "a positive int or null",
+                    got: value.got(),
+                },
             )
         }),
     }
@@ -110,7 +116,10 @@ fn optional_string(
         Some(Value::Str(text)) => Ok(Some(text.into_owned())),
         Some(other) => Err(error(
             index,
-            format!("expected str or null, got {}", other.kind().name()),
+            Reason::Expected {
+                expected: "str or null",
+                got: Got::Kind(other.kind()),
+            },
         )),
     }
 }
@@ -125,7 +134,10 @@ fn judge(mut slots: [Option<Value<'_>>; 7]) -> Result<Meta, DecodeError> {
         Some(other) => {
             return Err(error(
                 3,
-                format!("expected bool, got {}", other.kind().name()),
+                Reason::Expected {
+                    expected: "bool",
+                    got: Got::Kind(other.kind()),
+                },
             ))
         }
     };
@@ -148,12 +160,13 @@ impl Meta {
     /// Validate a meta object given as JSON text (e.g. `Header::meta_json`).
     pub fn from_json(text: &str) -> Result<Meta, DecodeError> {
         let mut scanner = Scanner::new(text.as_bytes());
-        let not_json = |error: SyntaxError| DecodeError::new("meta", format!("not JSON: {error}"));
+        let not_json = |error: SyntaxError| DecodeError::new("meta", Reason::NotJson(error));
         if scanner.peek_value().map_err(not_json)? != b'{' {
             let kind = scanner.skip_value().map_err(not_json)?;
-            return Err(DecodeError::new(
+            return Err(DecodeError::expected(
                 "meta",
-                format!("expected an object or null, got {}", kind.name()),
+                "an object or null",
+                Got::Kind(kind),
             ));
         }
         let meta = scan_meta(&mut scanner).map_err(not_json)?;
@@ -221,9 +234,10 @@ mod tests {
             ),
         ];
         for (text, field, reason) in cases {
+            let error = Meta::from_json(text).unwrap_err();
             assert_eq!(
-                Meta::from_json(text),
-                Err(DecodeError::new(field, reason)),
+                (error.field.as_str(), error.reason.to_string()),
+                (field, reason.to_string()),
                 "{text}"
             );
         }

@@ -2,7 +2,7 @@
 //!
 //! - `decode` reads version 1 and 2 records strictly: it accepts exactly what the pure-Python
 //!   reference (`cache/events/reference/codec.py`, orjson + checks) accepts and reports the same
-//!   `DecodeError` (field path and reason) for everything it refuses. JSON syntax errors take
+//!   error (`Error`: field path and `Reason`) for everything it refuses. JSON syntax errors take
 //!   precedence over every other error, as in the reference, which parses before it checks.
 //! - `encode` writes version 2 by default: consecutive `Stored` events that form a chain become
 //!   one `Stored` listing every page (vLLM's multi-block form), so a page-1 block costs its hash
@@ -19,15 +19,18 @@ mod canonical;
 mod decode;
 mod decode_parts;
 mod encode;
+mod error;
 mod meta;
 mod record;
 mod scan;
 mod text;
 
 pub use decode::decode_event;
-pub use encode::{encode, encode_into, EncodeError};
+pub use encode::{encode, encode_into};
+pub use error::{Error, Reason, Result};
 pub use meta::Meta;
 pub use record::{decode, decode_with_meta};
+pub use scan::Got;
 
 /// The record size limit used when the caller names none: 16 MiB.
 pub const DEFAULT_MAX_RECORD_BYTES: usize = 16 * 1024 * 1024;
@@ -40,36 +43,6 @@ pub const SUPPORTED_VERSIONS: [u8; 3] = [1, 2, 3];
 
 /// The first version whose `BlockRemoved` may say why (`reason`).
 pub const REASON_VERSION: u8 = 3;
-
-/// A record is not a valid batch. `field` names the offending part as the Python codec does
-/// (`""` for the whole record, `v`, `events[3].block_hashes[0]`, `meta.page_size`, ...).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DecodeError {
-    pub field: String,
-    pub reason: String,
-}
-
-impl DecodeError {
-    /// An error naming `field`.
-    pub fn new(field: impl Into<String>, reason: impl Into<String>) -> Self {
-        DecodeError {
-            field: field.into(),
-            reason: reason.into(),
-        }
-    }
-}
-
-impl std::fmt::Display for DecodeError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.field.is_empty() {
-            f.write_str(&self.reason)
-        } else {
-            write!(f, "{}: {}", self.field, self.reason)
-        }
-    }
-}
-
-impl std::error::Error for DecodeError {}
 
 #[cfg(test)]
 mod tests;

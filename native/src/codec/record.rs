@@ -3,9 +3,10 @@
 
 use super::decode::{decode_slots, reason_before_its_version, scan_events};
 use super::decode_parts::{events_capacity, Scratch};
+use super::error::{Error as DecodeError, Reason};
 use super::meta::Meta;
 use super::scan::{Number, Scanner};
-use super::{DecodeError, SUPPORTED_VERSIONS};
+use super::SUPPORTED_VERSIONS;
 use crate::events::{Batch, Header};
 
 /// Decode one record; `max_record_bytes` bounds its size.
@@ -21,10 +22,10 @@ pub fn decode_with_meta(
     if data.len() > max_record_bytes {
         return Err(DecodeError::new(
             "",
-            format!(
-                "record of {} bytes exceeds the {max_record_bytes} limit",
-                data.len()
-            ),
+            Reason::TooLong {
+                bytes: data.len(),
+                limit: max_record_bytes,
+            },
         ));
     }
     match canonical_batch(data) {

@@ -14,11 +14,65 @@ use std::fmt;
 /// The deepest nesting of arrays and objects accepted (orjson's limit).
 pub const MAX_DEPTH: usize = 1024;
 
-/// The bytes are not JSON; `offset` is where the scanner stopped.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The bytes are not JSON: `what` is wrong at byte `offset`, where the scanner stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SyntaxError {
-    pub what: &'static str,
+    pub what: Syntax,
     pub offset: usize,
+}
+
+/// What a `SyntaxError` found, worded (in `Display`) as orjson words it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Syntax {
+    EndOfData,
+    ExpectedValue,
+    ContentAfterDocument,
+    DepthLimit,
+    TrailingComma,
+    ExpectedCommaOrBrace,
+    ExpectedKey,
+    ExpectedColon,
+    ExpectedCommaOrBracket,
+    ControlCharacter,
+    InvalidEscape,
+    NoLowSurrogate,
+    InvalidLowSurrogate,
+    InvalidHighSurrogate,
+    LeadingZero,
+    NoDigitAfterSign,
+    NoDigitAfterPoint,
+    NoDigitInExponent,
+    InvalidLiteral,
+    InvalidUtf8,
+    InfiniteDouble,
+}
+
+impl fmt::Display for Syntax {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Syntax::EndOfData => "unexpected end of data",
+            Syntax::ExpectedValue => "unexpected character, expected a JSON value",
+            Syntax::ContentAfterDocument => "unexpected content after document",
+            Syntax::DepthLimit => "depth limit exceeded",
+            Syntax::TrailingComma => "trailing comma is not allowed",
+            Syntax::ExpectedCommaOrBrace => "unexpected character, expected ',' or '}'",
+            Syntax::ExpectedKey => "unexpected character, expected a string key",
+            Syntax::ExpectedColon => "unexpected character, expected ':' after key",
+            Syntax::ExpectedCommaOrBracket => "unexpected character, expected ',' or ']'",
+            Syntax::ControlCharacter => "unexpected control character in string",
+            Syntax::InvalidEscape => "invalid escaped sequence in string",
+            Syntax::NoLowSurrogate => "no low surrogate in string",
+            Syntax::InvalidLowSurrogate => "invalid low surrogate in string",
+            Syntax::InvalidHighSurrogate => "invalid high surrogate in string",
+            Syntax::LeadingZero => "number with leading zero is not allowed",
+            Syntax::NoDigitAfterSign => "no digit after sign",
+            Syntax::NoDigitAfterPoint => "no digit after decimal point",
+            Syntax::NoDigitInExponent => "no digit in exponent",
+            Syntax::InvalidLiteral => "invalid literal",
+            Syntax::InvalidUtf8 => "str is not valid UTF-8",
+            Syntax::InfiniteDouble => "number is infinity when parsed as double",
+        })
+    }
 }
 
 impl fmt::Display for SyntaxError {
@@ -26,6 +80,8 @@ impl fmt::Display for SyntaxError {
         write!(f, "{} at byte {}", self.what, self.offset)
     }
 }
+
+impl std::error::Error for SyntaxError {}
 
 /// The JSON type of a value, named as the Python reference names it (`type(value).__name__`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,6 +106,22 @@ impl Kind {
             Kind::Float => "float",
             Kind::Bool => "bool",
             Kind::Null => "null",
+        }
+    }
+}
+
+/// A refused value as an error shows it: an integer's digits, any other value's type name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Got {
+    Int(i128),
+    Kind(Kind),
+}
+
+impl fmt::Display for Got {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Got::Int(value) => write!(f, "{value}"),
+            Got::Kind(kind) => f.write_str(kind.name()),
         }
     }
 }
@@ -88,11 +160,11 @@ impl Value<'_> {
         }
     }
 
-    /// How an error message shows a value: an integer's digits, any other value's type name.
-    pub fn describe(&self) -> String {
+    /// How an error shows this value: an integer's digits, any other value's type name.
+    pub fn got(&self) -> Got {
         match self {
-            Value::Int(value) => value.to_string(),
-            other => other.kind().name().to_string(),
+            Value::Int(value) => Got::Int(*value),
+            other => Got::Kind(other.kind()),
         }
     }
 }
@@ -338,7 +410,7 @@ impl<'a> Scanner<'a> {
         &self.bytes[start..end]
     }
 
-    fn fail<T>(&self, what: &'static str) -> Result<T, SyntaxError> {
+    fn fail<T>(&self, what: Syntax) -> Result<T, SyntaxError> {
         Err(SyntaxError {
             what,
             offset: self.pos,
@@ -361,7 +433,7 @@ impl<'a> Scanner<'a> {
         self.skip_ws();
         match self.bytes.get(self.pos) {
             Some(&byte) => Ok(byte),
-            None => self.fail("unexpected end of data"),
+            None => self.fail(Syntax::EndOfData),
         }
     }
 
@@ -374,7 +446,7 @@ impl<'a> Scanner<'a> {
             b'-' | b'0'..=b'9' => Ok(Kind::Int),
             b't' | b'f' => Ok(Kind::Bool),
             b'n' => Ok(Kind::Null),
-            _ => self.fail("unexpected character, expected a JSON value"),
+            _ => self.fail(Syntax::ExpectedValue),
         }
     }
 
@@ -384,14 +456,14 @@ impl<'a> Scanner<'a> {
         if self.pos == self.bytes.len() {
             Ok(())
         } else {
-            self.fail("unexpected content after document")
+            self.fail(Syntax::ContentAfterDocument)
         }
     }
 
     /// Consume the `{` or `[` at the cursor (the caller peeked it).
     fn open(&mut self) -> Result<(), SyntaxError> {
         if self.depth == MAX_DEPTH {
-            return self.fail("depth limit exceeded");
+            return self.fail(Syntax::DepthLimit);
         }
         self.depth += 1;
         self.pos += 1;
@@ -413,7 +485,7 @@ impl<'a> Scanner<'a> {
     pub fn next_key(&mut self, first: &mut bool) -> Result<Option<Cow<'a, str>>, SyntaxError> {
         self.skip_ws();
         let Some(&byte) = self.bytes.get(self.pos) else {
-            return self.fail("unexpected end of data");
+            return self.fail(Syntax::EndOfData);
         };
         if byte == b'}' && *first {
             self.pos += 1;
@@ -426,7 +498,7 @@ impl<'a> Scanner<'a> {
                     self.pos += 1;
                     self.skip_ws();
                     if self.bytes.get(self.pos) == Some(&b'}') {
-                        return self.fail("trailing comma is not allowed");
+                        return self.fail(Syntax::TrailingComma);
                     }
                 }
                 b'}' => {
@@ -434,21 +506,21 @@ impl<'a> Scanner<'a> {
                     self.depth -= 1;
                     return Ok(None);
                 }
-                _ => return self.fail("unexpected character, expected ',' or '}'"),
+                _ => return self.fail(Syntax::ExpectedCommaOrBrace),
             }
         }
         *first = false;
         match self.bytes.get(self.pos) {
             Some(b'"') => {}
-            Some(_) => return self.fail("unexpected character, expected a string key"),
-            None => return self.fail("unexpected end of data"),
+            Some(_) => return self.fail(Syntax::ExpectedKey),
+            None => return self.fail(Syntax::EndOfData),
         }
         let key = self.string()?;
         self.skip_ws();
         match self.bytes.get(self.pos) {
             Some(b':') => self.pos += 1,
-            Some(_) => return self.fail("unexpected character, expected ':' after key"),
-            None => return self.fail("unexpected end of data"),
+            Some(_) => return self.fail(Syntax::ExpectedColon),
+            None => return self.fail(Syntax::EndOfData),
         }
         Ok(Some(key))
     }
@@ -468,7 +540,7 @@ impl<'a> Scanner<'a> {
         }
         self.skip_ws();
         let Some(&byte) = self.bytes.get(self.pos) else {
-            return self.fail("unexpected end of data");
+            return self.fail(Syntax::EndOfData);
         };
         if *first {
             *first = false;
@@ -484,7 +556,7 @@ impl<'a> Scanner<'a> {
                 self.pos += 1;
                 self.skip_ws();
                 if self.bytes.get(self.pos) == Some(&b']') {
-                    return self.fail("trailing comma is not allowed");
+                    return self.fail(Syntax::TrailingComma);
                 }
                 Ok(true)
             }
@@ -493,7 +565,7 @@ impl<'a> Scanner<'a> {
                 self.depth -= 1;
                 Ok(false)
             }
-            _ => self.fail("unexpected character, expected ',' or ']'"),
+            _ => self.fail(Syntax::ExpectedCommaOrBracket),
         }
     }
 
@@ -519,19 +591,19 @@ impl<'a> Scanner<'a> {
                     return Ok(Cow::Borrowed(text));
                 }
                 b'\\' => return self.escaped_string(start).map(Cow::Owned),
-                0..=0x1f => return self.fail("unexpected control character in string"),
+                0..=0x1f => return self.fail(Syntax::ControlCharacter),
                 _ => {
                     seen |= byte;
                     self.pos += 1;
                 }
             }
         }
-        self.fail("unexpected end of data")
+        self.fail(Syntax::EndOfData)
     }
 
     fn utf8(&self, start: usize, end: usize) -> Result<&'a str, SyntaxError> {
         std::str::from_utf8(&self.bytes[start..end]).map_err(|error| SyntaxError {
-            what: "str is not valid UTF-8",
+            what: Syntax::InvalidUtf8,
             offset: start + error.valid_up_to(),
         })
     }
@@ -542,7 +614,7 @@ impl<'a> Scanner<'a> {
         let mut run = start;
         loop {
             let Some(&byte) = self.bytes.get(self.pos) else {
-                return self.fail("unexpected end of data");
+                return self.fail(Syntax::EndOfData);
             };
             match byte {
                 b'"' => {
@@ -554,7 +626,7 @@ impl<'a> Scanner<'a> {
                     out.push_str(self.utf8(run, self.pos)?);
                     self.pos += 1;
                     let Some(&escape) = self.bytes.get(self.pos) else {
-                        return self.fail("unexpected end of data");
+                        return self.fail(Syntax::EndOfData);
                     };
                     self.pos += 1;
                     match escape {
@@ -567,11 +639,11 @@ impl<'a> Scanner<'a> {
                         b'r' => out.push('\r'),
                         b't' => out.push('\t'),
                         b'u' => out.push(self.unicode_escape()?),
-                        _ => return self.fail("invalid escaped sequence in string"),
+                        _ => return self.fail(Syntax::InvalidEscape),
                     }
                     run = self.pos;
                 }
-                0..=0x1f => return self.fail("unexpected control character in string"),
+                0..=0x1f => return self.fail(Syntax::ControlCharacter),
                 _ => self.pos += 1,
             }
         }
@@ -582,8 +654,8 @@ impl<'a> Scanner<'a> {
         for _ in 0..4 {
             match self.bytes.get(self.pos).copied().and_then(hex_digit) {
                 Some(digit) => value = value * 16 + digit,
-                None if self.pos >= self.bytes.len() => return self.fail("unexpected end of data"),
-                None => return self.fail("invalid escaped sequence in string"),
+                None if self.pos >= self.bytes.len() => return self.fail(Syntax::EndOfData),
+                None => return self.fail(Syntax::InvalidEscape),
             }
             self.pos += 1;
         }
@@ -596,21 +668,21 @@ impl<'a> Scanner<'a> {
         let code = match first {
             0xD800..=0xDBFF => {
                 if self.bytes.get(self.pos..self.pos + 2) != Some(b"\\u") {
-                    return self.fail("no low surrogate in string");
+                    return self.fail(Syntax::NoLowSurrogate);
                 }
                 self.pos += 2;
                 let second = self.hex4()?;
                 if !(0xDC00..=0xDFFF).contains(&second) {
-                    return self.fail("invalid low surrogate in string");
+                    return self.fail(Syntax::InvalidLowSurrogate);
                 }
                 0x10000 + ((first - 0xD800) << 10) + (second - 0xDC00)
             }
-            0xDC00..=0xDFFF => return self.fail("invalid high surrogate in string"),
+            0xDC00..=0xDFFF => return self.fail(Syntax::InvalidHighSurrogate),
             other => other,
         };
         match char::from_u32(code) {
             Some(character) => Ok(character),
-            None => self.fail("invalid escaped sequence in string"),
+            None => self.fail(Syntax::InvalidEscape),
         }
     }
 
@@ -629,7 +701,7 @@ impl<'a> Scanner<'a> {
             Some(b'0') => {
                 self.pos += 1;
                 if matches!(bytes.get(self.pos), Some(b'0'..=b'9')) {
-                    return self.fail("number with leading zero is not allowed");
+                    return self.fail(Syntax::LeadingZero);
                 }
             }
             Some(b'1'..=b'9') => {
@@ -642,14 +714,14 @@ impl<'a> Scanner<'a> {
                     self.pos += 1;
                 }
             }
-            None => return self.fail("unexpected end of data"),
-            Some(_) => return self.fail("no digit after sign"),
+            None => return self.fail(Syntax::EndOfData),
+            Some(_) => return self.fail(Syntax::NoDigitAfterSign),
         }
         let mut integral = true;
         if bytes.get(self.pos) == Some(&b'.') {
             self.pos += 1;
             integral = false;
-            self.digits("no digit after decimal point")?;
+            self.digits(Syntax::NoDigitAfterPoint)?;
         }
         if matches!(bytes.get(self.pos), Some(b'e' | b'E')) {
             self.pos += 1;
@@ -657,7 +729,7 @@ impl<'a> Scanner<'a> {
             if matches!(bytes.get(self.pos), Some(b'+' | b'-')) {
                 self.pos += 1;
             }
-            self.digits("no digit in exponent")?;
+            self.digits(Syntax::NoDigitInExponent)?;
         }
         if integral && !overflow {
             if !negative {
@@ -729,10 +801,10 @@ impl<'a> Scanner<'a> {
         value
     }
 
-    fn digits(&mut self, missing: &'static str) -> Result<(), SyntaxError> {
+    fn digits(&mut self, missing: Syntax) -> Result<(), SyntaxError> {
         match self.bytes.get(self.pos) {
             Some(b'0'..=b'9') => {}
-            None => return self.fail("unexpected end of data"),
+            None => return self.fail(Syntax::EndOfData),
             Some(_) => return self.fail(missing),
         }
         while matches!(self.bytes.get(self.pos), Some(b'0'..=b'9')) {
@@ -748,7 +820,7 @@ impl<'a> Scanner<'a> {
         match text.parse::<f64>() {
             Ok(value) if value.is_finite() => Ok(Number::Float(value)),
             _ => Err(SyntaxError {
-                what: "number is infinity when parsed as double",
+                what: Syntax::InfiniteDouble,
                 offset: start,
             }),
         }
@@ -769,12 +841,12 @@ impl<'a> Scanner<'a> {
         };
         if rest.len() < length {
             if expected.starts_with(rest) {
-                return self.fail("unexpected end of data");
+                return self.fail(Syntax::EndOfData);
             }
-            return self.fail("invalid literal");
+            return self.fail(Syntax::InvalidLiteral);
         }
         if &rest[..length] != expected {
-            return self.fail("invalid literal");
+            return self.fail(Syntax::InvalidLiteral);
         }
         self.pos += length;
         Ok(value)

@@ -16,22 +16,15 @@ use pyo3::types::{PyBytes, PyInt, PyTuple};
 use pyo3::{intern, IntoPyObjectExt};
 
 use super::classes::{classes, Classes};
+use super::errors::{decode_error, encode_error};
 use super::events_in::{event_from_py, field};
 use super::meta::batch_meta;
 
-use crate::codec::{self, DecodeError, Meta};
+use crate::codec::{self, Meta};
 use crate::events::{Batch, Event, Header, RemovalReason, Stored};
 
 /// Records at least this long are decoded with the GIL released.
 const DETACH_BYTES: usize = 64 * 1024;
-
-/// The Python `cache.events.DecodeError` of a native decode error.
-fn decode_error(py: Python<'_>, error: DecodeError) -> PyErr {
-    match classes(py).and_then(|c| c.decode_error.bind(py).call1((error.field, error.reason))) {
-        Ok(instance) => PyErr::from_value(instance),
-        Err(lookup_failed) => lookup_failed,
-    }
-}
 
 fn optional<'py, T: IntoPyObjectExt<'py>>(
     py: Python<'py>,
@@ -364,7 +357,7 @@ fn encode_batch<'py>(
         .transpose()
         .map_err(|_| PyValueError::new_err("meta: not UTF-8"))?;
     let native = batch_from_py(py, batch, meta_json)?;
-    let bytes = codec::encode(&native).map_err(|error| PyValueError::new_err(error.to_string()))?;
+    let bytes = codec::encode(&native).map_err(encode_error)?;
     Ok(PyBytes::new(py, &bytes))
 }
 

@@ -8,6 +8,7 @@ use pyo3::prelude::*;
 mod classes;
 pub(crate) mod codec;
 mod digest;
+mod errors;
 mod events_in;
 mod hashing;
 mod meta;

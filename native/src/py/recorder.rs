@@ -19,7 +19,8 @@ use std::sync::{Arc, Mutex};
 
 use super::classes::classes;
 use super::codec::push_events;
-use crate::codec::EncodeError;
+use super::errors::encode_error;
+use crate::codec;
 use crate::events::Event;
 use crate::recorder::{
     opening_records, BatchLimits, Done, EncodeWorker, Job, Numbering, Record, Recorder,
@@ -147,14 +148,14 @@ fn py_events<'py>(py: Python<'py>, events: &[Event]) -> PyResult<Bound<'py, PyLi
 /// What can go wrong while processing with the GIL released; converted once it is held again.
 enum Failure {
     Recorder(RecorderError),
-    Encode(EncodeError),
+    Encode(codec::Error),
 }
 
 impl Failure {
     fn into_py(self, py: Python<'_>) -> PyErr {
         match self {
             Failure::Recorder(error) => recorder_error(py, error),
-            Failure::Encode(error) => PyValueError::new_err(error.to_string()),
+            Failure::Encode(error) => encode_error(error),
         }
     }
 }

@@ -6,7 +6,7 @@
 
 use super::pipeline::Outcome;
 use super::plan::{page_events, plan_batches, runs_of, split_events, BatchLimits};
-use crate::codec::{self, EncodeError, WIRE_VERSION};
+use crate::codec::{self, WIRE_VERSION};
 use crate::digest::format_digest;
 use crate::events::{Batch, Event, Header};
 
@@ -80,7 +80,7 @@ fn encode_all(
     numbering: &Numbering<'_>,
     digest: Option<u64>,
     meta_json: Option<&str>,
-) -> Result<Vec<Record>, EncodeError> {
+) -> codec::Result<Vec<Record>> {
     let last = batches.len().saturating_sub(1);
     let mut records = Vec::with_capacity(batches.len());
     for (index, events) in batches.into_iter().enumerate() {
@@ -112,7 +112,7 @@ pub fn step_records(
     batch_ends: &[usize],
     numbering: &Numbering<'_>,
     with_digest: bool,
-) -> Result<Vec<Record>, EncodeError> {
+) -> codec::Result<Vec<Record>> {
     let digest = with_digest.then_some(outcome.digest);
     encode_all(
         split_events(outcome.events, batch_ends),
@@ -131,7 +131,7 @@ pub fn opening_records(
     limits: BatchLimits,
     numbering: &Numbering<'_>,
     meta_json: &str,
-) -> Result<Vec<Record>, EncodeError> {
+) -> codec::Result<Vec<Record>> {
     let mut events = Vec::with_capacity(snapshot.len() + 1);
     events.push(Event::Cleared);
     events.extend(snapshot);
