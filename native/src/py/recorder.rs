@@ -19,21 +19,13 @@ use std::sync::{Arc, Mutex};
 
 use super::classes::classes;
 use super::codec::push_events;
-use super::errors::encode_error;
+use super::errors::{encode_error, recorder_error};
 use crate::codec;
 use crate::events::Event;
 use crate::recorder::{
-    opening_records, BatchLimits, Done, EncodeWorker, Job, Numbering, Record, Recorder,
-    RecorderError, Sequencer,
+    self, opening_records, BatchLimits, Done, EncodeWorker, Job, Numbering, Record, Recorder,
+    Sequencer,
 };
-
-/// The Python `cache.events.recorder.EventRecorderError` of a native recorder error.
-fn recorder_error(py: Python<'_>, error: RecorderError) -> PyErr {
-    match classes(py).and_then(|c| c.recorder_error.bind(py).call1((error.reason,))) {
-        Ok(instance) => PyErr::from_value(instance),
-        Err(lookup_failed) => lookup_failed,
-    }
-}
 
 fn token(item: &Bound<'_, PyAny>) -> PyResult<u32> {
     let value: i64 = item.extract().map_err(|_| {
@@ -147,7 +139,7 @@ fn py_events<'py>(py: Python<'py>, events: &[Event]) -> PyResult<Bound<'py, PyLi
 
 /// What can go wrong while processing with the GIL released; converted once it is held again.
 enum Failure {
-    Recorder(RecorderError),
+    Recorder(recorder::Error),
     Encode(codec::Error),
 }
 
@@ -478,9 +470,7 @@ impl RecordEncoder {
             match done {
                 Done::Records(records) => finished.push((id, Some(py_records(py, &records)))),
                 Done::Discarded => finished.push((id, None)),
-                Done::Failed(reason) => {
-                    return Err(recorder_error(py, RecorderError { reason }));
-                }
+                Done::Failed(error) => return Err(recorder_error(py, error)),
             }
         }
         Ok(finished)

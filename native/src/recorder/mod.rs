@@ -15,6 +15,7 @@
 //! The pure-Python twin is `cache/tree/reference_sink.py` (the tree's old recording sink),
 //! held equal by differential tests.
 
+mod error;
 mod ops;
 mod pipeline;
 mod plan;
@@ -22,9 +23,10 @@ mod records;
 mod table;
 mod worker;
 
+pub use error::{Error, Result};
 pub use ops::{NodeId, Op, OpLog};
-pub use pipeline::{Cut, CutId, Outcome, Recorder, RecorderError};
+pub use pipeline::{Cut, CutId, Outcome, Recorder};
 pub use plan::{bound, page_events, plan_batches, runs_of, split_events, BatchLimits, Run};
 pub use records::{opening_records, step_records, Numbering, Record, Sequencer};
-pub use table::{NodeTable, TableError};
+pub use table::NodeTable;
 pub use worker::{Done, EncodeWorker, Job};

@@ -18,9 +18,10 @@
 use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard};
 
+use super::error::{Error, Result};
 use super::ops::{NodeId, Op, OpLog};
 use super::plan::{bound, plan_batches, BatchLimits, Run};
-use super::table::{NodeTable, TableError};
+use super::table::NodeTable;
 use crate::events::Event;
 
 /// The id of a cut; ids grow by one per cut, from 1.
@@ -42,28 +43,6 @@ pub struct Outcome {
     pub owner: CutId,
     pub events: Vec<Event>,
     pub digest: u64,
-}
-
-/// Recording failed or the table could not follow the ops; the recorder is unusable after.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RecorderError {
-    pub reason: String,
-}
-
-impl std::fmt::Display for RecorderError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.reason)
-    }
-}
-
-impl std::error::Error for RecorderError {}
-
-impl From<TableError> for RecorderError {
-    fn from(error: TableError) -> Self {
-        RecorderError {
-            reason: error.to_string(),
-        }
-    }
 }
 
 struct Chunk {
@@ -137,7 +116,7 @@ impl Recording {
 struct Processed {
     table: NodeTable,
     outcomes: VecDeque<Outcome>,
-    failure: Option<RecorderError>,
+    failure: Option<Error>,
 }
 
 /// The recorder of one tree. `Sync`: recording, cutting and processing may run on different
@@ -280,7 +259,7 @@ impl Recorder {
 
     // --- processing (anywhere; blocking) --------------------------------------------------
 
-    fn process(&self, processed: &mut Processed, through: CutId) -> Result<(), RecorderError> {
+    fn process(&self, processed: &mut Processed, through: CutId) -> Result<()> {
         if let Some(failure) = &processed.failure {
             return Err(failure.clone());
         }
@@ -320,7 +299,6 @@ impl Recorder {
                 processed.table.apply_log(&chunk.log, None)
             };
             if let Err(error) = result {
-                let error = RecorderError::from(error);
                 processed.failure = Some(error.clone());
                 return Err(error);
             }
@@ -331,7 +309,7 @@ impl Recorder {
     }
 
     /// Process every op recorded so far and run `read` on the table.
-    fn read<T>(&self, read: impl FnOnce(&NodeTable) -> T) -> Result<T, RecorderError> {
+    fn read<T>(&self, read: impl FnOnce(&NodeTable) -> T) -> Result<T> {
         let mut processed = lock(&self.processed);
         let through = lock(&self.recording).hand_over();
         self.process(&mut processed, through)?;
@@ -340,7 +318,7 @@ impl Recorder {
 
     /// The events and digest of cut `id`, processing what must come first; `None` when the
     /// cut was discarded (or claimed before).
-    pub fn claim(&self, id: CutId) -> Result<Option<Outcome>, RecorderError> {
+    pub fn claim(&self, id: CutId) -> Result<Option<Outcome>> {
         let mut processed = lock(&self.processed);
         self.process(&mut processed, id)?;
         let position = processed.outcomes.iter().position(|o| o.owner == id);
@@ -348,7 +326,7 @@ impl Recorder {
     }
 
     /// Cut and claim at once: the events recorded since the last cut (compacted per op).
-    pub fn take(&self) -> Result<Vec<Event>, RecorderError> {
+    pub fn take(&self) -> Result<Vec<Event>> {
         match self.cut(BatchLimits::UNLIMITED) {
             None => Ok(Vec::new()),
             Some(cut) => Ok(self
@@ -359,22 +337,22 @@ impl Recorder {
     }
 
     /// The digest accumulator of every page in the tree now.
-    pub fn digest(&self) -> Result<u64, RecorderError> {
+    pub fn digest(&self) -> Result<u64> {
         self.read(NodeTable::digest)
     }
 
     /// The whole tree as events (see `NodeTable::snapshot`) and its digest.
-    pub fn snapshot(&self) -> Result<(Vec<Event>, u64), RecorderError> {
+    pub fn snapshot(&self) -> Result<(Vec<Event>, u64)> {
         self.read(|table| (table.snapshot(), table.digest()))
     }
 
     /// The block hashes of `node` now (`None`: not in the tree).
-    pub fn hashes_of(&self, node: NodeId) -> Result<Option<Vec<i64>>, RecorderError> {
+    pub fn hashes_of(&self, node: NodeId) -> Result<Option<Vec<i64>>> {
         self.read(|table| table.hashes_of(node))
     }
 
     /// Start over for a new epoch: discard every unclaimed event, then snapshot the table.
-    pub fn reopen(&self) -> Result<(Vec<Event>, u64), RecorderError> {
+    pub fn reopen(&self) -> Result<(Vec<Event>, u64)> {
         self.discard_all();
         self.snapshot()
     }

@@ -10,6 +10,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use sha2::{Digest, Sha256};
 
+use super::error::{Error, Result};
 use super::ops::{NodeId, Op, OpLog};
 use crate::digest::StateDigest;
 use crate::events::{Event, Medium, RemovalReason, Stored};
@@ -36,24 +37,6 @@ impl Hasher for IdHasher {
 }
 
 type IdMap<V> = HashMap<NodeId, V, BuildHasherDefault<IdHasher>>;
-
-/// The ops refer to a node state the table does not hold: the tree and the recorder disagree.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TableError {
-    pub reason: String,
-}
-
-impl std::fmt::Display for TableError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "event recorder: {}", self.reason)
-    }
-}
-
-impl std::error::Error for TableError {}
-
-fn error(reason: String) -> TableError {
-    TableError { reason }
-}
 
 /// One node of the tree as the recorder knows it.
 #[derive(Clone, Debug)]
@@ -136,29 +119,21 @@ impl NodeTable {
     /// Apply every op of `log` in order; the events they make go to `out` when given.
     ///
     /// On error the ops before the failing one stay applied and the table stays consistent.
-    pub fn apply_log(
-        &mut self,
-        log: &OpLog,
-        mut out: Option<&mut Vec<Event>>,
-    ) -> Result<(), TableError> {
+    pub fn apply_log(&mut self, log: &OpLog, mut out: Option<&mut Vec<Event>>) -> Result<()> {
         for op in &log.ops {
             self.apply(op, log, out.as_deref_mut())?;
         }
         Ok(())
     }
 
-    fn node(&self, id: NodeId) -> Result<&Node, TableError> {
-        self.nodes
-            .get(&id)
-            .ok_or_else(|| error(format!("node {id} is not in the table")))
+    fn node(&self, id: NodeId) -> Result<&Node> {
+        self.nodes.get(&id).ok_or(Error::UnknownNode(id))
     }
 
-    fn page_node(&self, id: NodeId) -> Result<&Node, TableError> {
+    fn page_node(&self, id: NodeId) -> Result<&Node> {
         let node = self.node(id)?;
         if node.parent.is_none() {
-            return Err(error(format!(
-                "node {id} is a namespace root, which has no pages"
-            )));
+            return Err(Error::NamespaceRoot(id));
         }
         Ok(node)
     }
@@ -170,16 +145,11 @@ impl NodeTable {
             .and_then(|parent| parent.chain_end().1)
     }
 
-    fn apply(
-        &mut self,
-        op: &Op,
-        log: &OpLog,
-        out: Option<&mut Vec<Event>>,
-    ) -> Result<(), TableError> {
+    fn apply(&mut self, op: &Op, log: &OpLog, out: Option<&mut Vec<Event>>) -> Result<()> {
         match op {
             Op::Root { node, extra_key } => {
                 if self.nodes.contains_key(node) {
-                    return Err(error(format!("node {node} is already in the table")));
+                    return Err(Error::NodeExists(*node));
                 }
                 let prior = extra_key
                     .as_deref()
@@ -239,16 +209,17 @@ impl NodeTable {
         parent_id: NodeId,
         tokens: &[u32],
         out: Option<&mut Vec<Event>>,
-    ) -> Result<(), TableError> {
+    ) -> Result<()> {
         let page_size = self.page_size;
         if tokens.is_empty() || tokens.len() % page_size != 0 {
-            return Err(error(format!(
-                "node {id} stores {} tokens, not a positive whole number of {page_size}-token pages",
-                tokens.len()
-            )));
+            return Err(Error::NotWholePages {
+                node: id,
+                tokens: tokens.len(),
+                page_size,
+            });
         }
         if self.nodes.contains_key(&id) {
-            return Err(error(format!("node {id} is already in the table")));
+            return Err(Error::NodeExists(id));
         }
         let (prior, parent_hash) = self.node(parent_id)?.chain_end();
         let pages = tokens.len() / page_size;
@@ -303,13 +274,13 @@ impl NodeTable {
         Ok(())
     }
 
-    fn remove(&mut self, id: NodeId, out: Option<&mut Vec<Event>>) -> Result<(), TableError> {
+    fn remove(&mut self, id: NodeId, out: Option<&mut Vec<Event>>) -> Result<()> {
         let node = self.page_node(id)?;
         if node.children > 0 {
-            return Err(error(format!(
-                "node {id} is removed while {} node(s) hang below it",
-                node.children
-            )));
+            return Err(Error::HasChildren {
+                node: id,
+                children: node.children,
+            });
         }
         let hashes = node.hashes();
         let first_parent = self.first_parent_hash(node);
@@ -334,11 +305,10 @@ impl NodeTable {
         id: NodeId,
         resident: bool,
         out: Option<&mut Vec<Event>>,
-    ) -> Result<(), TableError> {
+    ) -> Result<()> {
         let node = self.page_node(id)?;
         if node.tombstone != resident {
-            let state = if resident { "resident" } else { "tombstoned" };
-            return Err(error(format!("node {id} is already {state}")));
+            return Err(Error::AlreadyResident { node: id, resident });
         }
         let hashes = node.hashes();
         let first_parent = self.first_parent_hash(node);
@@ -361,25 +331,21 @@ impl NodeTable {
         Ok(())
     }
 
-    fn split(
-        &mut self,
-        prefix: NodeId,
-        suffix: NodeId,
-        prefix_pages: usize,
-    ) -> Result<(), TableError> {
+    fn split(&mut self, prefix: NodeId, suffix: NodeId, prefix_pages: usize) -> Result<()> {
         if self.nodes.contains_key(&prefix) {
-            return Err(error(format!("node {prefix} is already in the table")));
+            return Err(Error::NodeExists(prefix));
         }
         let page_size = self.page_size;
         let node = self
             .nodes
             .get_mut(&suffix)
-            .ok_or_else(|| error(format!("node {suffix} is not in the table")))?;
+            .ok_or(Error::UnknownNode(suffix))?;
         if node.parent.is_none() || prefix_pages == 0 || prefix_pages >= node.digests.len() {
-            return Err(error(format!(
-                "node {suffix} of {} page(s) cannot give {prefix_pages} page(s) to a prefix",
-                node.digests.len()
-            )));
+            return Err(Error::CannotSplit {
+                node: suffix,
+                pages: node.digests.len(),
+                prefix_pages,
+            });
         }
         let head = Node {
             parent: node.parent,

@@ -16,6 +16,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::error::Error;
 use super::pipeline::{CutId, Recorder};
 use super::records::{step_records, Numbering, Record};
 
@@ -37,14 +38,14 @@ pub struct Job {
 }
 
 /// What became of a job.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Done {
     /// The records of its batches, in order.
     Records(Vec<Record>),
     /// Its cut was discarded (a resync) before it was written.
     Discarded,
     /// The recorder or the encoder failed; the publisher must fail loudly.
-    Failed(String),
+    Failed(Error),
 }
 
 #[derive(Default)]
@@ -159,12 +160,12 @@ fn write(shared: &Shared, job: &Job) -> Done {
         ts: job.ts,
     };
     match shared.recorder.claim(job.cut) {
-        Err(error) => Done::Failed(error.reason),
+        Err(error) => Done::Failed(error),
         Ok(None) => Done::Discarded,
         Ok(Some(outcome)) => {
             match step_records(outcome, &job.batch_ends, &numbering, job.with_digest) {
                 Ok(records) => Done::Records(records),
-                Err(error) => Done::Failed(format!("encoding a cut step failed: {error}")),
+                Err(error) => Done::Failed(Error::Encode(error)),
             }
         }
     }
@@ -308,6 +309,10 @@ mod tests {
         let cut = recorder.cut(BatchLimits::UNLIMITED).unwrap();
         worker.submit(job(0, &cut));
         let done = wait_for(&worker, 1);
-        assert!(matches!(&done[0].1, Done::Failed(reason) if reason.contains("node 7")));
+        assert_eq!(done[0].1, Done::Failed(Error::UnknownNode(7)));
+        assert_eq!(
+            Error::UnknownNode(7).to_string(),
+            "event recorder: node 7 is not in the table"
+        );
     }
 }
