@@ -3,12 +3,15 @@
 //!
 //! - `codec::Error` while decoding: `DecodeError(field, reason)`;
 //! - `codec::Error` while encoding: `ValueError("field: reason")`;
-//! - `recorder::Error`: `EventRecorderError(reason)`.
+//! - `recorder::Error`: `EventRecorderError(reason)`;
+//! - `replica::ConsistencyError`: `ReplicaConsistencyError(source, reason)`;
+//! - `replica::SnapshotError`: `ReplicaSnapshotError(reason)`.
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use super::classes::classes;
+use crate::replica::{ConsistencyError, SnapshotError};
 use crate::{codec, recorder};
 
 /// The Python `cache.events.DecodeError` of a record (or meta, or event) that does not decode.
@@ -30,5 +33,35 @@ pub(super) fn recorder_error(py: Python<'_>, error: recorder::Error) -> PyErr {
     match classes(py).and_then(|c| c.recorder_error.bind(py).call1((error.to_string(),))) {
         Ok(instance) => PyErr::from_value(instance),
         Err(lookup_failed) => lookup_failed,
+    }
+}
+
+/// The arguments of `ReplicaConsistencyError`: the source and the reason worded.
+pub(super) fn consistency_parts(error: ConsistencyError) -> (String, String) {
+    let reason = error.reason.to_string();
+    (error.source, reason)
+}
+
+/// The Python `cache.events.replica_store.ReplicaConsistencyError` of an event that does not
+/// fit a source's replica.
+pub(super) fn consistency_error(py: Python<'_>, error: ConsistencyError) -> PyErr {
+    match classes(py) {
+        Ok(classes) => PyErr::from_type(
+            classes.consistency_error.bind(py).clone(),
+            consistency_parts(error),
+        ),
+        Err(err) => err,
+    }
+}
+
+/// The Python `cache.events.replica_store.ReplicaSnapshotError` of bytes that are not a
+/// snapshot.
+pub(super) fn snapshot_error(py: Python<'_>, error: SnapshotError) -> PyErr {
+    match classes(py) {
+        Ok(classes) => PyErr::from_type(
+            classes.snapshot_error.bind(py).clone(),
+            (error.to_string(),),
+        ),
+        Err(err) => err,
     }
 }

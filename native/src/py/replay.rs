@@ -5,6 +5,7 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
+use super::errors::consistency_parts;
 use super::replica::PyReplicaStore;
 use crate::replica::{self, ChurnCounts, LaneCursors, Run};
 
@@ -131,7 +132,7 @@ fn apply_records(
         total.pages,
         total.last_ts,
         total.advanced,
-        total.failure.map(|error| (error.source, error.reason)),
+        total.failure.map(consistency_parts),
         churn,
     )
 }

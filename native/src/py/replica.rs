@@ -10,30 +10,14 @@ use pyo3::types::{PyBytes, PyDict, PyString, PyTuple, PyType};
 
 use super::classes::{classes, new_uninitialised, set_field};
 use super::codec::WireBatch;
+use super::errors::{consistency_error, snapshot_error};
 use super::events_in::event_from_py;
 use super::tokens::prompt_tokens;
 use crate::hashing::namespace_prior;
 use crate::replica::{
-    self, swa_rule, Answer, Churn, ChurnCounts, ConsistencyError, Replica, SourceMeta, TierHits,
-    Tiers,
+    self, swa_rule, Answer, Churn, ChurnCounts, ConsistencyError, Inconsistency, Replica,
+    SourceMeta, TierHits, Tiers,
 };
-
-fn consistency_error(py: Python<'_>, error: ConsistencyError) -> PyErr {
-    match classes(py) {
-        Ok(classes) => PyErr::from_type(
-            classes.consistency_error.bind(py).clone(),
-            (error.source, error.reason),
-        ),
-        Err(err) => err,
-    }
-}
-
-fn snapshot_error(py: Python<'_>, error: replica::SnapshotError) -> PyErr {
-    match classes(py) {
-        Ok(classes) => PyErr::from_type(classes.snapshot_error.bind(py).clone(), (error.reason,)),
-        Err(err) => err,
-    }
-}
 
 /// A `result_type` instance with `full_tokens` and `swa_tokens` set, made without running its
 /// `__init__` (its fields are exactly these two).
@@ -78,20 +62,16 @@ impl PyReplicaStore {
         swa_events: bool,
         json: String,
     ) -> PyResult<()> {
-        let fit = |name: &str, value: u64| {
+        let fit = |field: &'static str, value: u64| {
             u32::try_from(value)
                 .ok()
                 .filter(|&size| size > 0)
                 .ok_or_else(|| {
-                    let reason =
-                        format!("meta.{name}: expected a positive int below 2**32, got {value}");
-                    match classes(py) {
-                        Ok(classes) => PyErr::from_type(
-                            classes.consistency_error.bind(py).clone(),
-                            (source.to_owned(), reason),
-                        ),
-                        Err(err) => err,
-                    }
+                    let error = ConsistencyError {
+                        source: source.to_owned(),
+                        reason: Inconsistency::MetaSize { field, value },
+                    };
+                    consistency_error(py, error)
                 })
         };
         let page_size = fit("page_size", page_size)?;

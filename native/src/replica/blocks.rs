@@ -13,6 +13,7 @@
 //! that differs from the meta's or the earlier one) leaves the table as it was and returns the
 //! reason, worded as the Python reference words it.
 
+use super::error::Inconsistency;
 use super::index::{mixed_top, SlotIndex};
 use super::prefetch::prefetch;
 use crate::digest::StateDigest;
@@ -242,30 +243,34 @@ impl BlockTable {
         tokens: &[u32],
         block_size: u32,
         meta_page_size: Option<u32>,
-    ) -> Result<(), String> {
+    ) -> Result<(), Inconsistency> {
         if block_size == 0 {
-            return Err("BlockStored has block_size 0".to_owned());
+            return Err(Inconsistency::ZeroBlockSize);
         }
         if hashes.is_empty() {
-            return Err("BlockStored names no block".to_owned());
+            return Err(Inconsistency::NoBlock);
         }
         if tokens.len() as u64 != u64::from(block_size) * hashes.len() as u64 {
-            return Err(format!(
-                "BlockStored has {} token ids for {} block(s) of size {block_size}",
-                tokens.len(),
-                hashes.len()
-            ));
+            return Err(Inconsistency::TokenCount {
+                tokens: tokens.len(),
+                pages: hashes.len(),
+                block_size,
+            });
         }
         match (self.block_size, meta_page_size) {
             (None, Some(page_size)) if page_size != block_size => {
-                return Err(format!(
-                    "block_size {block_size} differs from meta.page_size {page_size}"
-                ));
+                return Err(Inconsistency::DiffersFromMeta {
+                    block_size,
+                    medium: None,
+                    page_size,
+                });
             }
             (Some(earlier), _) if earlier != block_size => {
-                return Err(format!(
-                    "block_size {block_size} differs from earlier {earlier}"
-                ));
+                return Err(Inconsistency::DiffersFromEarlier {
+                    block_size,
+                    medium: None,
+                    earlier,
+                });
             }
             _ => {}
         }
@@ -273,7 +278,7 @@ impl BlockTable {
             None => NO_PARENT,
             Some(parent) => self
                 .slot_of(parent)
-                .ok_or_else(|| format!("BlockStored names unknown parent block {parent}"))?,
+                .ok_or(Inconsistency::UnknownParent(parent))?,
         };
         // Every page is (almost always) new, so every lookup misses the cache: prefetch a few
         // pages ahead so those misses overlap; the insertions below then find the lines loaded.
@@ -293,19 +298,20 @@ impl BlockTable {
                 .search(block_hash, |slot| held[slot as usize].hash)
             {
                 Ok(_) => {
-                    return Err(format!(
-                        "BlockStored for block {block_hash}, which is already held"
-                    ))
+                    return Err(Inconsistency::AlreadyHeld {
+                        block: block_hash,
+                        medium: None,
+                    })
                 }
                 Err(at) => position = at.filter(|_| hashes.len() == 1),
             }
         }
         if has_duplicates(hashes, &mut self.scratch) {
-            return Err("BlockStored names one block twice".to_owned());
+            return Err(Inconsistency::Duplicate);
         }
         let fresh = hashes.len().saturating_sub(self.free.len());
         if self.blocks.len() + fresh > MAX_SLOTS {
-            return Err(format!("a replica holds at most {MAX_SLOTS} blocks"));
+            return Err(Inconsistency::Full { limit: MAX_SLOTS });
         }
         // Checked: from here on nothing fails.
         self.block_size = Some(block_size);
@@ -361,7 +367,7 @@ impl BlockTable {
     // --- removals -------------------------------------------------------------------------
 
     /// Remove the blocks `hashes` (one node's pages).
-    pub fn remove(&mut self, hashes: &[i64]) -> Result<(), String> {
+    pub fn remove(&mut self, hashes: &[i64]) -> Result<(), Inconsistency> {
         let mut slots = std::mem::take(&mut self.slots);
         let result = self.remove_with(hashes, &mut slots);
         slots.clear();
@@ -369,7 +375,7 @@ impl BlockTable {
         result
     }
 
-    fn remove_with(&mut self, hashes: &[i64], slots: &mut Vec<u32>) -> Result<(), String> {
+    fn remove_with(&mut self, hashes: &[i64], slots: &mut Vec<u32>) -> Result<(), Inconsistency> {
         slots.clear();
         // Mark each block as it is found; a block named twice is unknown the second time.
         for &block_hash in hashes {
@@ -380,7 +386,11 @@ impl BlockTable {
                 }
                 _ => {
                     self.unmark(slots);
-                    return Err(format!("BlockRemoved names unknown block {block_hash}"));
+                    return Err(Inconsistency::UnknownBlock {
+                        event: "BlockRemoved",
+                        block: block_hash,
+                        medium: None,
+                    });
                 }
             }
         }
@@ -392,10 +402,7 @@ impl BlockTable {
         {
             self.uncount_marked_children(slots, false);
             self.unmark(slots);
-            return Err(format!(
-                "BlockRemoved for block {}, which still has children",
-                hashes[position]
-            ));
+            return Err(Inconsistency::HasChildren(hashes[position]));
         }
         for &slot in slots.iter() {
             let block = self.blocks[slot as usize];
@@ -442,8 +449,8 @@ impl BlockTable {
 
     /// Tombstone (`resident` false) or restore the blocks `hashes`; a block already in that
     /// state is left alone.
-    pub fn set_residency(&mut self, hashes: &[i64], resident: bool) -> Result<(), String> {
-        let kind = if resident {
+    pub fn set_residency(&mut self, hashes: &[i64], resident: bool) -> Result<(), Inconsistency> {
+        let event = if resident {
             "BlockSWARestored"
         } else {
             "BlockSWAEvicted"
@@ -455,7 +462,11 @@ impl BlockTable {
                 Some(slot) => slots.push(slot),
                 None => {
                     self.slots = slots;
-                    return Err(format!("{kind} names unknown block {block_hash}"));
+                    return Err(Inconsistency::UnknownBlock {
+                        event,
+                        block: block_hash,
+                        medium: None,
+                    });
                 }
             }
         }
@@ -504,7 +515,11 @@ fn sorted_has_duplicates(hashes: &[i64], scratch: &mut Vec<i64>) -> bool {
 mod tests {
     use super::*;
 
-    fn stored(table: &mut BlockTable, hashes: &[i64], parent: Option<i64>) -> Result<(), String> {
+    fn stored(
+        table: &mut BlockTable,
+        hashes: &[i64],
+        parent: Option<i64>,
+    ) -> Result<(), Inconsistency> {
         let tokens: Vec<u32> = hashes.iter().map(|&h| h as u32).collect();
         table.store(hashes, parent, &tokens, 1, None)
     }
@@ -545,14 +560,20 @@ mod tests {
             (&[1], None, "BlockStored for block 1, which is already held"),
         ];
         for (hashes, parent, reason) in cases {
-            assert_eq!(stored(&mut table, hashes, parent).unwrap_err(), reason);
+            assert_eq!(
+                stored(&mut table, hashes, parent).unwrap_err().to_string(),
+                reason
+            );
             assert_eq!(table, before);
         }
         let err = table.store(&[7], None, &[1, 2], 2, None).unwrap_err();
-        assert_eq!(err, "block_size 2 differs from earlier 1");
+        assert_eq!(err.to_string(), "block_size 2 differs from earlier 1");
         let mut fresh = BlockTable::new();
         let err = fresh.store(&[7], None, &[1, 2], 2, Some(4)).unwrap_err();
-        assert_eq!(err, "block_size 2 differs from meta.page_size 4");
+        assert_eq!(
+            err.to_string(),
+            "block_size 2 differs from meta.page_size 4"
+        );
         assert_eq!(fresh.block_size(), None);
     }
 
@@ -563,12 +584,12 @@ mod tests {
         stored(&mut table, &[4], Some(2)).unwrap();
         let before = table.clone();
         assert_eq!(
-            table.remove(&[2, 3]).unwrap_err(),
+            table.remove(&[2, 3]).unwrap_err().to_string(),
             "BlockRemoved for block 2, which still has children"
         );
         assert_eq!(table, before);
         assert_eq!(
-            table.remove(&[3, 3]).unwrap_err(),
+            table.remove(&[3, 3]).unwrap_err().to_string(),
             "BlockRemoved names unknown block 3"
         );
         assert_eq!(table, before);
@@ -593,7 +614,7 @@ mod tests {
         assert_eq!(table.residency(2), Some(false));
         let before = table.clone();
         assert_eq!(
-            table.set_residency(&[1, 5], false).unwrap_err(),
+            table.set_residency(&[1, 5], false).unwrap_err().to_string(),
             "BlockSWAEvicted names unknown block 5"
         );
         assert_eq!(table, before);

@@ -17,6 +17,7 @@
 
 use std::collections::HashMap;
 
+use super::error::SnapshotError;
 use super::ordered::{mixed_top, Bucket, OrderedTable};
 
 /// One bucket: a block hash (as two halves, so a bucket is 12 bytes) and its set id + 1 (0:
@@ -475,11 +476,11 @@ impl HolderIndex {
         masks: Vec<u64>,
         homes: usize,
         buckets: Vec<HolderBucket>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, SnapshotError> {
         let sources = held.len();
         let words = sources.div_ceil(64).max(1);
         if masks.len() % (2 * words) != 0 || masks.len() / (2 * words) >= u32::MAX as usize {
-            return Err(format!("holder sets of {} words", masks.len()));
+            return Err(SnapshotError::HolderSetWords(masks.len()));
         }
         let set_count = masks.len() / (2 * words);
         // buckets naming each set, counted in the layout's own pass: `uses[set + 1]` (so an
@@ -490,7 +491,7 @@ impl HolderIndex {
             uses[at] += 1;
             at <= set_count
         })
-        .ok_or("malformed holder index, or a bucket that names no set")?;
+        .ok_or(SnapshotError::MalformedHolderIndex)?;
         let refs = uses[1..=set_count].to_vec();
         let mut counted = vec![(0usize, 0u64); sources];
         let beyond = |word: usize| match sources.checked_sub(64 * word) {
@@ -504,9 +505,7 @@ impl HolderIndex {
                 && (0..words)
                     .all(|w| tombstones[w] & !holders[w] == 0 && holders[w] & beyond(w) == 0);
             if !fits {
-                return Err(format!(
-                    "holder set {set} names no source or one out of range"
-                ));
+                return Err(SnapshotError::HolderSetOutOfRange(set));
             }
             let uses = refs[set] as usize;
             for word in 0..words {
@@ -519,7 +518,7 @@ impl HolderIndex {
             }
         }
         if counted[..] != *held {
-            return Err("the holder index does not match the blocks".to_owned());
+            return Err(SnapshotError::HolderIndexMismatch);
         }
         let mut sets = SourceSets::new(sources);
         sets.masks = masks;
@@ -527,7 +526,7 @@ impl HolderIndex {
         sets.refs = refs;
         sets.reindex();
         if sets.ids.len() != set_count {
-            return Err("a holder set is stored twice".to_owned());
+            return Err(SnapshotError::HolderSetTwice);
         }
         Ok(Self { table, sets })
     }

@@ -8,6 +8,7 @@
 pub mod blocks;
 pub mod chains;
 pub mod churn;
+pub mod error;
 pub mod holders;
 pub mod index;
 pub mod ordered;
@@ -21,27 +22,11 @@ pub mod swa_rule;
 pub mod tiers;
 
 pub use churn::{Churn, ChurnCounts};
+pub use error::{ConsistencyError, Inconsistency, SnapshotError, TableFault};
 pub use holders::HolderIndex;
 pub use prefix::{match_prefix, Answer, TierHits};
 pub use replay::{apply_records, LaneCursors, Run};
-pub use snapshot::{from_bytes, to_bytes, SnapshotError};
+pub use snapshot::{from_bytes, to_bytes};
 pub use source::{Replica, SourceMeta};
 pub use store::ReplicaStore;
 pub use tiers::{is_gpu, Tier, Tiers};
-
-/// An event that does not fit a replica (unknown parent or block, a block stored twice, removing
-/// a block that still has children, a block size that differs from the meta's): `reason` is
-/// worded as the Python reference words it. The replica is unchanged by the failing event.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConsistencyError {
-    pub source: String,
-    pub reason: String,
-}
-
-impl std::fmt::Display for ConsistencyError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "source {:?}: {}", self.source, self.reason)
-    }
-}
-
-impl std::error::Error for ConsistencyError {}

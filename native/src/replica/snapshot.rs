@@ -26,6 +26,7 @@
 //! holder index (a store that keeps one builds it from the blocks).
 
 use super::blocks::{Block, BlockTable, FREE, MAX_SLOTS, NO_PARENT, TOMBSTONE};
+use super::error::{SnapshotError, TableFault};
 use super::holders::{HolderBucket, HolderIndex};
 use super::index::SlotIndex;
 use super::source::{Replica, SourceMeta};
@@ -41,28 +42,6 @@ pub const VERSION: u32 = 4;
 /// The layout versions this build reads (2: before lower tiers; 3: before the holder index).
 pub const READS: [u32; 3] = [2, 3, 4];
 const CHECKSUM_BYTES: usize = 4;
-
-/// Why bytes are not a snapshot this build can load.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SnapshotError {
-    pub reason: String,
-}
-
-impl SnapshotError {
-    fn new(reason: impl Into<String>) -> Self {
-        Self {
-            reason: reason.into(),
-        }
-    }
-}
-
-impl std::fmt::Display for SnapshotError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.reason)
-    }
-}
-
-impl std::error::Error for SnapshotError {}
 
 // --- writing ----------------------------------------------------------------------------------
 
@@ -204,51 +183,52 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, count: usize, what: &str) -> Result<&'a [u8], SnapshotError> {
+    fn take(&mut self, count: usize, what: &'static str) -> Result<&'a [u8], SnapshotError> {
         let end = self
             .at
             .checked_add(count)
             .filter(|&end| end <= self.data.len())
-            .ok_or_else(|| {
-                SnapshotError::new(format!("truncated in {what} at byte {}", self.at))
-            })?;
+            .ok_or(SnapshotError::Truncated { what, at: self.at })?;
         let bytes = &self.data[self.at..end];
         self.at = end;
         Ok(bytes)
     }
 
-    fn u8(&mut self, what: &str) -> Result<u8, SnapshotError> {
+    fn u8(&mut self, what: &'static str) -> Result<u8, SnapshotError> {
         Ok(self.take(1, what)?[0])
     }
 
-    fn u32(&mut self, what: &str) -> Result<u32, SnapshotError> {
+    fn u32(&mut self, what: &'static str) -> Result<u32, SnapshotError> {
         let bytes = self.take(4, what)?;
         Ok(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
     }
 
-    fn u64(&mut self, what: &str) -> Result<u64, SnapshotError> {
+    fn u64(&mut self, what: &'static str) -> Result<u64, SnapshotError> {
         let mut bytes = [0u8; 8];
         bytes.copy_from_slice(self.take(8, what)?);
         Ok(u64::from_le_bytes(bytes))
     }
 
-    fn flag(&mut self, what: &str) -> Result<bool, SnapshotError> {
+    fn flag(&mut self, what: &'static str) -> Result<bool, SnapshotError> {
         match self.u8(what)? {
             0 => Ok(false),
             1 => Ok(true),
-            other => Err(SnapshotError::new(format!("{what} flag is {other}"))),
+            value => Err(SnapshotError::BadFlag { what, value }),
         }
     }
 
-    fn string(&mut self, what: &str) -> Result<String, SnapshotError> {
+    fn string(&mut self, what: &'static str) -> Result<String, SnapshotError> {
         let length = self.u32(what)? as usize;
         let bytes = self.take(length, what)?;
-        String::from_utf8(bytes.to_vec())
-            .map_err(|_| SnapshotError::new(format!("{what} is not UTF-8")))
+        String::from_utf8(bytes.to_vec()).map_err(|_| SnapshotError::NotUtf8 { what })
     }
 
     /// `count` values of `T` copied straight from the bytes (see `Plain`).
-    fn plain<T: Plain>(&mut self, count: usize, what: &str) -> Result<Vec<T>, SnapshotError> {
+    fn plain<T: Plain>(
+        &mut self,
+        count: usize,
+        what: &'static str,
+    ) -> Result<Vec<T>, SnapshotError> {
         let bytes = self.take(count.saturating_mul(T::SIZE), what)?;
         Ok(T::vec_from_le(bytes, count))
     }
@@ -379,6 +359,14 @@ const _: () = assert!(
         && std::mem::offset_of!(Block, state) == 12
 );
 
+/// A fault of the arrays of the replica named `name`.
+fn replica_fault(name: &str, fault: TableFault) -> SnapshotError {
+    SnapshotError::Replica {
+        source: name.to_owned(),
+        fault,
+    }
+}
+
 fn read_meta(reader: &mut Reader<'_>) -> Result<Option<SourceMeta>, SnapshotError> {
     if !reader.flag("meta")? {
         return Ok(None);
@@ -388,7 +376,7 @@ fn read_meta(reader: &mut Reader<'_>) -> Result<Option<SourceMeta>, SnapshotErro
     let swa_events = reader.flag("meta swa_events")?;
     let json = reader.string("meta json")?;
     if page_size == 0 || sliding_window_size == 0 {
-        return Err(SnapshotError::new("meta with a zero page or window size"));
+        return Err(SnapshotError::ZeroMetaSize);
     }
     Ok(Some(SourceMeta {
         page_size,
@@ -411,9 +399,7 @@ fn read_tiers(reader: &mut Reader<'_>, name: &str) -> Result<Tiers, SnapshotErro
             .windows(2)
             .any(|pair| pair[0] as i64 >= pair[1] as i64)
         {
-            return Err(SnapshotError::new(format!(
-                "{name:?}: the blocks of tier {medium:?} are not in ascending order"
-            )));
+            return Err(replica_fault(name, TableFault::UnorderedTier { medium }));
         }
         let mut set = BlockSet::default();
         set.extend(hashes.into_iter().map(|hash| hash as i64));
@@ -423,12 +409,10 @@ fn read_tiers(reader: &mut Reader<'_>, name: &str) -> Result<Tiers, SnapshotErro
     }
     let any_blocks = tiers.iter().any(|tier| !tier.blocks.is_empty());
     if any_blocks && block_size == 0 {
-        return Err(SnapshotError::new(format!(
-            "{name:?}: tiers hold blocks of block_size 0"
-        )));
+        return Err(replica_fault(name, TableFault::ZeroTierBlockSize));
     }
     Tiers::from_parts(tiers, (block_size > 0).then_some(block_size))
-        .ok_or_else(|| SnapshotError::new(format!("{name:?}: a tier is named twice or is the GPU")))
+        .ok_or_else(|| replica_fault(name, TableFault::TierNamedTwice))
 }
 
 fn read_replica(reader: &mut Reader<'_>, version: u32) -> Result<Replica, SnapshotError> {
@@ -447,16 +431,17 @@ fn read_replica(reader: &mut Reader<'_>, version: u32) -> Result<Replica, Snapsh
     let tombstones = reader.u64("tombstone count")?;
     let digest = reader.u64("digest")?;
     if slots > MAX_SLOTS || (slots > 0 && block_size == 0) {
-        return Err(SnapshotError::new(format!(
-            "{name:?}: {slots} slots of block size {block_size}"
-        )));
+        return Err(replica_fault(
+            &name,
+            TableFault::Slots { slots, block_size },
+        ));
     }
     let blocks: Vec<Block> = reader.plain(slots, "blocks")?;
     let tokens = reader.plain(slots * block_size as usize, "token ids")?;
     let free: Vec<u32> = reader.plain(free, "free slots")?;
     let entries = reader.plain(capacity, "index")?;
     let table = check_table(blocks, tokens, free, homes, entries, tombstones)
-        .map_err(|why| SnapshotError::new(format!("{name:?}: {why}")))?;
+        .map_err(|fault| replica_fault(&name, fault))?;
     let table = BlockTable {
         block_size: (block_size > 0).then_some(block_size),
         digest: StateDigest { value: digest },
@@ -511,7 +496,7 @@ impl LiveSlots {
 ///
 /// A parent at an earlier slot is checked at once (its bit is already set); one at a later
 /// slot (a slot reused after a removal) is kept and checked after the pass.
-fn check_blocks(blocks: &[Block], tombstones: u64) -> Result<(LiveSlots, usize), String> {
+fn check_blocks(blocks: &[Block], tombstones: u64) -> Result<(LiveSlots, usize), TableFault> {
     let slots = blocks.len();
     let mut live_slots = LiveSlots::new(slots);
     let mut later_parents = Vec::new();
@@ -533,17 +518,17 @@ fn check_blocks(blocks: &[Block], tombstones: u64) -> Result<(LiveSlots, usize),
         if (parent as usize) >= slot {
             later_parents.push(parent);
         } else if !live_slots.has(parent) {
-            return Err(format!("parent slot {parent} is not a block"));
+            return Err(TableFault::ParentNotBlock(parent));
         }
     }
     if let Some(parent) = later_parents.into_iter().find(|&p| !live_slots.has(p)) {
-        return Err(format!("parent slot {parent} is not a block"));
+        return Err(TableFault::ParentNotBlock(parent));
     }
     if !counts_in_range {
-        return Err("a child count is out of range".to_owned());
+        return Err(TableFault::ChildCount);
     }
     if counted != tombstones {
-        return Err("tombstone count does not match the blocks".to_owned());
+        return Err(TableFault::TombstoneCount);
     }
     Ok((live_slots, live))
 }
@@ -559,19 +544,19 @@ fn check_table(
     homes: usize,
     entries: Vec<u64>,
     tombstones: u64,
-) -> Result<BlockTable, String> {
+) -> Result<BlockTable, TableFault> {
     let (live_slots, live) = check_blocks(&blocks, tombstones)?;
     if live + free.len() != blocks.len()
         || free
             .iter()
             .any(|&slot| slot as usize >= blocks.len() || live_slots.has(slot))
     {
-        return Err("free slots do not match the blocks".to_owned());
+        return Err(TableFault::FreeSlots);
     }
     let index = SlotIndex::from_parts_checked(homes, entries, |slot| live_slots.has(slot))
-        .ok_or("malformed index, or one that names a slot that is not a block")?;
+        .ok_or(TableFault::MalformedIndex)?;
     if index.len() != live {
-        return Err("index does not match the blocks".to_owned());
+        return Err(TableFault::IndexMismatch);
     }
     Ok(BlockTable {
         blocks,
@@ -586,16 +571,12 @@ fn check_table(
 /// The store `to_bytes` wrote; `SnapshotError` when `data` is not such a snapshot.
 pub fn from_bytes(data: &[u8]) -> Result<ReplicaStore, SnapshotError> {
     if data.len() < MAGIC.len() + 8 + CHECKSUM_BYTES {
-        return Err(SnapshotError::new(format!(
-            "{} bytes is too short for a replica snapshot",
-            data.len()
-        )));
+        return Err(SnapshotError::TooShort(data.len()));
     }
-    if &data[..MAGIC.len()] != MAGIC {
-        return Err(SnapshotError::new(format!(
-            "not a replica snapshot (magic {:?})",
-            String::from_utf8_lossy(&data[..MAGIC.len()])
-        )));
+    let mut magic = [0u8; MAGIC.len()];
+    magic.copy_from_slice(&data[..MAGIC.len()]);
+    if &magic != MAGIC {
+        return Err(SnapshotError::NotSnapshot { magic });
     }
     let (body, tail) = data.split_at(data.len() - CHECKSUM_BYTES);
     let mut reader = Reader {
@@ -604,13 +585,14 @@ pub fn from_bytes(data: &[u8]) -> Result<ReplicaStore, SnapshotError> {
     };
     let version = reader.u32("version")?;
     if !READS.contains(&version) {
-        return Err(SnapshotError::new(format!(
-            "replica snapshot version {version}, this build reads 2, 3 and 4"
-        )));
+        return Err(SnapshotError::UnsupportedVersion {
+            version,
+            reads: &READS,
+        });
     }
     let expected = u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]);
     if crc32c::crc32c(body) != expected {
-        return Err(SnapshotError::new("checksum mismatch"));
+        return Err(SnapshotError::ChecksumMismatch);
     }
     let count = reader.u32("replica count")?;
     let mut replicas = Vec::new();
@@ -623,13 +605,9 @@ pub fn from_bytes(data: &[u8]) -> Result<ReplicaStore, SnapshotError> {
         None
     };
     if reader.at != body.len() {
-        return Err(SnapshotError::new(format!(
-            "{} trailing bytes",
-            body.len() - reader.at
-        )));
+        return Err(SnapshotError::TrailingBytes(body.len() - reader.at));
     }
-    let mut store = ReplicaStore::from_replicas(replicas)
-        .ok_or_else(|| SnapshotError::new("two replicas share a source name"))?;
+    let mut store = ReplicaStore::from_replicas(replicas).ok_or(SnapshotError::SharedSourceName)?;
     if let Some(holders) = holders {
         store.set_holders(holders);
     }
@@ -651,7 +629,7 @@ fn read_holders(
         .iter()
         .map(|r| (r.blocks.len(), r.blocks.tombstone_count()))
         .collect();
-    HolderIndex::from_parts(&held, masks, homes, buckets).map_err(SnapshotError::new)
+    HolderIndex::from_parts(&held, masks, homes, buckets)
 }
 
 #[cfg(test)]
@@ -807,12 +785,12 @@ mod tests {
         let set_at = buckets_at + filled * 12 + 8;
         let other = if buckets[filled].set == 1 { 2u32 } else { 1 };
         renamed[set_at..set_at + 4].copy_from_slice(&other.to_le_bytes());
-        let reason = from_bytes(&resealed(renamed)).unwrap_err().reason;
+        let reason = from_bytes(&resealed(renamed)).unwrap_err().to_string();
         assert!(reason.contains("holder index does not match"), "{reason}");
         // a bucket that names no set
         let mut dangling = bytes[..tail].to_vec();
         dangling[set_at..set_at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
-        let reason = from_bytes(&resealed(dangling)).unwrap_err().reason;
+        let reason = from_bytes(&resealed(dangling)).unwrap_err().to_string();
         assert!(reason.contains("names no set"), "{reason}");
         // a bucket moved away from its place in the table
         let mut moved = bytes[..tail].to_vec();
@@ -826,7 +804,7 @@ mod tests {
         let mut foreign = bytes[..tail].to_vec();
         let sets_at = buckets_at - 8 - masks.len() * 8;
         foreign[sets_at..sets_at + 8].copy_from_slice(&(1u64 << 40).to_le_bytes());
-        let reason = from_bytes(&resealed(foreign)).unwrap_err().reason;
+        let reason = from_bytes(&resealed(foreign)).unwrap_err().to_string();
         assert!(reason.contains("out of range"), "{reason}");
     }
 
@@ -859,12 +837,12 @@ mod tests {
         let at = tail - 16;
         swapped[at..at + 8].copy_from_slice(&6i64.to_le_bytes());
         swapped[at + 8..].copy_from_slice(&5i64.to_le_bytes());
-        let reason = from_bytes(&resealed(swapped)).unwrap_err().reason;
+        let reason = from_bytes(&resealed(swapped)).unwrap_err().to_string();
         assert!(reason.contains("not in ascending order"), "{reason}");
         let mut renamed = bytes[..tail].to_vec();
         let name_at = tail - 16 - 4 - 3;
         renamed[name_at..name_at + 3].copy_from_slice(b"GPU");
-        let reason = from_bytes(&resealed(renamed)).unwrap_err().reason;
+        let reason = from_bytes(&resealed(renamed)).unwrap_err().to_string();
         assert!(reason.contains("named twice or is the GPU"), "{reason}");
     }
 
@@ -894,13 +872,13 @@ mod tests {
         let mut bytes = to_bytes(&sample());
         bytes[8] = 9;
         assert_eq!(
-            from_bytes(&bytes).unwrap_err().reason,
+            from_bytes(&bytes).unwrap_err().to_string(),
             "replica snapshot version 9, this build reads 2, 3 and 4"
         );
         bytes[0] = b'X';
         assert!(from_bytes(&bytes)
             .unwrap_err()
-            .reason
+            .to_string()
             .starts_with("not a replica snapshot"));
     }
 
@@ -909,7 +887,7 @@ mod tests {
         let mut store = sample();
         store.replica_mut("a").blocks.blocks[2].parent = 10_000;
         let bytes = to_bytes(&store);
-        let reason = from_bytes(&bytes).unwrap_err().reason;
+        let reason = from_bytes(&bytes).unwrap_err().to_string();
         assert!(reason.contains("parent slot 10000"), "{reason}");
     }
 }

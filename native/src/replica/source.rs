@@ -2,8 +2,8 @@
 //! tiers, and how one event changes them. `super::store` keeps every source's; `super::prefix` walks them.
 
 use super::blocks::BlockTable;
+use super::error::{ConsistencyError, Inconsistency, Result};
 use super::tiers::{is_gpu, Tiers};
-use super::ConsistencyError;
 use crate::digest::StateDigest;
 use crate::events::{Event, Stored};
 
@@ -41,7 +41,7 @@ impl Replica {
         }
     }
 
-    fn fail(&self, reason: String) -> ConsistencyError {
+    fn fail(&self, reason: Inconsistency) -> ConsistencyError {
         ConsistencyError {
             source: self.name.clone(),
             reason,
@@ -50,7 +50,7 @@ impl Replica {
 
     /// Apply one event; the replica is unchanged when it does not fit. (Through
     /// `ReplicaStore::apply_events`, which keeps the holder index in step.)
-    pub(crate) fn apply_event(&mut self, event: &Event) -> Result<(), ConsistencyError> {
+    pub(crate) fn apply_event(&mut self, event: &Event) -> Result<()> {
         let result = match event {
             Event::Stored(stored) => return self.store(stored),
             Event::Removed { hashes, medium, .. } => match medium {
@@ -68,7 +68,7 @@ impl Replica {
     }
 
     /// Store the pages of `stored`; the replica is unchanged when they do not fit.
-    pub(crate) fn store(&mut self, stored: &Stored) -> Result<(), ConsistencyError> {
+    pub(crate) fn store(&mut self, stored: &Stored) -> Result<()> {
         if !is_gpu(stored.medium.as_ref()) {
             return self.store_tier(stored, true);
         }
@@ -86,35 +86,38 @@ impl Replica {
     /// Store the pages of `stored`, whose medium is a lower tier: `whole`, all of them or none;
     /// else (one event per page) the pages before one that does not fit stay. The page size is
     /// checked as on the GPU (against the meta's, or the earlier blocks').
-    pub(crate) fn store_tier(
-        &mut self,
-        stored: &Stored,
-        whole: bool,
-    ) -> Result<(), ConsistencyError> {
+    pub(crate) fn store_tier(&mut self, stored: &Stored, whole: bool) -> Result<()> {
         let Some(medium) = &stored.medium else {
             return self.store(stored);
         };
         let block_size = stored.block_size;
         let pages = stored.hashes.len();
         let checked = if block_size == 0 {
-            Err("BlockStored has block_size 0".to_owned())
+            Err(Inconsistency::ZeroBlockSize)
         } else if pages == 0 {
-            Err("BlockStored names no block".to_owned())
+            Err(Inconsistency::NoBlock)
         } else if stored.tokens.len() as u64 != u64::from(block_size) * pages as u64 {
-            Err(format!(
-                "BlockStored has {} token ids for {pages} block(s) of size {block_size}",
-                stored.tokens.len()
-            ))
+            Err(Inconsistency::TokenCount {
+                tokens: stored.tokens.len(),
+                pages,
+                block_size,
+            })
         } else {
             match (self.meta.as_ref(), self.blocks.block_size()) {
-                (Some(meta), _) if meta.page_size != block_size => Err(format!(
-                    "block_size {block_size} on {} differs from meta.page_size {}",
-                    &**medium, meta.page_size
-                )),
-                (None, Some(earlier)) if earlier != block_size => Err(format!(
-                    "block_size {block_size} on {} differs from earlier {earlier}",
-                    &**medium
-                )),
+                (Some(meta), _) if meta.page_size != block_size => {
+                    Err(Inconsistency::DiffersFromMeta {
+                        block_size,
+                        medium: Some(medium.clone()),
+                        page_size: meta.page_size,
+                    })
+                }
+                (None, Some(earlier)) if earlier != block_size => {
+                    Err(Inconsistency::DiffersFromEarlier {
+                        block_size,
+                        medium: Some(medium.clone()),
+                        earlier,
+                    })
+                }
                 _ => Ok(()),
             }
         };

@@ -11,6 +11,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
 use super::chains::ChainCache;
+use super::error::ConsistencyError;
 use super::holders::HolderIndex;
 use super::prefetch::prefetch;
 use super::prefix::{
@@ -18,7 +19,6 @@ use super::prefix::{
 };
 use super::source::Replica;
 use super::tiers::is_gpu;
-use super::ConsistencyError;
 use crate::events::{Batch, Event, Hashes, Stored};
 
 /// How far ahead `apply_events` prefetches an event's hash list, its index buckets, and the
@@ -519,7 +519,10 @@ mod tests {
             .apply(&batch("b", vec![stored(&[3], Some(2))]))
             .unwrap_err();
         assert_eq!(err.source, "b");
-        assert_eq!(err.reason, "BlockStored names unknown parent block 2");
+        assert_eq!(
+            err.reason.to_string(),
+            "BlockStored names unknown parent block 2"
+        );
         assert_eq!(store.get("a").unwrap().blocks.len(), 2);
         assert_eq!(store.get("b").unwrap().blocks.len(), 1);
     }
@@ -533,7 +536,10 @@ mod tests {
                 vec![stored(&[1], None), stored(&[1], None), stored(&[2], None)],
             ))
             .unwrap_err();
-        assert_eq!(err.reason, "BlockStored for block 1, which is already held");
+        assert_eq!(
+            err.reason.to_string(),
+            "BlockStored for block 1, which is already held"
+        );
         let replica = store.replica_mut("a");
         assert_eq!(replica.blocks.len(), 1);
         replica.mark_diverged("first");
@@ -571,7 +577,10 @@ mod tests {
         let err = store
             .apply(&batch("a", vec![stored(&[1], None)]))
             .unwrap_err();
-        assert_eq!(err.reason, "block_size 1 differs from meta.page_size 2");
+        assert_eq!(
+            err.reason.to_string(),
+            "block_size 1 differs from meta.page_size 2"
+        );
     }
 
     #[test]
@@ -587,7 +596,10 @@ mod tests {
             } else {
                 store.apply(&batch("a", vec![event])).unwrap_err()
             };
-            assert_eq!(err.reason, "BlockStored for block 3, which is already held");
+            assert_eq!(
+                err.reason.to_string(),
+                "BlockStored for block 3, which is already held"
+            );
             assert_eq!(store.get("a").unwrap().blocks.len(), held_after);
         }
         // a page named twice is, page by page, a page stored twice
@@ -596,7 +608,10 @@ mod tests {
         let err = store
             .apply(&batch("a", vec![stored(&[1, 2, 1], None)]))
             .unwrap_err();
-        assert_eq!(err.reason, "BlockStored for block 1, which is already held");
+        assert_eq!(
+            err.reason.to_string(),
+            "BlockStored for block 1, which is already held"
+        );
         assert_eq!(store.get("a").unwrap().blocks.len(), 2);
         let kept: Vec<i64> = store.holders().unwrap().entries().map(|(h, _)| h).collect();
         assert_eq!(kept.len(), 2);

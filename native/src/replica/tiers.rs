@@ -12,6 +12,7 @@
 use std::collections::HashSet;
 use std::hash::{BuildHasherDefault, Hasher};
 
+use super::error::Inconsistency;
 use crate::digest::{medium_key, mix64, StateDigest};
 use crate::events::Medium;
 
@@ -154,12 +155,13 @@ impl Tiers {
         hashes: &[i64],
         block_size: u32,
         whole: bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), Inconsistency> {
         if let Some(earlier) = self.block_size.filter(|&earlier| earlier != block_size) {
-            return Err(format!(
-                "block_size {block_size} on {} differs from earlier {earlier}",
-                &**medium
-            ));
+            return Err(Inconsistency::DiffersFromEarlier {
+                block_size,
+                medium: Some(medium.clone()),
+                earlier,
+            });
         }
         let (at, created) = match self.position(medium) {
             Some(at) => (at, false),
@@ -196,10 +198,10 @@ impl Tiers {
         let Some(page) = failed else {
             return Ok(());
         };
-        let error = format!(
-            "BlockStored for block {}, which is already held on {}",
-            hashes[page], &*tier.medium
-        );
+        let error = Inconsistency::AlreadyHeld {
+            block: hashes[page],
+            medium: Some(tier.medium.clone()),
+        };
         if created && kept == 0 {
             // a medium first named by a store that does not fit stays unreported
             self.tiers.pop();
@@ -208,13 +210,14 @@ impl Tiers {
     }
 
     /// `medium` no longer holds `hashes`: all of them or none.
-    pub fn remove(&mut self, medium: &Medium, hashes: &[i64]) -> Result<(), String> {
+    pub fn remove(&mut self, medium: &Medium, hashes: &[i64]) -> Result<(), Inconsistency> {
         let Some(at) = self.position(medium) else {
             return match hashes.first() {
-                Some(block_hash) => Err(format!(
-                    "BlockRemoved names unknown block {block_hash} on {}",
-                    &**medium
-                )),
+                Some(&block_hash) => Err(Inconsistency::UnknownBlock {
+                    event: "BlockRemoved",
+                    block: block_hash,
+                    medium: Some(medium.clone()),
+                }),
                 None => Ok(()),
             };
         };
@@ -224,10 +227,11 @@ impl Tiers {
                 for &undo in &hashes[..page] {
                     tier.blocks.insert(undo);
                 }
-                return Err(format!(
-                    "BlockRemoved names unknown block {block_hash} on {}",
-                    &*tier.medium
-                ));
+                return Err(Inconsistency::UnknownBlock {
+                    event: "BlockRemoved",
+                    block: block_hash,
+                    medium: Some(tier.medium.clone()),
+                });
             }
         }
         for &block_hash in hashes {
@@ -378,7 +382,7 @@ mod tests {
         ];
         for (event, reason) in cases {
             let error = store.apply_events("a", &[event]).unwrap_err();
-            assert_eq!(error.reason, reason);
+            assert_eq!(error.reason.to_string(), reason);
             assert_eq!(store.get("a").unwrap(), &before, "{reason}");
         }
         // a medium first named by a store that does not fit is not reported
@@ -394,7 +398,7 @@ mod tests {
             .apply_events("b", &[stored(Some("CPU"), &[1], None)])
             .unwrap_err();
         assert_eq!(
-            error.reason,
+            error.reason.to_string(),
             "block_size 1 on CPU differs from meta.page_size 2"
         );
     }
@@ -421,7 +425,7 @@ mod tests {
             .apply(&batch(vec![stored(Some("CPU"), &[1, 2, 3, 4], None)]))
             .unwrap_err();
         assert_eq!(
-            error.reason,
+            error.reason.to_string(),
             "BlockStored for block 3, which is already held on CPU"
         );
         assert_eq!(media(&store, "a"), vec![("CPU".to_owned(), 3)]);
