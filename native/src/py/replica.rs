@@ -1,7 +1,7 @@
 //! Bindings of `crate::replica`: the `ReplicaStore` class (apply, reads, snapshot bytes, prefix
 //! match) and the SWA rule. Errors become the Python exceptions of `cache.events.replica_store`
-//! (`ReplicaConsistencyError(source, reason)`, `ReplicaSnapshotError(reason)`); bad arguments
-//! raise ValueError.
+//! (`ReplicaConsistencyError(source, reason)`, `ReplicaSnapshotError(reason)`) through
+//! `super::errors`; bad arguments raise ValueError.
 
 use pyo3::exceptions::PyValueError;
 use pyo3::intern;

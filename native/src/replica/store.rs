@@ -480,6 +480,7 @@ impl HolderIndex {
 mod tests {
     use super::*;
     use crate::events::{Header, Stored};
+    use crate::replica::error::Inconsistency;
     use crate::replica::source::SourceMeta;
 
     fn batch(source: &str, events: Vec<Event>) -> Batch {
@@ -519,6 +520,7 @@ mod tests {
             .apply(&batch("b", vec![stored(&[3], Some(2))]))
             .unwrap_err();
         assert_eq!(err.source, "b");
+        assert_eq!(err.reason, Inconsistency::UnknownParent(2));
         assert_eq!(
             err.reason.to_string(),
             "BlockStored names unknown parent block 2"
