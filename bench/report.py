@@ -760,7 +760,7 @@ SCALE_MEASURES: tuple[tuple[str, str, str, float | None], ...] = (
     ("resident memory per held block", "rss_bytes_per_block", "B", 1.1),
     ("ingest (decode + apply, one record a source)", "ingest_blocks_per_s", "blocks/s", None),
     ("snapshot write (`snapshot()`)", "snapshot_write_s", "s", None),
-    ("snapshot restore (`load()`, holder index built)", "snapshot_restore_s", "s", None),
+    ("snapshot restore (`load()`)", "snapshot_restore_s", "s", None),
     ("match from token ids, p50", "match_tokens_p50_us", "µs", None),
     ("match from token ids, p99", "match_tokens_p99_us", "µs", 2.0),
     ("match with the page hashes given, p50", "match_hashes_p50_us", "µs", None),
