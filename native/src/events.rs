@@ -10,6 +10,8 @@ use std::ops::Deref;
 
 use smallvec::SmallVec;
 
+use crate::event_types::{kind, with_event_types, FieldKind};
+
 /// The block hashes of an event: up to two inline (most events name one or two pages), more on
 /// the heap. The same 24 bytes as a `Vec`.
 pub type Hashes = SmallVec<[i64; 2]>;
@@ -92,39 +94,48 @@ impl RemovalReason {
     }
 }
 
-/// One or more chained pages entered the tree.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Stored {
-    pub hashes: Hashes,
-    pub parent: Option<i64>,
-    pub tokens: Tokens,
-    pub block_size: u32,
-    pub lora_id: Option<i64>,
-    pub medium: Option<Medium>,
+/// The `Event` enum (and the struct a variant wraps) of the table of event types.
+macro_rules! declare_events {
+    (@enum [$($variants:tt)*]) => {
+        /// One state change of a source's tree (its types: `crate::event_types`).
+        #[derive(Clone, Debug, PartialEq)]
+        pub enum Event {
+            $($variants)*
+        }
+    };
+    (@enum [$($variants:tt)*]
+        $(#[$doc:meta])* $variant:ident ($wrap:ident) = $name:literal {
+            $($(#[$fdoc:meta])* $field:ident: $kind:ident = $wire:literal, $presence:ident since $since:literal;)*
+        }
+        $($rest:tt)*
+    ) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug, PartialEq)]
+        pub struct $wrap {
+            $($(#[$fdoc])* pub $field: <kind::$kind as FieldKind>::Value,)*
+        }
+        declare_events!(@enum [$($variants)* $(#[$doc])* $variant($wrap),] $($rest)*);
+    };
+    (@enum [$($variants:tt)*] $(#[$doc:meta])* $variant:ident = $name:literal {} $($rest:tt)*) => {
+        declare_events!(@enum [$($variants)* $(#[$doc])* $variant,] $($rest)*);
+    };
+    (@enum [$($variants:tt)*]
+        $(#[$doc:meta])* $variant:ident = $name:literal {
+            $($(#[$fdoc:meta])* $field:ident: $kind:ident = $wire:literal, $presence:ident since $since:literal;)*
+        }
+        $($rest:tt)*
+    ) => {
+        declare_events!(@enum [$($variants)*
+            $(#[$doc])* $variant {
+                $($(#[$fdoc])* $field: <kind::$kind as FieldKind>::Value,)*
+            },
+        ] $($rest)*);
+    };
+    ($($rows:tt)*) => {
+        declare_events!(@enum [] $($rows)*);
+    };
 }
-
-/// One state change of a source's tree.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Event {
-    Stored(Stored),
-    /// The pages of one node left the tree.
-    Removed {
-        hashes: Hashes,
-        medium: Option<Medium>,
-        /// Why they left (None: not said; always None below wire version 3).
-        reason: Option<RemovalReason>,
-    },
-    /// The pages of one node were tombstoned (SWA KV freed, full KV kept).
-    SwaEvicted {
-        hashes: Hashes,
-    },
-    /// The pages of one tombstoned node got SWA KV again.
-    SwaRestored {
-        hashes: Hashes,
-    },
-    /// Every block of the source was dropped.
-    Cleared,
-}
+with_event_types!(declare_events);
 
 /// The envelope of one batch (one log record).
 #[derive(Clone, Debug, PartialEq)]

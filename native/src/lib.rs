@@ -8,6 +8,7 @@
 
 pub mod codec;
 pub mod digest;
+pub mod event_types;
 pub mod events;
 pub mod hashing;
 pub mod recorder;

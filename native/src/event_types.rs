@@ -1,0 +1,358 @@
+//! The event types, declared once (docs/design.md §4 "Adding an event type").
+//!
+//! `with_event_types!(callback)` hands the one table below to `callback!`: each event type's
+//! Rust variant (and, for `Stored`, the struct it wraps), its name on the wire and in Python,
+//! and its fields in wire order, each with its Rust name, its kind, its wire (and Python) name,
+//! whether it must be present and the wire version that brought it. Everything that lists the
+//! types or their fields is derived from it: the `Event` enum (`crate::events`), `EventType`
+//! and its field tables (here), the codec's masks, layouts and writing (`crate::codec`), the
+//! Python class binding and conversions (`py`), and the churn counts (`crate::replica::churn`).
+//!
+//! A field's kind (`kind::*`) says its Rust type, how it reads and writes on the wire and in
+//! Python, and in which order the decoder judges it; a new type made of existing kinds needs
+//! only its row here (and what it does to a replica, `crate::replica::source`).
+//!
+//! Callbacks match each row as
+//! `$(#[$doc:meta])* $variant:ident $(($wrap:ident))? = $name:literal { $($(#[$fdoc:meta])*
+//! $field:ident: $kind:ident = $wire:literal, $presence:ident since $since:literal;)* }`.
+
+use crate::events::{Hashes, Medium, RemovalReason, Tokens};
+
+pub use kind::Kind;
+
+/// Call `$callback!` with the table of event types (see the module's doc for a row's form).
+macro_rules! with_event_types {
+    ($callback:ident) => {
+        $callback! {
+            /// One or more chained pages entered the tree.
+            Stored(Stored) = "BlockStored" {
+                hashes: HashList = "block_hashes", Required since 1;
+                parent: OptionalHash = "parent_block_hash", Required since 1;
+                tokens: TokenList = "token_ids", Required since 1;
+                block_size: BlockSize = "block_size", Required since 1;
+                lora_id: OptionalInt = "lora_id", Required since 1;
+                medium: OptionalMedium = "medium", Required since 1;
+            }
+            /// The pages of one node left the tree.
+            Removed = "BlockRemoved" {
+                hashes: HashList = "block_hashes", Required since 1;
+                medium: OptionalMedium = "medium", Required since 1;
+                /// Why they left (None: not said; always None below wire version 3).
+                reason: OptionalReason = "reason", Optional since 3;
+            }
+            /// The pages of one node were tombstoned (SWA KV freed, full KV kept).
+            SwaEvicted = "BlockSWAEvicted" {
+                hashes: HashList = "block_hashes", Required since 1;
+            }
+            /// The pages of one tombstoned node got SWA KV again.
+            SwaRestored = "BlockSWARestored" {
+                hashes: HashList = "block_hashes", Required since 1;
+            }
+            /// Every block of the source was dropped.
+            Cleared = "AllBlocksCleared" {}
+        }
+    };
+}
+pub(crate) use with_event_types;
+
+/// The `Event` pattern (or value, with the fields by shorthand) of one row:
+/// `event_of!(Variant [Wrap] { fields })`, `[]` for a variant without a wrapped struct.
+macro_rules! event_of {
+    ($variant:ident [] { $($field:ident),* }) => {
+        $crate::events::Event::$variant { $($field),* }
+    };
+    ($variant:ident [$wrap:ident] { $($field:ident),* }) => {
+        $crate::events::Event::$variant($crate::events::$wrap { $($field),* })
+    };
+}
+pub(crate) use event_of;
+
+/// The kinds of field an event can have: each is a marker type whose `FieldKind::Value` is the
+/// field's Rust type, listed in the order the decoder judges them.
+pub mod kind {
+    use super::{FieldKind, Hashes, Medium, RemovalReason, Shape, Tokens};
+
+    macro_rules! kinds {
+        ($($(#[$doc:meta])* $name:ident => $value:ty $({ $($body:tt)* })?;)*) => {
+            $(
+                $(#[$doc])*
+                pub struct $name;
+                impl FieldKind for $name {
+                    type Value = $value;
+                    const KIND: Kind = Kind::$name;
+                    $($($body)*)?
+                }
+            )*
+
+            /// The kinds, as the field tables name them, in the order the decoder judges an
+            /// event's fields (the reference's order; the token count right after the hashes).
+            #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+            pub enum Kind {
+                $($name,)*
+            }
+
+            impl Kind {
+                /// Every kind, in judging order.
+                pub const ALL: [Kind; [$(Kind::$name),*].len()] = [$(Kind::$name),*];
+            }
+        };
+    }
+
+    kinds! {
+        /// A positive block size.
+        BlockSize => u32 {
+            fn shape(value: &u32, shape: &mut Shape) {
+                shape.block_size = Some(*value);
+            }
+        };
+        /// Token ids (in [0, 2**32)), `block_size` of them per block hash.
+        TokenList => Tokens {
+            fn shape(value: &Tokens, shape: &mut Shape) {
+                shape.tokens = Some(value.len());
+            }
+        };
+        /// Block hashes, at least one (int64s).
+        HashList => Hashes {
+            fn hashes(value: &Hashes) -> Option<&Hashes> {
+                Some(value)
+            }
+            fn shape(value: &Hashes, shape: &mut Shape) {
+                shape.pages = Some(value.len());
+            }
+        };
+        /// A block hash or null.
+        OptionalHash => Option<i64> {
+            fn said(value: &Option<i64>) -> bool {
+                value.is_some()
+            }
+        };
+        /// An int64 or null.
+        OptionalInt => Option<i64> {
+            fn said(value: &Option<i64>) -> bool {
+                value.is_some()
+            }
+        };
+        /// A medium's name or null.
+        OptionalMedium => Option<Medium> {
+            fn said(value: &Option<Medium>) -> bool {
+                value.is_some()
+            }
+        };
+        /// A removal reason's name or null.
+        OptionalReason => Option<RemovalReason> {
+            fn said(value: &Option<RemovalReason>) -> bool {
+                value.is_some()
+            }
+        };
+    }
+}
+
+/// A field kind (`kind::*`): its Rust type, and its tag in the field tables.
+pub trait FieldKind {
+    type Value;
+    const KIND: Kind;
+
+    /// The value as block hashes, if the kind is `HashList`.
+    #[inline(always)]
+    fn hashes(value: &Self::Value) -> Option<&Hashes> {
+        let _ = value;
+        None
+    }
+
+    /// Whether the value says something (an optional field is written only then, and only a
+    /// said field needs its wire version).
+    #[inline(always)]
+    fn said(value: &Self::Value) -> bool {
+        let _ = value;
+        true
+    }
+
+    /// Note what the value says of the event's pages in `shape`.
+    #[inline(always)]
+    fn shape(value: &Self::Value, shape: &mut Shape) {
+        let _ = (value, shape);
+    }
+}
+
+/// What an event's fields say of its pages: how many (its hashes), its tokens and its block
+/// size, for the kinds it has.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Shape {
+    pub pages: Option<usize>,
+    pub tokens: Option<usize>,
+    pub block_size: Option<u32>,
+}
+
+impl Shape {
+    /// The (tokens, pages, block size) of an event whose token count is not its block size
+    /// times its pages (an event with tokens and a block size must have exactly that many).
+    pub fn wrong_token_count(&self) -> Option<(usize, usize, u32)> {
+        let (Some(tokens), Some(block_size)) = (self.tokens, self.block_size) else {
+            return None;
+        };
+        let pages = self.pages.unwrap_or(1);
+        (tokens as u128 != u128::from(block_size) * pages as u128)
+            .then_some((tokens, pages, block_size))
+    }
+}
+
+/// Whether a field must be present on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Presence {
+    /// Present in every event of its type (null where its kind allows).
+    Required,
+    /// May be absent (absent means null), and is written only when it says something.
+    Optional,
+}
+
+/// One field of an event type, as the table declares it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Field {
+    /// Its name on the wire and in Python.
+    pub name: &'static str,
+    pub kind: Kind,
+    pub presence: Presence,
+    /// The first wire version that has it.
+    pub since: u8,
+}
+
+macro_rules! declare_event_types {
+    ($(
+        $(#[$doc:meta])*
+        $variant:ident $(($wrap:ident))? = $name:literal {
+            $($(#[$fdoc:meta])* $field:ident: $kind:ident = $wire:literal, $presence:ident since $since:literal;)*
+        }
+    )*) => {
+        /// An event's type (the `type` of its wire object; its Python class).
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum EventType {
+            $($variant,)*
+        }
+
+        /// How many event types there are.
+        pub const TYPE_COUNT: usize = [$(EventType::$variant),*].len();
+
+        impl EventType {
+            /// Every type, in the table's order (`index` is the position here).
+            pub const ALL: [EventType; TYPE_COUNT] = [$(EventType::$variant),*];
+
+            /// The type's name on the wire (its Python class's name).
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $(EventType::$variant => $name,)*
+                }
+            }
+
+            /// The type named `name`, if any.
+            pub fn from_name(name: &str) -> Option<Self> {
+                match name {
+                    $($name => Some(EventType::$variant),)*
+                    _ => None,
+                }
+            }
+
+            /// The type's fields, in wire order.
+            pub const fn fields(self) -> &'static [Field] {
+                match self {
+                    $(EventType::$variant => &[$(Field {
+                        name: $wire,
+                        kind: <kind::$kind as FieldKind>::KIND,
+                        presence: Presence::$presence,
+                        since: $since,
+                    }),*],)*
+                }
+            }
+
+            /// The type's position in `ALL`.
+            pub const fn index(self) -> usize {
+                self as usize
+            }
+        }
+
+        impl crate::events::Event {
+            /// The event's type.
+            pub fn event_type(&self) -> EventType {
+                match self {
+                    $(crate::events::Event::$variant { .. } => EventType::$variant,)*
+                }
+            }
+
+            /// The event's block hashes (its `HashList` field), if its type has them.
+            pub fn block_hashes(&self) -> Option<&Hashes> {
+                match self {
+                    $(event_of!($variant [$($wrap)?] { $($field),* }) => {
+                        let found: Option<&Hashes> = None;
+                        $(let found = found.or(<kind::$kind as FieldKind>::hashes($field));)*
+                        found
+                    })*
+                }
+            }
+
+            /// What the event's fields say of its pages.
+            pub fn shape(&self) -> Shape {
+                let mut shape = Shape::default();
+                match self {
+                    $(event_of!($variant [$($wrap)?] { $($field),* }) => {
+                        $(<kind::$kind as FieldKind>::shape($field, &mut shape);)*
+                    })*
+                }
+                shape
+            }
+
+            /// The first field that says something but came after wire version `version`, if
+            /// any (its wire name).
+            pub fn said_after(&self, version: u8) -> Option<&'static str> {
+                match self {
+                    $(event_of!($variant [$($wrap)?] { $($field),* }) => {
+                        $(if $since > version && <kind::$kind as FieldKind>::said($field) {
+                            return Some($wire);
+                        })*
+                    })*
+                }
+                None
+            }
+        }
+    };
+}
+with_event_types!(declare_event_types);
+
+impl EventType {
+    /// The field of this type named `name` on the wire, if any.
+    pub fn field(self, name: &str) -> Option<&'static Field> {
+        self.fields().iter().find(|field| field.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_found_again() {
+        for (index, kind) in EventType::ALL.into_iter().enumerate() {
+            assert_eq!(kind.index(), index);
+            assert_eq!(EventType::from_name(kind.name()), Some(kind));
+            let fields = kind.fields();
+            for (at, field) in fields.iter().enumerate() {
+                assert!(fields[..at].iter().all(|other| other.name != field.name));
+                assert!(field.name != "type", "{}: `type` is the tag", kind.name());
+            }
+        }
+        assert_eq!(EventType::from_name("blockstored"), None);
+    }
+
+    #[test]
+    fn a_wire_name_has_one_kind_across_types() {
+        let all: Vec<&Field> = EventType::ALL
+            .iter()
+            .flat_map(|kind| kind.fields())
+            .collect();
+        for field in &all {
+            for other in &all {
+                if field.name == other.name {
+                    assert_eq!(field.kind, other.kind, "{}", field.name);
+                }
+            }
+        }
+    }
+}
