@@ -4,9 +4,9 @@
 //! `super::errors`; bad arguments raise ValueError.
 
 use pyo3::exceptions::PyValueError;
-use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString, PyTuple, PyType};
+use pyo3::{intern, IntoPyObjectExt};
 
 use super::classes::{classes, new_uninitialised, set_field};
 use super::codec::WireBatch;
@@ -586,8 +586,27 @@ fn held_usable(answer: Answer) -> (Option<u64>, Option<u64>) {
     }
 }
 
-/// The churn of one decoded record without making its events: (1 batch, blocks stored, blocks
-/// removed, blocks tombstoned, blocks restored, clears).
+/// `ChurnCounts` as one flat tuple: (batches, the count of each event type in the table's
+/// order, `[(medium, reason, blocks removed)]`), e.g. (batches, stored, removed, swa_evicted,
+/// swa_restored, cleared, removed_by).
+impl<'py> IntoPyObject<'py> for ChurnCounts {
+    type Target = PyTuple;
+    type Output = Bound<'py, PyTuple>;
+    type Error = PyErr;
+
+    fn into_pyobject(self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let mut items = Vec::with_capacity(self.by_type.len() + 2);
+        items.push(self.batches.into_bound_py_any(py)?);
+        for count in self.by_type {
+            items.push(count.into_bound_py_any(py)?);
+        }
+        items.push(self.removed_by.into_bound_py_any(py)?);
+        PyTuple::new(py, items)
+    }
+}
+
+/// The churn of one decoded record without making its events: (1 batch, blocks of each event
+/// type, removals by tier and reason).
 #[pyfunction]
 fn wire_churn(wire: &Bound<'_, WireBatch>) -> ChurnCounts {
     Churn::of_batch(&wire.get().batch.events).counts()

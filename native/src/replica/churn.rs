@@ -4,37 +4,32 @@
 
 use smallvec::SmallVec;
 
+use crate::event_types::{EventType, TYPE_COUNT};
 use crate::events::{Event, Medium, RemovalReason};
 
 /// Blocks removed from one tier (a medium of `None` is the GPU) for one reason (`None`: the
 /// event did not say).
 pub type RemovalKey = (Medium, Option<RemovalReason>);
 
-/// Counts of batches and of blocks by what happened to them; `cleared` counts
-/// `AllBlocksCleared` events; `removed_by` splits `removed` by tier and reason (a handful of
-/// keys at most, in the order first seen).
+/// Counts of batches and of blocks by the type of event that they met (one per block hash; one
+/// per event for a type without hashes, e.g. `AllBlocksCleared`); `removed_by` splits the
+/// removals by tier and reason (a handful of keys at most, in the order first seen).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Churn {
     pub batches: u64,
-    pub stored: u64,
-    pub removed: u64,
-    pub swa_evicted: u64,
-    pub swa_restored: u64,
-    pub cleared: u64,
+    /// Indexed by `EventType::index`.
+    pub by_type: [u64; TYPE_COUNT],
     pub removed_by: SmallVec<[(RemovalKey, u64); 2]>,
 }
 
-/// `Churn` as the Python face sees it: (batches, stored, removed, swa_evicted, swa_restored,
-/// cleared, [(medium, reason, blocks removed)]).
-pub type ChurnCounts = (
-    u64,
-    u64,
-    u64,
-    u64,
-    u64,
-    u64,
-    Vec<(String, Option<&'static str>, u64)>,
-);
+/// `Churn` as the Python face sees it (`py` makes it a flat tuple): batches, the count of each
+/// event type in `EventType::ALL`'s order, then `[(medium, reason, blocks removed)]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChurnCounts {
+    pub batches: u64,
+    pub by_type: [u64; TYPE_COUNT],
+    pub removed_by: Vec<(String, Option<&'static str>, u64)>,
+}
 
 impl Churn {
     /// The churn of one batch made of `events`.
@@ -44,22 +39,18 @@ impl Churn {
             ..Self::default()
         };
         for event in events {
-            match event {
-                Event::Stored(stored) => churn.stored += stored.hashes.len() as u64,
-                Event::Removed {
-                    hashes,
-                    medium,
-                    reason,
-                } => {
-                    churn.removed += hashes.len() as u64;
-                    churn.count_removal(medium, *reason, hashes.len() as u64);
-                }
-                Event::SwaEvicted { hashes } => churn.swa_evicted += hashes.len() as u64,
-                Event::SwaRestored { hashes } => churn.swa_restored += hashes.len() as u64,
-                Event::Cleared => churn.cleared += 1,
+            let blocks = event.block_hashes().map_or(1, |hashes| hashes.len() as u64);
+            churn.by_type[event.event_type().index()] += blocks;
+            if let Event::Removed { medium, reason, .. } = event {
+                churn.count_removal(medium, *reason, blocks);
             }
         }
         churn
+    }
+
+    /// The blocks counted for events of type `kind`.
+    pub fn of(&self, kind: EventType) -> u64 {
+        self.by_type[kind.index()]
     }
 
     fn count_removal(&mut self, medium: &Option<Medium>, reason: Option<RemovalReason>, n: u64) {
@@ -81,17 +72,15 @@ impl Churn {
     /// Add `other` to these counts.
     pub fn add(&mut self, other: &Self) {
         self.batches += other.batches;
-        self.stored += other.stored;
-        self.removed += other.removed;
-        self.swa_evicted += other.swa_evicted;
-        self.swa_restored += other.swa_restored;
-        self.cleared += other.cleared;
+        for (count, more) in self.by_type.iter_mut().zip(other.by_type) {
+            *count += more;
+        }
         for ((medium, reason), count) in &other.removed_by {
             self.count_key(medium, *reason, *count);
         }
     }
 
-    /// The counts in `ChurnCounts` order.
+    /// The counts as the Python face gives them.
     pub fn counts(&self) -> ChurnCounts {
         let removed_by = self
             .removed_by
@@ -100,15 +89,11 @@ impl Churn {
                 (medium.to_string(), reason.map(RemovalReason::name), *count)
             })
             .collect();
-        (
-            self.batches,
-            self.stored,
-            self.removed,
-            self.swa_evicted,
-            self.swa_restored,
-            self.cleared,
+        ChurnCounts {
+            batches: self.batches,
+            by_type: self.by_type,
             removed_by,
-        )
+        }
     }
 }
 
@@ -129,10 +114,10 @@ mod tests {
             removed(Some("GPU"), Some(RemovalReason::Evicted), 1),
         ]);
         churn.add(&Churn::of_batch(&[removed(Some("GPU"), None, 4)]));
-        let (batches, _, removed_total, _, _, _, by) = churn.counts();
-        assert_eq!((batches, removed_total), (2, 10));
+        let counts = churn.counts();
+        assert_eq!((counts.batches, churn.of(EventType::Removed)), (2, 10));
         assert_eq!(
-            by,
+            counts.removed_by,
             vec![
                 ("GPU".to_string(), Some("evicted"), 3),
                 ("CPU".to_string(), Some("evicted"), 3),

@@ -157,6 +157,7 @@ pub fn apply_records<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event_types::EventType;
     use crate::events::{Hashes, Header, Stored, Tokens};
 
     fn record(source: &str, epoch: &str, seq: u64, events: Vec<Event>) -> Vec<u8> {
@@ -236,11 +237,11 @@ mod tests {
         assert_eq!(run.pages, 3);
         assert_eq!(run.last_ts, Some(3.5));
         assert_eq!(run.advanced, vec![("a".to_owned(), 2)]);
-        let churn = Churn {
+        let mut churn = Churn {
             batches: 2,
-            stored: 3,
             ..Churn::default()
         };
+        churn.by_type[EventType::Stored.index()] = 3;
         assert_eq!(run.churn, vec![churn]);
         assert_eq!(run.failure, None);
         assert_eq!(cursors.get("a"), Some(("e", 2)));
