@@ -13,17 +13,22 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyString, PyTuple, PyType};
 
-/// An event class whose `N` fields are set by name on instances made without `__init__`.
-pub(crate) struct EventClass<const N: usize> {
+use crate::event_types::{EventType, TYPE_COUNT};
+
+/// An event class whose fields (its type's, `crate::event_types`) are set by name on instances
+/// made without `__init__`; a class without fields has one instance, made once.
+pub(crate) struct EventClass {
     class: Py<PyType>,
-    fields: [Py<PyString>; N],
+    fields: Box<[Py<PyString>]>,
+    only: Option<Py<PyAny>>,
 }
 
-impl<const N: usize> EventClass<N> {
-    /// `class`, whose dataclass fields must be `fields` in this order (a `TypeError` naming
-    /// the class otherwise).
-    fn new(class: Bound<'_, PyType>, fields: [&str; N]) -> PyResult<Self> {
+impl EventClass {
+    /// The class bound for `kind`, whose dataclass fields must be `kind`'s in wire order (a
+    /// `TypeError` naming the class otherwise).
+    fn new(class: Bound<'_, PyType>, kind: EventType) -> PyResult<Self> {
         let py = class.py();
+        let fields: Vec<&str> = kind.fields().iter().map(|field| field.name).collect();
         let declared: Vec<String> = class
             .getattr("__dataclass_fields__")
             .and_then(|declared| declared.try_iter()?.map(|name| name?.extract()).collect())
@@ -34,9 +39,17 @@ impl<const N: usize> EventClass<N> {
                 type_name(&class)
             )));
         }
+        let only = match fields.is_empty() {
+            true => Some(class.call0()?.unbind()),
+            false => None,
+        };
         Ok(EventClass {
-            fields: fields.map(|name| PyString::intern(py, name).unbind()),
+            fields: fields
+                .iter()
+                .map(|name| PyString::intern(py, name).unbind())
+                .collect(),
             class: class.unbind(),
+            only,
         })
     }
 
@@ -45,13 +58,18 @@ impl<const N: usize> EventClass<N> {
         self.class.bind(py)
     }
 
-    /// A new instance holding `values` in its fields, in the order given to `new`. Its
-    /// `__init__` does not run (a frozen dataclass's only assigns its arguments).
-    pub(crate) fn make<'py>(
+    /// An instance holding `values` in its fields, in wire order: a new one whose `__init__`
+    /// does not run (a frozen dataclass's only assigns its arguments), or the one instance of a
+    /// class without fields.
+    pub(crate) fn make<'py, const N: usize>(
         &self,
         py: Python<'py>,
         values: [Bound<'py, PyAny>; N],
     ) -> PyResult<Bound<'py, PyAny>> {
+        debug_assert_eq!(N, self.fields.len(), "{:?}", self.class);
+        if let Some(only) = &self.only {
+            return Ok(only.bind(py).clone());
+        }
         let instance = new_uninitialised(self.class.bind(py))?;
         for (name, value) in self.fields.iter().zip(values) {
             set_field(&instance, name.bind(py), &value)?;
@@ -110,13 +128,8 @@ pub(crate) fn set_field(
 
 /// The classes bound by `cache.events`.
 pub(crate) struct Classes {
-    pub(crate) stored: EventClass<6>,
-    pub(crate) removed: EventClass<3>,
-    pub(crate) swa_evicted: EventClass<1>,
-    pub(crate) swa_restored: EventClass<1>,
-    /// `AllBlocksCleared`'s one instance (it has no field).
-    pub(crate) all_cleared: Py<PyAny>,
-    pub(crate) all_cleared_class: Py<PyType>,
+    /// Each event type's class, indexed by `EventType::index`.
+    events: [EventClass; TYPE_COUNT],
     pub(crate) event_batch: Py<PyType>,
     pub(crate) batch_meta: Py<PyType>,
     pub(crate) decode_error: Py<PyType>,
@@ -125,15 +138,12 @@ pub(crate) struct Classes {
     pub(crate) snapshot_error: Py<PyType>,
 }
 
-/// A `BlockStored`'s fields, in the order the bindings give their values.
-pub(crate) const STORED_FIELDS: [&str; 6] = [
-    "block_hashes",
-    "parent_block_hash",
-    "token_ids",
-    "block_size",
-    "lora_id",
-    "medium",
-];
+impl Classes {
+    /// The class of events of type `kind`.
+    pub(crate) fn event(&self, kind: EventType) -> &EventClass {
+        &self.events[kind.index()]
+    }
+}
 
 static CLASSES: PyOnceLock<Classes> = PyOnceLock::new();
 
@@ -146,9 +156,10 @@ pub(crate) fn classes(py: Python<'_>) -> PyResult<&Classes> {
     })
 }
 
-/// Bind the Python classes the core builds and raises, by name: `BlockStored`, `BlockRemoved`,
-/// `BlockSWAEvicted`, `BlockSWARestored`, `AllBlocksCleared`, `EventBatch`, `BatchMeta`,
-/// `DecodeError`, `EventRecorderError`, `ReplicaConsistencyError` and `ReplicaSnapshotError`. Only the first call binds; a later one is ignored.
+/// Bind the Python classes the core builds and raises, by name: each event type's (its wire
+/// name: `BlockStored`, ...), `EventBatch`, `BatchMeta`, `DecodeError`, `EventRecorderError`,
+/// `ReplicaConsistencyError` and `ReplicaSnapshotError`. Only the first call binds; a later one
+/// is ignored.
 #[pyfunction]
 fn bind_classes(py: Python<'_>, classes: &Bound<'_, PyDict>) -> PyResult<()> {
     if CLASSES.get(py).is_some() {
@@ -161,14 +172,14 @@ fn bind_classes(py: Python<'_>, classes: &Bound<'_, PyDict>) -> PyResult<()> {
             .cast_into::<PyType>()
             .map_err(|_| PyTypeError::new_err(format!("bind_classes: {name} is not a class")))
     };
-    let all_cleared_class = class("AllBlocksCleared")?;
+    let events = EventType::ALL
+        .into_iter()
+        .map(|kind| EventClass::new(class(kind.name())?, kind))
+        .collect::<PyResult<Vec<_>>>()?;
     let bound = Classes {
-        stored: EventClass::new(class("BlockStored")?, STORED_FIELDS)?,
-        removed: EventClass::new(class("BlockRemoved")?, ["block_hashes", "medium", "reason"])?,
-        swa_evicted: EventClass::new(class("BlockSWAEvicted")?, ["block_hashes"])?,
-        swa_restored: EventClass::new(class("BlockSWARestored")?, ["block_hashes"])?,
-        all_cleared: all_cleared_class.call0()?.unbind(),
-        all_cleared_class: all_cleared_class.unbind(),
+        events: events
+            .try_into()
+            .unwrap_or_else(|_| unreachable!("one class per type")),
         event_batch: class("EventBatch")?.unbind(),
         batch_meta: class("BatchMeta")?.unbind(),
         decode_error: class("DecodeError")?.unbind(),

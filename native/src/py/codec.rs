@@ -9,53 +9,49 @@
 use std::sync::Arc;
 
 use pyo3::exceptions::PyValueError;
-use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBytes, PyInt, PyTuple};
+use pyo3::types::{PyBytes, PyTuple};
 use pyo3::{intern, IntoPyObjectExt};
 
 use super::classes::{classes, Classes};
 use super::errors::{decode_error, encode_error};
-use super::events_in::{event_from_py, field};
+use super::event_fields::{field, int_tuple, optional, PyField};
+use super::events_in::event_from_py;
 use super::meta::batch_meta;
 
 use crate::codec::{self, Meta};
+use crate::event_types::{event_of, kind, with_event_types, EventType};
 use crate::events::{Batch, Event, Header, RemovalReason, Stored};
 
 /// Records at least this long are decoded with the GIL released.
 const DETACH_BYTES: usize = 64 * 1024;
 
-fn optional<'py, T: IntoPyObjectExt<'py>>(
-    py: Python<'py>,
-    value: Option<T>,
-) -> PyResult<Bound<'py, PyAny>> {
-    match value {
-        Some(value) => value.into_bound_py_any(py),
-        None => Ok(py.None().into_bound(py)),
-    }
+/// One Python event of `event`, as it is (a multi-page store stays one event).
+macro_rules! event_to_py {
+    ($(
+        $(#[$doc:meta])*
+        $variant:ident $(($wrap:ident))? = $name:literal {
+            $($(#[$fdoc:meta])* $field:ident: $kind:ident = $wire:literal, $presence:ident since $since:literal;)*
+        }
+    )*) => {
+        fn event_to_py<'py>(
+            py: Python<'py>,
+            classes: &Classes,
+            event: &Event,
+        ) -> PyResult<Bound<'py, PyAny>> {
+            match event {
+                $(event_of!($variant [$($wrap)?] { $($field),* }) => {
+                    let values = [$(<kind::$kind as PyField>::to_py(py, $field)?),*];
+                    classes.event(EventType::$variant).make(py, values)
+                })*
+            }
+        }
+    };
 }
+with_event_types!(event_to_py);
 
-/// A tuple of ints that the cycle collector no longer visits. Holding only ints it cannot be
-/// part of a reference cycle, so CPython itself untracks such a tuple at the first collection
-/// that meets it; doing it now spares those collections (made often by the ~1,600 tracked
-/// objects of a page-1 request's events) from visiting it.
-fn int_tuple<'py, T, I>(py: Python<'py>, ints: I) -> PyResult<Bound<'py, PyAny>>
-where
-    T: IntoPyObject<'py>,
-    I: IntoIterator<Item = T>,
-    I::IntoIter: ExactSizeIterator,
-{
-    let tuple = PyTuple::new(py, ints)?;
-    debug_assert!(tuple.iter().all(|item| item.is_instance_of::<PyInt>()));
-    // SAFETY: `tuple` is a live tuple (the `Bound` holds it) and the GIL is held.
-    // PyObject_GC_UnTrack accepts an object that is not tracked (the empty tuple) and only
-    // unlinks it from the collector's lists; the tuple stays valid and is freed as usual.
-    unsafe { ffi::PyObject_GC_UnTrack(tuple.as_ptr().cast()) };
-    Ok(tuple.into_any())
-}
-
-/// Append the Python events of `event`, one per page for a `Stored`.
+/// Append the Python events of `event`: one per page for a `Stored`, else one.
 pub(crate) fn push_events<'py>(
     py: Python<'py>,
     classes: &Classes,
@@ -64,28 +60,8 @@ pub(crate) fn push_events<'py>(
 ) -> PyResult<()> {
     match event {
         Event::Stored(stored) => push_pages(py, classes, stored, out),
-        Event::Removed {
-            hashes,
-            medium,
-            reason,
-        } => {
-            let hashes = int_tuple(py, hashes)?;
-            let medium = optional(py, medium.as_deref())?;
-            let reason = optional(py, reason.map(RemovalReason::name))?;
-            out.push(classes.removed.make(py, [hashes, medium, reason])?);
-            Ok(())
-        }
-        Event::SwaEvicted { hashes } | Event::SwaRestored { hashes } => {
-            let layout = if matches!(event, Event::SwaEvicted { .. }) {
-                &classes.swa_evicted
-            } else {
-                &classes.swa_restored
-            };
-            out.push(layout.make(py, [int_tuple(py, hashes)?])?);
-            Ok(())
-        }
-        Event::Cleared => {
-            out.push(classes.all_cleared.bind(py).clone());
+        other => {
+            out.push(event_to_py(py, classes, other)?);
             Ok(())
         }
     }
@@ -120,7 +96,7 @@ fn push_pages<'py>(
             lora_id.clone(),
             medium.clone(),
         ];
-        out.push(classes.stored.make(py, fields)?);
+        out.push(classes.event(EventType::Stored).make(py, fields)?);
         parent = hash;
     }
     Ok(())
@@ -298,24 +274,7 @@ fn parse_meta(py: Python<'_>, text: &str) -> PyResult<Py<PyAny>> {
 #[pyfunction]
 fn decode_event(py: Python<'_>, data: &[u8], path: &str) -> PyResult<Py<PyAny>> {
     let event = codec::decode_event(data, path).map_err(|error| decode_error(py, error))?;
-    let classes = classes(py)?;
-    let mut items = Vec::with_capacity(1);
-    match &event {
-        // A multi-page store stays one event here.
-        Event::Stored(stored) => {
-            let fields = [
-                int_tuple(py, &stored.hashes)?,
-                optional(py, stored.parent)?,
-                int_tuple(py, &stored.tokens)?,
-                stored.block_size.into_bound_py_any(py)?,
-                optional(py, stored.lora_id)?,
-                optional(py, stored.medium.as_deref())?,
-            ];
-            items.push(classes.stored.make(py, fields)?);
-        }
-        other => push_events(py, classes, other, &mut items)?,
-    }
-    Ok(items.swap_remove(0).unbind())
+    Ok(event_to_py(py, classes(py)?, &event)?.unbind())
 }
 
 /// The native `Batch` of an `EventBatch` (`meta_json`: its meta already as JSON text).

@@ -9,6 +9,7 @@ mod classes;
 pub(crate) mod codec;
 mod digest;
 mod errors;
+mod event_fields;
 mod events_in;
 mod hashing;
 mod meta;
