@@ -12,11 +12,12 @@
 //! strings are taken only when they are printable ASCII without escapes (their bytes are their
 //! text).
 
-use super::decode_parts::{EventType, Scratch};
+use super::decode_parts::Scratch;
 use super::scan::{Scanner, MAX_DEPTH};
 use smallvec::SmallVec;
 
-use crate::events::{Event, Hashes, Medium, RemovalReason, Stored, Tokens};
+use crate::event_types::{event_of, kind, with_event_types, FieldKind, Presence};
+use crate::events::{Event, Hashes, Medium, RemovalReason, Tokens};
 
 /// The event at the cursor (on its `{`) if it has the encoder's layout; None, cursor unmoved,
 /// otherwise.
@@ -59,98 +60,151 @@ pub(super) fn canonical_events(
     }
 }
 
-fn read_event(scanner: &mut Scanner<'_>, scratch: &mut Scratch) -> Option<Event> {
-    // The event object and one list inside it: two levels the general path would count.
-    if scanner.depth() + 2 > MAX_DEPTH {
-        return None;
-    }
-    let kind = event_head(scanner)?;
-    if kind == EventType::Cleared {
-        return Some(Event::Cleared);
-    }
-    let hashes = hash_list(scanner, &mut scratch.hashes)?;
-    match kind {
-        EventType::Stored => read_stored_rest(scanner, hashes, scratch).map(Event::Stored),
-        EventType::Removed => {
-            let medium = match scanner.eat(b",\"medium\":\"GPU\"") {
-                true => Some(Medium::GPU),
-                false => medium_value(scanner)?,
-            };
-            let reason = removal_reason(scanner)?;
-            Some(Event::Removed {
-                hashes,
-                medium,
-                reason,
-            })
-        }
-        EventType::SwaEvicted => scanner.eat(b"}").then_some(Event::SwaEvicted { hashes }),
-        EventType::SwaRestored => scanner.eat(b"}").then_some(Event::SwaRestored { hashes }),
-        EventType::Cleared => unreachable!("handled above"),
-    }
+/// The fast path's reading of each field kind: its value as the encoder writes it (after its
+/// key), when it is one the strict decoder accepts; None otherwise.
+trait CanonicalField: FieldKind {
+    fn read(scanner: &mut Scanner<'_>, scratch: &mut Scratch) -> Option<Self::Value>;
 }
 
-/// An event's start up to the `[` of its hashes (a whole `AllBlocksCleared`): its type, when
-/// named exactly (without escapes). The commonest first.
-#[inline]
-fn event_head(scanner: &mut Scanner<'_>) -> Option<EventType> {
-    Some(
-        if scanner.eat(b"{\"type\":\"BlockStored\",\"block_hashes\":[") {
-            EventType::Stored
-        } else if scanner.eat(b"{\"type\":\"BlockSWAEvicted\",\"block_hashes\":[") {
-            EventType::SwaEvicted
-        } else if scanner.eat(b"{\"type\":\"BlockRemoved\",\"block_hashes\":[") {
-            EventType::Removed
-        } else if scanner.eat(b"{\"type\":\"BlockSWARestored\",\"block_hashes\":[") {
-            EventType::SwaRestored
-        } else if scanner.eat(b"{\"type\":\"AllBlocksCleared\"}") {
-            EventType::Cleared
-        } else {
+impl CanonicalField for kind::HashList {
+    #[inline(always)]
+    fn read(scanner: &mut Scanner<'_>, scratch: &mut Scratch) -> Option<Hashes> {
+        if !scanner.eat(b"[") {
             return None;
-        },
-    )
+        }
+        hash_list(scanner, &mut scratch.hashes)
+    }
 }
 
-/// A `BlockStored` after its `hashes`, up to its closing brace.
-fn read_stored_rest(
-    scanner: &mut Scanner<'_>,
-    hashes: Hashes,
-    scratch: &mut Scratch,
-) -> Option<Stored> {
-    if !scanner.eat(b",\"parent_block_hash\":") {
-        return None;
+impl CanonicalField for kind::TokenList {
+    #[inline(always)]
+    fn read(scanner: &mut Scanner<'_>, scratch: &mut Scratch) -> Option<Tokens> {
+        if !scanner.eat(b"[") {
+            return None;
+        }
+        token_list(scanner, &mut scratch.tokens)
     }
-    let parent = optional_i64(scanner)?;
-    if !scanner.eat(b",\"token_ids\":[") {
-        return None;
+}
+
+impl CanonicalField for kind::BlockSize {
+    #[inline(always)]
+    fn read(scanner: &mut Scanner<'_>, _: &mut Scratch) -> Option<u32> {
+        scanner.plain_u32().filter(|&n| n > 0)
     }
-    let tokens = token_list(scanner, &mut scratch.tokens)?;
-    if !scanner.eat(b",\"block_size\":") {
-        return None;
+}
+
+impl CanonicalField for kind::OptionalHash {
+    #[inline(always)]
+    fn read(scanner: &mut Scanner<'_>, _: &mut Scratch) -> Option<Option<i64>> {
+        optional_i64(scanner)
     }
-    let block_size = scanner.plain_u32().filter(|&n| n > 0)?;
-    // Both sides are below 2^64: no overflow in u128.
-    let expected = u128::from(block_size) * hashes.len() as u128;
-    if tokens.len() as u128 != expected {
-        return None;
+}
+
+impl CanonicalField for kind::OptionalInt {
+    #[inline(always)]
+    fn read(scanner: &mut Scanner<'_>, _: &mut Scratch) -> Option<Option<i64>> {
+        optional_i64(scanner)
     }
-    // Nearly every store ends the same way.
-    let (lora_id, medium) = match scanner.eat(b",\"lora_id\":null,\"medium\":\"GPU\"}") {
-        true => (None, Some(Medium::GPU)),
-        false => {
-            if !scanner.eat(b",\"lora_id\":") {
+}
+
+impl CanonicalField for kind::OptionalMedium {
+    /// `null` or a medium named by a plain ASCII string (the commonest without a copy).
+    #[inline(always)]
+    fn read(scanner: &mut Scanner<'_>, _: &mut Scratch) -> Option<Option<Medium>> {
+        if scanner.eat(b"\"GPU\"") {
+            return Some(Some(Medium::GPU));
+        }
+        match scanner.eat(b"null") {
+            true => Some(None),
+            false => Some(Some(Medium::new(scanner.plain_ascii_string()?))),
+        }
+    }
+}
+
+impl CanonicalField for kind::OptionalReason {
+    /// A reason's name (the encoder writes no null reason).
+    #[inline(always)]
+    fn read(scanner: &mut Scanner<'_>, _: &mut Scratch) -> Option<Option<RemovalReason>> {
+        RemovalReason::from_name(scanner.plain_ascii_string()?).map(Some)
+    }
+}
+
+/// `text` as a byte array, for `Scanner::eat`.
+const fn byte_array<const N: usize>(text: &str) -> [u8; N] {
+    let bytes = text.as_bytes();
+    assert!(bytes.len() == N);
+    let mut out = [0u8; N];
+    let mut at = 0;
+    while at < N {
+        out[at] = bytes[at];
+        at += 1;
+    }
+    out
+}
+
+/// The bytes of a constant string (`concat!` of the table's names), as `Scanner::eat` takes
+/// them.
+macro_rules! literal {
+    ($text:expr) => {{
+        const TEXT: &str = $text;
+        const BYTES: [u8; TEXT.len()] = byte_array(TEXT);
+        &BYTES
+    }};
+}
+
+/// `read_event` from the table of event types: the type by its head (`{"type":"Name"`, the
+/// name exact, without escapes), then each field's key and value in wire order (an optional
+/// field may be absent), then `}`; the token count must be right.
+macro_rules! read_event {
+    ($(
+        $(#[$doc:meta])*
+        $variant:ident $(($wrap:ident))? = $name:literal {
+            $($(#[$fdoc:meta])* $field:ident: $kind:ident = $wire:literal, $presence:ident since $since:literal;)*
+        }
+    )*) => {
+        fn read_event(scanner: &mut Scanner<'_>, scratch: &mut Scratch) -> Option<Event> {
+            // The event object and one list inside it: two levels the general path would count.
+            if scanner.depth() + 2 > MAX_DEPTH {
                 return None;
             }
-            (optional_i64(scanner)?, last_medium(scanner)?)
+            $(if scanner.eat(literal!(concat!("{\"type\":\"", $name, "\""))) {
+                $(let $field = read_field::<kind::$kind, _>(
+                    scanner,
+                    scratch,
+                    literal!(concat!(",\"", $wire, "\":")),
+                    Presence::$presence,
+                )?;)*
+                if !scanner.eat(b"}") {
+                    return None;
+                }
+                let event = event_of!($variant [$($wrap)?] { $($field),* });
+                return event.shape().wrong_token_count().is_none().then_some(event);
+            })*
+            None
         }
     };
-    Some(Stored {
-        hashes,
-        parent,
-        tokens,
-        block_size,
-        lora_id,
-        medium,
-    })
+}
+with_event_types!(read_event);
+
+/// A field's key and value; an optional field's key may be absent (its value then the default,
+/// null).
+#[inline(always)]
+fn read_field<K: CanonicalField, const N: usize>(
+    scanner: &mut Scanner<'_>,
+    scratch: &mut Scratch,
+    key: &[u8; N],
+    presence: Presence,
+) -> Option<K::Value>
+where
+    K::Value: Default,
+{
+    if scanner.eat(key) {
+        return K::read(scanner, scratch);
+    }
+    match presence {
+        Presence::Optional => Some(K::Value::default()),
+        Presence::Required => None,
+    }
 }
 
 /// The rest of a non-empty `[int,...]` of block hashes without whitespace (the cursor after its
@@ -228,33 +282,4 @@ fn optional_i64(scanner: &mut Scanner<'_>) -> Option<Option<i64>> {
         return Some(None);
     }
     scanner.plain_i64().map(Some)
-}
-
-/// `,"medium":` then `null` or a medium named by a plain ASCII string, and the event's `}`.
-fn last_medium(scanner: &mut Scanner<'_>) -> Option<Option<Medium>> {
-    let medium = medium_value(scanner)?;
-    scanner.eat(b"}").then_some(medium)
-}
-
-/// `,"medium":` then `null` or a medium named by a plain ASCII string.
-fn medium_value(scanner: &mut Scanner<'_>) -> Option<Option<Medium>> {
-    if !scanner.eat(b",\"medium\":") {
-        return None;
-    }
-    match scanner.eat(b"null") {
-        true => Some(None),
-        false => Some(Some(Medium::new(scanner.plain_ascii_string()?))),
-    }
-}
-
-/// A removal's end: `}`, or `,"reason":` and a reason's name, then `}`.
-fn removal_reason(scanner: &mut Scanner<'_>) -> Option<Option<RemovalReason>> {
-    if scanner.eat(b"}") {
-        return Some(None);
-    }
-    if !scanner.eat(b",\"reason\":") {
-        return None;
-    }
-    let reason = RemovalReason::from_name(scanner.plain_ascii_string()?)?;
-    scanner.eat(b"}").then_some(Some(reason))
 }

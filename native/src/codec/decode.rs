@@ -11,13 +11,18 @@
 use std::borrow::Cow;
 
 use super::canonical::{canonical_event, canonical_events};
-use super::decode_parts::{events_capacity, EventType, Scratch};
+use super::decode_parts::{events_capacity, Scratch};
 use super::error::{Error as DecodeError, Reason};
+use super::event_keys::{
+    event_key, key_index, Mask, EVENT_KEYS, EVENT_KEY_COUNT, KEY_KINDS, OPTIONAL, REQUIRED,
+    TYPE_KEY,
+};
 use super::meta::{scan_meta, Meta};
 use super::scan::{Got, Kind, Number, Scanner, SyntaxError, Value};
 use super::text::quoted_excerpt;
-use super::{REASON_VERSION, SUPPORTED_VERSIONS};
-use crate::events::{Batch, Event, Hashes, Header, Medium, RemovalReason, Stored, Tokens};
+use super::SUPPORTED_VERSIONS;
+use crate::event_types::{event_of, kind, with_event_types, EventType, Field, Kind as FieldKind};
+use crate::events::{Batch, Event, Hashes, Header, Medium, RemovalReason, Tokens};
 
 /// `decode_with_meta` through the slots alone (the general path), without the size check.
 pub(super) fn decode_slots(data: &[u8]) -> Result<(Batch, Option<Meta>), DecodeError> {
@@ -276,25 +281,17 @@ impl TopSlots<'_> {
 
 // --- events --------------------------------------------------------------------------------
 
-/// The first removal that says why in a batch whose version cannot (a reason needs version
-/// `REASON_VERSION`), named from the batch.
+/// The first field said in a batch whose version does not have it yet (a removal's reason
+/// needs version 3), named from the batch.
 pub(super) fn reason_before_its_version(version: u8, events: &[Event]) -> Option<DecodeError> {
-    if version >= REASON_VERSION {
-        return None;
-    }
-    let index = events.iter().position(|event| {
-        matches!(
-            event,
-            Event::Removed {
-                reason: Some(_),
-                ..
-            }
-        )
-    })?;
-    Some(DecodeError::new(
-        format!("events[{index}].reason"),
-        Reason::ReasonNeedsVersion { version },
-    ))
+    events.iter().enumerate().find_map(|(index, event)| {
+        event.said_after(version).map(|field| {
+            DecodeError::new(
+                format!("events[{index}].{field}"),
+                Reason::ReasonNeedsVersion { version },
+            )
+        })
+    })
 }
 
 /// Decode the events array at the cursor (on `[`) into `events`; the first event that does
@@ -329,65 +326,10 @@ pub(super) fn scan_events(
     Ok(failure)
 }
 
-impl EventType {
-    /// The keys this type has, as `EVENT_FIELDS` bits.
-    fn fields(self) -> u8 {
-        match self {
-            EventType::Stored => !REASON,
-            EventType::Removed => TYPE | HASHES | MEDIUM,
-            EventType::SwaEvicted | EventType::SwaRestored => TYPE | HASHES,
-            EventType::Cleared => TYPE,
-        }
-    }
-
-    /// The keys this type may have besides `fields` (absent means null).
-    fn optional_fields(self) -> u8 {
-        match self {
-            EventType::Removed => REASON,
-            _ => 0,
-        }
-    }
-}
-
-/// Every key an event can have, sorted (the reference names the first missing or unknown one).
-const EVENT_FIELDS: [&str; 8] = [
-    "block_hashes",
-    "block_size",
-    "lora_id",
-    "medium",
-    "parent_block_hash",
-    "reason",
-    "token_ids",
-    "type",
-];
-const HASHES: u8 = 1 << 0;
-const BLOCK_SIZE: u8 = 1 << 1;
-const LORA_ID: u8 = 1 << 2;
-const MEDIUM: u8 = 1 << 3;
-const PARENT: u8 = 1 << 4;
-const REASON: u8 = 1 << 5;
-const TOKENS: u8 = 1 << 6;
-const TYPE: u8 = 1 << 7;
-
-/// The `EVENT_FIELDS` bit of `key` (a `match`: compiled to length and byte checks).
-#[inline]
-fn event_field(key: &str) -> Option<u8> {
-    Some(match key {
-        "block_hashes" => HASHES,
-        "block_size" => BLOCK_SIZE,
-        "lora_id" => LORA_ID,
-        "medium" => MEDIUM,
-        "parent_block_hash" => PARENT,
-        "reason" => REASON,
-        "token_ids" => TOKENS,
-        "type" => TYPE,
-        _ => return None,
-    })
-}
-
 const INT64_RANGE: &str = "[-9223372036854775808, 9223372036854775807]";
 const UINT32_RANGE: &str = "[0, 4294967295]";
 
+/// An event's `type` as scanned.
 enum TypeSlot<'a> {
     Known(EventType),
     Unknown(Cow<'a, str>),
@@ -401,18 +343,29 @@ enum ListSlot {
     List { bad: Option<(usize, Got)> },
 }
 
-#[derive(Default)]
+/// A field's value as scanned: an int list (of a list kind) or any other value.
+enum Slot<'a> {
+    List(ListSlot),
+    Value(Value<'a>),
+}
+
+/// One event object's keys as scanned, by `EVENT_KEYS` index.
 struct EventSlots<'a> {
-    present: u8,
+    present: Mask,
     kind: Option<TypeSlot<'a>>,
-    hashes: Option<ListSlot>,
-    tokens: Option<ListSlot>,
-    block_size: Option<Value<'a>>,
-    parent: Option<Value<'a>>,
-    lora_id: Option<Value<'a>>,
-    medium: Option<Value<'a>>,
-    reason: Option<Value<'a>>,
+    slots: [Option<Slot<'a>>; EVENT_KEY_COUNT],
     least_unknown: Option<String>,
+}
+
+impl Default for EventSlots<'_> {
+    fn default() -> Self {
+        EventSlots {
+            present: 0,
+            kind: None,
+            slots: std::array::from_fn(|_| None),
+            least_unknown: None,
+        }
+    }
 }
 
 /// Parse the value at the cursor as a list of ints, keeping those `accept` takes in `out`.
@@ -475,43 +428,41 @@ fn scan_event_slots<'a>(
     let mut slots = EventSlots::default();
     let mut first = true;
     while let Some(key) = scanner.next_key(&mut first)? {
-        let Some(bit) = event_field(&key) else {
+        let Some(index) = event_key(&key) else {
             scanner.skip_value()?;
             note_unknown(&mut slots.least_unknown, key);
             continue;
         };
-        slots.present |= bit;
-        match bit {
-            TYPE => {
+        slots.present |= 1 << index;
+        let slot = match KEY_KINDS[index] {
+            None => {
                 slots.kind = Some(match scanner.value()? {
                     Value::Str(name) => match EventType::from_name(&name) {
                         Some(kind) => TypeSlot::Known(kind),
                         None => TypeSlot::Unknown(name),
                     },
                     other => TypeSlot::NotStr(other.kind()),
-                })
+                });
+                continue;
             }
-            HASHES => {
-                slots.hashes = Some(scan_int_list(scanner, &mut scratch.hashes, |n| {
+            Some(FieldKind::HashList) => {
+                Slot::List(scan_int_list(scanner, &mut scratch.hashes, |n| {
                     i64::try_from(n).ok()
                 })?)
             }
-            TOKENS => {
-                slots.tokens = Some(scan_int_list(scanner, &mut scratch.tokens, |n| {
+            Some(FieldKind::TokenList) => {
+                Slot::List(scan_int_list(scanner, &mut scratch.tokens, |n| {
                     u32::try_from(n).ok()
                 })?)
             }
-            BLOCK_SIZE => slots.block_size = Some(scanner.value()?),
-            PARENT => slots.parent = Some(scanner.value()?),
-            LORA_ID => slots.lora_id = Some(scanner.value()?),
-            REASON => slots.reason = Some(scanner.value()?),
-            _ => slots.medium = Some(scanner.value()?),
-        }
+            Some(_) => Slot::Value(scanner.value()?),
+        };
+        slots.slots[index] = Some(slot);
     }
     Ok(slots.judge(scratch))
 }
 
-fn list_error(field: &str, range: &'static str, slot: &Option<ListSlot>) -> Option<DecodeError> {
+fn list_error(field: &str, range: &'static str, slot: Option<&ListSlot>) -> Option<DecodeError> {
     match slot {
         Some(ListSlot::NotList(kind)) => {
             Some(DecodeError::expected(field, "a list", Got::Kind(*kind)))
@@ -526,14 +477,42 @@ fn list_error(field: &str, range: &'static str, slot: &Option<ListSlot>) -> Opti
     }
 }
 
-fn hashes_of(slot: &Option<ListSlot>, scratch: &Scratch) -> Result<Hashes, DecodeError> {
-    if let Some(error) = list_error("block_hashes", INT64_RANGE, slot) {
+fn hashes_of(
+    field: &str,
+    slot: Option<&ListSlot>,
+    scratch: &Scratch,
+) -> Result<Hashes, DecodeError> {
+    if let Some(error) = list_error(field, INT64_RANGE, slot) {
         return Err(error);
     }
-    if scratch.hashes.is_empty() {
-        return Err(DecodeError::new("block_hashes", Reason::NoBlockHashes));
+    if slot.is_none() || scratch.hashes.is_empty() {
+        return Err(DecodeError::new(field, Reason::NoBlockHashes));
     }
     Ok(Hashes::from_slice(&scratch.hashes))
+}
+
+fn tokens_of(
+    field: &str,
+    slot: Option<&ListSlot>,
+    scratch: &Scratch,
+) -> Result<Tokens, DecodeError> {
+    if let Some(error) = list_error(field, UINT32_RANGE, slot) {
+        return Err(error);
+    }
+    match slot {
+        Some(_) => Ok(Tokens::from_slice(&scratch.tokens)),
+        None => Ok(Tokens::new()),
+    }
+}
+
+fn positive_int(field: &str, value: Option<Value<'_>>) -> Result<i128, DecodeError> {
+    match &value {
+        Some(Value::Int(number)) if *number > 0 => Ok(*number),
+        other => {
+            let got = other.as_ref().map_or(Got::Kind(Kind::Null), Value::got);
+            Err(DecodeError::expected(field, "a positive int", got))
+        }
+    }
 }
 
 fn optional_int64(field: &str, value: Option<Value<'_>>) -> Result<Option<i64>, DecodeError> {
@@ -558,36 +537,155 @@ fn optional_medium(field: &str, value: Option<Value<'_>>) -> Result<Option<Mediu
     }
 }
 
-fn optional_reason(value: Option<Value<'_>>) -> Result<Option<RemovalReason>, DecodeError> {
+fn optional_reason(
+    field: &str,
+    value: Option<Value<'_>>,
+) -> Result<Option<RemovalReason>, DecodeError> {
     match value {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Str(text)) => RemovalReason::from_name(&text).map(Some).ok_or_else(|| {
             DecodeError::new(
-                "reason",
+                field,
                 Reason::UnknownRemovalReason {
                     got: quoted_excerpt(&text),
                 },
             )
         }),
-        Some(other) => Err(DecodeError::expected(
-            "reason",
-            "str",
-            Got::Kind(other.kind()),
-        )),
+        Some(other) => Err(DecodeError::expected(field, "str", Got::Kind(other.kind()))),
     }
+}
+
+/// A field's value once judged (a block size still as read: `judge` narrows it last).
+enum Judged {
+    BlockSize(i128),
+    Tokens(Tokens),
+    Hashes(Hashes),
+    Int(Option<i64>),
+    Medium(Option<Medium>),
+    Reason(Option<RemovalReason>),
+}
+
+/// The value of field `field` judged by its kind (`slot`: its scanned value, None if absent).
+fn judge_field(
+    field: &Field,
+    slot: Option<Slot<'_>>,
+    scratch: &Scratch,
+) -> Result<Judged, DecodeError> {
+    let (list, value) = match slot {
+        Some(Slot::List(list)) => (Some(list), None),
+        Some(Slot::Value(value)) => (None, Some(value)),
+        None => (None, None),
+    };
+    let name = field.name;
+    Ok(match field.kind {
+        FieldKind::BlockSize => Judged::BlockSize(positive_int(name, value)?),
+        FieldKind::TokenList => Judged::Tokens(tokens_of(name, list.as_ref(), scratch)?),
+        FieldKind::HashList => Judged::Hashes(hashes_of(name, list.as_ref(), scratch)?),
+        FieldKind::OptionalHash | FieldKind::OptionalInt => {
+            Judged::Int(optional_int64(name, value)?)
+        }
+        FieldKind::OptionalMedium => Judged::Medium(optional_medium(name, value)?),
+        FieldKind::OptionalReason => Judged::Reason(optional_reason(name, value)?),
+    })
+}
+
+/// The judged value of a field of kind `Self` (present: `judge` judged every field its type
+/// has; an absent optional one is null).
+trait FromJudged: crate::event_types::FieldKind {
+    fn from_judged(judged: Option<Judged>) -> Self::Value;
+}
+
+macro_rules! from_judged {
+    ($($kind:ident: $variant:ident($value:ident) => $out:expr, absent $absent:expr;)*) => {$(
+        impl FromJudged for kind::$kind {
+            fn from_judged(judged: Option<Judged>) -> Self::Value {
+                match judged {
+                    Some(Judged::$variant($value)) => $out,
+                    _ => $absent,
+                }
+            }
+        }
+    )*};
+}
+
+from_judged! {
+    // `judge` refused a block size above u32::MAX.
+    BlockSize: BlockSize(size) => u32::try_from(size).unwrap_or(u32::MAX), absent 0;
+    TokenList: Tokens(tokens) => tokens, absent Tokens::new();
+    HashList: Hashes(hashes) => hashes, absent Hashes::new();
+    OptionalHash: Int(value) => value, absent None;
+    OptionalInt: Int(value) => value, absent None;
+    OptionalMedium: Medium(value) => value, absent None;
+    OptionalReason: Reason(value) => value, absent None;
+}
+
+/// The event of type `kind` from its judged fields (by `EVENT_KEYS` index).
+macro_rules! event_from_judged {
+    ($(
+        $(#[$doc:meta])*
+        $variant:ident $(($wrap:ident))? = $name:literal {
+            $($(#[$fdoc:meta])* $field:ident: $kind:ident = $wire:literal, $presence:ident since $since:literal;)*
+        }
+    )*) => {
+        fn event_from_judged(
+            kind: EventType,
+            judged: &mut [Option<Judged>; EVENT_KEY_COUNT],
+        ) -> Event {
+            let _ = &judged;
+            match kind {
+                $(EventType::$variant => {
+                    $(let $field = <kind::$kind as FromJudged>::from_judged(
+                        judged[const { key_index($wire) }].take(),
+                    );)*
+                    event_of!($variant [$($wrap)?] { $($field),* })
+                })*
+            }
+        }
+    };
+}
+with_event_types!(event_from_judged);
+
+/// The token count's error, if the judged fields have tokens and a block size and the tokens
+/// are not the block size times the pages.
+fn token_count_error(judged: &[Option<Judged>]) -> Option<DecodeError> {
+    let (mut tokens, mut pages, mut block_size) = (None, 1, None);
+    for value in judged.iter().flatten() {
+        match value {
+            Judged::Tokens(list) => tokens = Some(list.len()),
+            Judged::Hashes(list) => pages = list.len(),
+            Judged::BlockSize(size) => block_size = Some(*size),
+            _ => {}
+        }
+    }
+    let (tokens, block_size) = (tokens?, block_size?);
+    // Exact in i128: block_size <= u64::MAX and pages, tokens < 2^61.
+    (tokens as i128 != block_size * pages as i128).then(|| {
+        let field = EVENT_KEYS[judged
+            .iter()
+            .position(|value| matches!(value, Some(Judged::Tokens(_))))
+            .unwrap_or_default()];
+        DecodeError::new(
+            field,
+            Reason::TokenCount {
+                tokens,
+                pages,
+                block_size,
+            },
+        )
+    })
 }
 
 impl EventSlots<'_> {
     /// The reference's checks of one event, in its order; fields are named relative to it.
-    fn judge(self, scratch: &Scratch) -> Result<Event, DecodeError> {
+    fn judge(mut self, scratch: &Scratch) -> Result<Event, DecodeError> {
         let kind = match self.kind {
-            None => return Err(DecodeError::new("type", Reason::Missing)),
+            None => return Err(DecodeError::new(TYPE_KEY, Reason::Missing)),
             Some(TypeSlot::NotStr(kind)) => {
-                return Err(DecodeError::expected("type", "str", Got::Kind(kind)))
+                return Err(DecodeError::expected(TYPE_KEY, "str", Got::Kind(kind)))
             }
             Some(TypeSlot::Unknown(name)) => {
                 return Err(DecodeError::new(
-                    "type",
+                    TYPE_KEY,
                     Reason::UnknownEventType {
                         name: quoted_excerpt(&name),
                     },
@@ -595,14 +693,14 @@ impl EventSlots<'_> {
             }
             Some(TypeSlot::Known(kind)) => kind,
         };
-        let expected = kind.fields();
+        let expected = REQUIRED[kind.index()];
         let missing = expected & !self.present;
         if missing != 0 {
-            let name = EVENT_FIELDS[missing.trailing_zeros() as usize];
+            let name = EVENT_KEYS[missing.trailing_zeros() as usize];
             return Err(DecodeError::new(name, Reason::Missing));
         }
-        let extra = self.present & !(expected | kind.optional_fields());
-        let known_extra = (extra != 0).then(|| EVENT_FIELDS[extra.trailing_zeros() as usize]);
+        let extra = self.present & !(expected | OPTIONAL[kind.index()]);
+        let known_extra = (extra != 0).then(|| EVENT_KEYS[extra.trailing_zeros() as usize]);
         let least = match (known_extra, self.least_unknown.as_deref()) {
             (Some(known), Some(unknown)) => Some(known.min(unknown)),
             (known, unknown) => known.or(unknown),
@@ -610,67 +708,35 @@ impl EventSlots<'_> {
         if let Some(name) = least {
             return Err(DecodeError::new(name, Reason::UnknownField));
         }
-        match kind {
-            EventType::Stored => self.judge_stored(scratch),
-            EventType::Removed => {
-                let hashes = hashes_of(&self.hashes, scratch)?;
-                let medium = optional_medium("medium", self.medium)?;
-                let reason = optional_reason(self.reason)?;
-                Ok(Event::Removed {
-                    hashes,
-                    medium,
-                    reason,
-                })
+        // Field by field in the kinds' judging order; the token count right after the hashes.
+        let mut judged: [Option<Judged>; EVENT_KEY_COUNT] = std::array::from_fn(|_| None);
+        for field_kind in FieldKind::ALL {
+            for field in kind
+                .fields()
+                .iter()
+                .filter(|field| field.kind == field_kind)
+            {
+                let index = key_index(field.name);
+                judged[index] = Some(judge_field(field, self.slots[index].take(), scratch)?);
             }
-            EventType::SwaEvicted => Ok(Event::SwaEvicted {
-                hashes: hashes_of(&self.hashes, scratch)?,
-            }),
-            EventType::SwaRestored => Ok(Event::SwaRestored {
-                hashes: hashes_of(&self.hashes, scratch)?,
-            }),
-            EventType::Cleared => Ok(Event::Cleared),
-        }
-    }
-
-    fn judge_stored(self, scratch: &Scratch) -> Result<Event, DecodeError> {
-        let block_size = match &self.block_size {
-            Some(Value::Int(number)) if *number > 0 => *number,
-            other => {
-                let got = other.as_ref().map_or(Got::Kind(Kind::Null), Value::got);
-                return Err(DecodeError::expected("block_size", "a positive int", got));
+            if field_kind == FieldKind::HashList {
+                if let Some(error) = token_count_error(&judged) {
+                    return Err(error);
+                }
             }
-        };
-        if let Some(error) = list_error("token_ids", UINT32_RANGE, &self.tokens) {
-            return Err(error);
         }
-        let hashes = hashes_of(&self.hashes, scratch)?;
-        let tokens = scratch.tokens.len();
-        let pages = hashes.len();
-        // Exact in i128: block_size <= u64::MAX and pages, tokens < 2^61.
-        if tokens as i128 != block_size * pages as i128 {
-            return Err(DecodeError::new(
-                "token_ids",
-                Reason::TokenCount {
-                    tokens,
-                    pages,
-                    block_size,
-                },
-            ));
-        }
-        let parent = optional_int64("parent_block_hash", self.parent)?;
-        let lora_id = optional_int64("lora_id", self.lora_id)?;
-        let medium = optional_medium("medium", self.medium)?;
         // Only a record of 2^32 tokens or more (40 GB of JSON) gets here with a wider size.
-        let block_size = u32::try_from(block_size)
-            .map_err(|_| DecodeError::new("block_size", Reason::BlockSizeTooLarge(block_size)))?;
-        Ok(Event::Stored(Stored {
-            hashes,
-            parent,
-            tokens: Tokens::from_slice(&scratch.tokens),
-            block_size,
-            lora_id,
-            medium,
-        }))
+        for (index, value) in judged.iter().enumerate() {
+            if let Some(Judged::BlockSize(size)) = value {
+                if u32::try_from(*size).is_err() {
+                    return Err(DecodeError::new(
+                        EVENT_KEYS[index],
+                        Reason::BlockSizeTooLarge(*size),
+                    ));
+                }
+            }
+        }
+        Ok(event_from_judged(kind, &mut judged))
     }
 }
 
@@ -778,9 +844,6 @@ mod tests {
         for (index, name) in TOP_FIELDS.iter().enumerate() {
             assert_eq!(top_field(name), Some(index), "{name}");
         }
-        for (index, name) in EVENT_FIELDS.iter().enumerate() {
-            assert_eq!(event_field(name), Some(1 << index), "{name}");
-        }
         for other in [
             "",
             "V",
@@ -791,7 +854,7 @@ mod tests {
             "medium ",
         ] {
             assert_eq!(top_field(other), None, "{other}");
-            assert_eq!(event_field(other), None, "{other}");
+            assert_eq!(event_key(other), None, "{other}");
         }
     }
 }

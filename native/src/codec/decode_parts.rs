@@ -1,29 +1,5 @@
 //! What the strict decoder (`super::decode`) and its fast paths (`super::canonical`,
-//! `super::record`) share: the event types by wire name, the reused int-list buffers and the
-//! guess of a record's event count.
-
-/// An event's `type`.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum EventType {
-    Stored,
-    Removed,
-    SwaEvicted,
-    SwaRestored,
-    Cleared,
-}
-
-impl EventType {
-    pub(super) fn from_name(name: &str) -> Option<Self> {
-        match name {
-            "BlockStored" => Some(EventType::Stored),
-            "BlockRemoved" => Some(EventType::Removed),
-            "BlockSWAEvicted" => Some(EventType::SwaEvicted),
-            "BlockSWARestored" => Some(EventType::SwaRestored),
-            "AllBlocksCleared" => Some(EventType::Cleared),
-            _ => None,
-        }
-    }
-}
+//! `super::record`) share: the reused int-list buffers and the guess of a record's event count.
 
 /// Reused buffers for the int lists of one event.
 #[derive(Default)]

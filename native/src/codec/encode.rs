@@ -7,10 +7,14 @@
 //! reference codec's JSON object (keys in the same order, doubles and strings written alike).
 
 use super::error::{Error as EncodeError, Reason};
+use super::fields::{
+    write_hashes, write_optional_i64, write_optional_str, write_tokens, WireField,
+};
 use super::meta::Meta;
 use super::scan::Got;
-use super::text::{write_f64, write_i64, write_str, write_u64};
-use super::{REASON_VERSION, SUPPORTED_VERSIONS};
+use super::text::{write_f64, write_str, write_u64};
+use super::SUPPORTED_VERSIONS;
+use crate::event_types::{event_of, kind, with_event_types, FieldKind, Presence};
 use crate::events::{Batch, Event, Stored};
 
 /// A field of a batch that would not decode again, named as a decode error would name it.
@@ -89,46 +93,35 @@ fn check(batch: &Batch) -> Result<(), EncodeError> {
         Meta::from_json(meta)?;
     }
     for (index, event) in batch.events.iter().enumerate() {
-        let hashes = match event {
-            Event::Stored(stored) => {
-                if stored.block_size == 0 {
-                    return Err(refuse(
-                        format!("events[{index}].block_size"),
-                        Reason::Expected {
-                            expected: "a positive int",
-                            got: Got::Int(0),
-                        },
-                    ));
-                }
-                let expected = stored.block_size as usize * stored.hashes.len();
-                if stored.tokens.len() != expected {
-                    return Err(refuse(
-                        format!("events[{index}].token_ids"),
-                        Reason::TokenCount {
-                            tokens: stored.tokens.len(),
-                            pages: stored.hashes.len(),
-                            block_size: i128::from(stored.block_size),
-                        },
-                    ));
-                }
-                &stored.hashes
-            }
-            Event::Removed { reason, .. }
-                if reason.is_some() && header.version < REASON_VERSION =>
-            {
-                return Err(refuse(
-                    format!("events[{index}].reason"),
-                    Reason::ReasonNeedsVersion {
-                        version: header.version,
-                    },
-                ));
-            }
-            Event::Removed { hashes, .. }
-            | Event::SwaEvicted { hashes }
-            | Event::SwaRestored { hashes } => hashes,
-            Event::Cleared => continue,
-        };
-        if hashes.is_empty() {
+        let shape = event.shape();
+        if shape.block_size == Some(0) {
+            return Err(refuse(
+                format!("events[{index}].block_size"),
+                Reason::Expected {
+                    expected: "a positive int",
+                    got: Got::Int(0),
+                },
+            ));
+        }
+        if let Some((tokens, pages, block_size)) = shape.wrong_token_count() {
+            return Err(refuse(
+                format!("events[{index}].token_ids"),
+                Reason::TokenCount {
+                    tokens,
+                    pages,
+                    block_size: i128::from(block_size),
+                },
+            ));
+        }
+        if let Some(field) = event.said_after(header.version) {
+            return Err(refuse(
+                format!("events[{index}].{field}"),
+                Reason::ReasonNeedsVersion {
+                    version: header.version,
+                },
+            ));
+        }
+        if shape.pages == Some(0) {
             return Err(refuse(
                 format!("events[{index}].block_hashes"),
                 Reason::NoBlockHashes,
@@ -169,15 +162,6 @@ fn stored_of(event: &Event) -> Option<&Stored> {
     }
 }
 
-fn write_hashes(out: &mut Vec<u8>, hashes: &[i64], first: &mut bool) {
-    for &hash in hashes {
-        if !std::mem::take(first) {
-            out.push(b',');
-        }
-        write_i64(out, hash);
-    }
-}
-
 /// One `BlockStored` for a chain of `Stored` events (as `chain_length` found it).
 fn write_stored(out: &mut Vec<u8>, chain: &[Event]) {
     let Some(head) = chain.first().and_then(stored_of) else {
@@ -193,12 +177,7 @@ fn write_stored(out: &mut Vec<u8>, chain: &[Event]) {
     out.extend_from_slice(b",\"token_ids\":[");
     let mut first = true;
     for stored in chain.iter().filter_map(stored_of) {
-        for &token in &stored.tokens {
-            if !std::mem::take(&mut first) {
-                out.push(b',');
-            }
-            write_u64(out, u64::from(token));
-        }
+        write_tokens(out, &stored.tokens, &mut first);
     }
     out.extend_from_slice(b"],\"block_size\":");
     write_u64(out, u64::from(head.block_size));
@@ -209,74 +188,47 @@ fn write_stored(out: &mut Vec<u8>, chain: &[Event]) {
     out.push(b'}');
 }
 
-fn write_optional_i64(out: &mut Vec<u8>, value: Option<i64>) {
-    match value {
-        Some(value) => write_i64(out, value),
-        None => out.extend_from_slice(b"null"),
-    }
-}
-
-fn write_optional_str(out: &mut Vec<u8>, value: Option<&str>) {
-    match value {
-        Some(text) => write_str(out, text),
-        None => out.extend_from_slice(b"null"),
-    }
-}
-
-/// One event as it is.
-fn write_event(out: &mut Vec<u8>, event: &Event) {
-    let mut removal_reason = None;
-    let (name, hashes, medium): (&[u8], &[i64], Option<Option<&str>>) = match event {
-        Event::Removed {
-            hashes,
-            medium,
-            reason,
-        } => {
-            removal_reason = *reason;
-            (b"BlockRemoved", hashes, Some(medium.as_deref()))
+/// One event as it is, and a generous guess of its written size (both from the table of event
+/// types: its name, then each field by its kind; an optional field only when it says something).
+macro_rules! write_event {
+    ($(
+        $(#[$doc:meta])*
+        $variant:ident $(($wrap:ident))? = $name:literal {
+            $($(#[$fdoc:meta])* $field:ident: $kind:ident = $wire:literal, $presence:ident since $since:literal;)*
         }
-        Event::SwaEvicted { hashes } => (b"BlockSWAEvicted", hashes, None),
-        Event::SwaRestored { hashes } => (b"BlockSWARestored", hashes, None),
-        Event::Cleared => {
-            out.extend_from_slice(b"{\"type\":\"AllBlocksCleared\"}");
-            return;
+    )*) => {
+        fn write_event(out: &mut Vec<u8>, event: &Event) {
+            match event {
+                $(event_of!($variant [$($wrap)?] { $($field),* }) => {
+                    out.extend_from_slice(concat!("{\"type\":\"", $name, "\"").as_bytes());
+                    $(if Presence::$presence == Presence::Required
+                        || <kind::$kind as FieldKind>::said($field)
+                    {
+                        out.extend_from_slice(concat!(",\"", $wire, "\":").as_bytes());
+                        <kind::$kind as WireField>::write(out, $field);
+                    })*
+                    out.push(b'}');
+                })*
+            }
         }
-        Event::Stored(_) => {
-            write_stored(out, std::slice::from_ref(event));
-            return;
+
+        fn event_size_guess(event: &Event) -> usize {
+            match event {
+                $(event_of!($variant [$($wrap)?] { $($field),* }) => {
+                    16 + $name.len()
+                        $(+ 4 + $wire.len() + <kind::$kind as WireField>::size_guess($field))*
+                })*
+            }
         }
     };
-    out.extend_from_slice(b"{\"type\":\"");
-    out.extend_from_slice(name);
-    out.extend_from_slice(b"\",\"block_hashes\":[");
-    write_hashes(out, hashes, &mut true);
-    out.push(b']');
-    if let Some(medium) = medium {
-        out.extend_from_slice(b",\"medium\":");
-        write_optional_str(out, medium);
-    }
-    if let Some(reason) = removal_reason {
-        out.extend_from_slice(b",\"reason\":");
-        write_str(out, reason.name());
-    }
-    out.push(b'}');
 }
+with_event_types!(write_event);
 
 /// A generous guess of the record's size, so the buffer grows at most once or twice.
 fn size_hint(batch: &Batch) -> usize {
     let header = &batch.header;
     let fixed = 160 + header.source.len() + header.epoch.len();
     let meta = header.meta_json.as_ref().map_or(0, String::len);
-    let events: usize = batch
-        .events
-        .iter()
-        .map(|event| match event {
-            Event::Stored(stored) => 8 + 21 * stored.hashes.len() + 7 * stored.tokens.len(),
-            Event::Removed { hashes, .. }
-            | Event::SwaEvicted { hashes }
-            | Event::SwaRestored { hashes } => 64 + 21 * hashes.len(),
-            Event::Cleared => 32,
-        })
-        .sum();
+    let events: usize = batch.events.iter().map(event_size_guess).sum();
     fixed + meta + events
 }

@@ -20,6 +20,8 @@ mod decode;
 mod decode_parts;
 mod encode;
 mod error;
+mod event_keys;
+mod fields;
 mod meta;
 mod record;
 mod scan;
