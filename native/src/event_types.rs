@@ -316,7 +316,38 @@ macro_rules! declare_event_types {
 }
 with_event_types!(declare_event_types);
 
+/// Whether `a` and `b` are the same text (in a constant).
+pub(crate) const fn str_eq(a: &str, b: &str) -> bool {
+    !str_less(a, b) && !str_less(b, a)
+}
+
+/// Whether `a` sorts before `b` (byte-wise, as Python and `str::cmp` sort), in a constant.
+pub(crate) const fn str_less(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let mut at = 0;
+    while at < a.len() && at < b.len() {
+        if a[at] != b[at] {
+            return a[at] < b[at];
+        }
+        at += 1;
+    }
+    a.len() < b.len()
+}
+
 impl EventType {
+    /// The wire version that brought this type's field `name` (in a constant; it must be one).
+    pub const fn since(self, name: &str) -> u8 {
+        let fields = self.fields();
+        let mut at = 0;
+        while at < fields.len() {
+            if str_eq(fields[at].name, name) {
+                return fields[at].since;
+            }
+            at += 1;
+        }
+        panic!("no such field")
+    }
+
     /// The field of this type named `name` on the wire, if any.
     pub fn field(self, name: &str) -> Option<&'static Field> {
         self.fields().iter().find(|field| field.name == name)

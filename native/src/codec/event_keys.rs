@@ -2,7 +2,7 @@
 //! name and `type`, sorted (the reference names the first missing or unknown key in that
 //! order), each key's bit in a `Mask`, its kind, and each type's required and optional keys.
 
-use crate::event_types::{EventType, Kind, Presence, TYPE_COUNT};
+use crate::event_types::{str_eq, str_less, EventType, Kind, Presence, TYPE_COUNT};
 
 /// A set of keys: bit i is `EVENT_KEYS[i]`.
 pub(super) type Mask = u32;
@@ -46,23 +46,6 @@ pub(super) const fn key_index(key: &str) -> usize {
         index += 1;
     }
     panic!("not an event key")
-}
-
-const fn str_eq(a: &str, b: &str) -> bool {
-    !str_less(a, b) && !str_less(b, a)
-}
-
-/// Whether `a` sorts before `b` (byte-wise, as Python and `str::cmp` sort).
-const fn str_less(a: &str, b: &str) -> bool {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    let mut at = 0;
-    while at < a.len() && at < b.len() {
-        if a[at] != b[at] {
-            return a[at] < b[at];
-        }
-        at += 1;
-    }
-    a.len() < b.len()
 }
 
 /// `best`, or `name` when it comes after `after` (from the start when None) and before `best`.

@@ -9,18 +9,33 @@
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::types::PyType;
+use pyo3::PyErrArguments;
 
-use super::classes::classes;
+use super::classes::{classes, Classes};
 use crate::replica::{ConsistencyError, SnapshotError};
 use crate::{codec, recorder};
+
+/// An instance of the class `class` picks from the bound ones, made from `arguments` when it is
+/// raised; the error that the classes are not bound otherwise.
+fn bound_error<A>(
+    py: Python<'_>,
+    class: impl FnOnce(&Classes) -> &Py<PyType>,
+    arguments: A,
+) -> PyErr
+where
+    A: PyErrArguments + Send + Sync + 'static,
+{
+    match classes(py) {
+        Ok(classes) => PyErr::from_type(class(classes).bind(py).clone(), arguments),
+        Err(unbound) => unbound,
+    }
+}
 
 /// The Python `cache.events.DecodeError` of a record (or meta, or event) that does not decode.
 pub(super) fn decode_error(py: Python<'_>, error: codec::Error) -> PyErr {
     let reason = error.reason.to_string();
-    match classes(py).and_then(|c| c.decode_error.bind(py).call1((error.field, reason))) {
-        Ok(instance) => PyErr::from_value(instance),
-        Err(lookup_failed) => lookup_failed,
-    }
+    bound_error(py, |c| &c.decode_error, (error.field, reason))
 }
 
 /// The `ValueError` of a batch that would not decode again.
@@ -30,10 +45,7 @@ pub(super) fn encode_error(error: codec::Error) -> PyErr {
 
 /// The Python `cache.events.recorder.EventRecorderError` of a recorder failure.
 pub(super) fn recorder_error(py: Python<'_>, error: recorder::Error) -> PyErr {
-    match classes(py).and_then(|c| c.recorder_error.bind(py).call1((error.to_string(),))) {
-        Ok(instance) => PyErr::from_value(instance),
-        Err(lookup_failed) => lookup_failed,
-    }
+    bound_error(py, |c| &c.recorder_error, (error.to_string(),))
 }
 
 /// The arguments of `ReplicaConsistencyError`: the source and the reason worded.
@@ -45,23 +57,11 @@ pub(super) fn consistency_parts(error: ConsistencyError) -> (String, String) {
 /// The Python `cache.events.replica_store.ReplicaConsistencyError` of an event that does not
 /// fit a source's replica.
 pub(super) fn consistency_error(py: Python<'_>, error: ConsistencyError) -> PyErr {
-    match classes(py) {
-        Ok(classes) => PyErr::from_type(
-            classes.consistency_error.bind(py).clone(),
-            consistency_parts(error),
-        ),
-        Err(err) => err,
-    }
+    bound_error(py, |c| &c.consistency_error, consistency_parts(error))
 }
 
 /// The Python `cache.events.replica_store.ReplicaSnapshotError` of bytes that are not a
 /// snapshot.
 pub(super) fn snapshot_error(py: Python<'_>, error: SnapshotError) -> PyErr {
-    match classes(py) {
-        Ok(classes) => PyErr::from_type(
-            classes.snapshot_error.bind(py).clone(),
-            (error.to_string(),),
-        ),
-        Err(err) => err,
-    }
+    bound_error(py, |c| &c.snapshot_error, (error.to_string(),))
 }
