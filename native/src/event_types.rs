@@ -300,12 +300,12 @@ macro_rules! declare_event_types {
             }
 
             /// The first field that says something but came after wire version `version`, if
-            /// any (its wire name).
-            pub fn said_after(&self, version: u8) -> Option<&'static str> {
+            /// any.
+            pub fn said_after(&self, version: u8) -> Option<&'static Field> {
                 match self {
                     $(event_of!($variant [$($wrap)?] { $($field),* }) => {
                         $(if $since > version && <kind::$kind as FieldKind>::said($field) {
-                            return Some($wire);
+                            return EventType::$variant.field($wire);
                         })*
                     })*
                 }
@@ -335,19 +335,6 @@ pub(crate) const fn str_less(a: &str, b: &str) -> bool {
 }
 
 impl EventType {
-    /// The wire version that brought this type's field `name` (in a constant; it must be one).
-    pub const fn since(self, name: &str) -> u8 {
-        let fields = self.fields();
-        let mut at = 0;
-        while at < fields.len() {
-            if str_eq(fields[at].name, name) {
-                return fields[at].since;
-            }
-            at += 1;
-        }
-        panic!("no such field")
-    }
-
     /// The field of this type named `name` on the wire, if any.
     pub fn field(self, name: &str) -> Option<&'static Field> {
         self.fields().iter().find(|field| field.name == name)

@@ -287,8 +287,8 @@ pub(super) fn reason_before_its_version(version: u8, events: &[Event]) -> Option
     events.iter().enumerate().find_map(|(index, event)| {
         event.said_after(version).map(|field| {
             DecodeError::new(
-                format!("events[{index}].{field}"),
-                Reason::ReasonNeedsVersion { version },
+                format!("events[{index}].{}", field.name),
+                Reason::NeedsVersion { field, version },
             )
         })
     })

@@ -115,8 +115,9 @@ fn check(batch: &Batch) -> Result<(), EncodeError> {
         }
         if let Some(field) = event.said_after(header.version) {
             return Err(refuse(
-                format!("events[{index}].{field}"),
-                Reason::ReasonNeedsVersion {
+                format!("events[{index}].{}", field.name),
+                Reason::NeedsVersion {
+                    field,
                     version: header.version,
                 },
             ));

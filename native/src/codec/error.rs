@@ -4,7 +4,7 @@
 use std::fmt;
 
 use super::scan::{Got, SyntaxError};
-use super::REASON_VERSION;
+use crate::event_types::{Field, Kind};
 
 /// A record is not a valid batch (decoding), or a batch would not decode again (encoding).
 /// `field` names the offending part as the Python codec does (`""` for the whole record, `v`,
@@ -56,8 +56,9 @@ pub enum Reason {
         pages: usize,
         block_size: i128,
     },
-    /// A removal that says why in a batch of a version that cannot say it.
-    ReasonNeedsVersion { version: u8 },
+    /// A field that says something in a batch of a version before the one that brought it
+    /// (`field`: its declaration, e.g. a removal's reason, from version 3).
+    NeedsVersion { field: &'static Field, version: u8 },
 }
 
 impl Error {
@@ -100,11 +101,21 @@ impl fmt::Display for Reason {
                 tokens,
                 pages,
                 block_size,
-            } => write!(f, "{tokens} tokens for {pages} block(s) of size {block_size}"),
-            Reason::ReasonNeedsVersion { version } => write!(
+            } => write!(
                 f,
-                "a removal reason needs wire version {REASON_VERSION}, the batch is version {version}"
+                "{tokens} tokens for {pages} block(s) of size {block_size}"
             ),
+            Reason::NeedsVersion { field, version } => {
+                match field.kind {
+                    Kind::OptionalReason => f.write_str("a removal reason")?,
+                    _ => write!(f, "`{}`", field.name)?,
+                }
+                write!(
+                    f,
+                    " needs wire version {}, the batch is version {version}",
+                    field.since
+                )
+            }
         }
     }
 }

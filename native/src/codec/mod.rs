@@ -34,8 +34,6 @@ pub use meta::Meta;
 pub use record::{decode, decode_with_meta};
 pub use scan::Got;
 
-use crate::event_types::EventType;
-
 /// The record size limit used when the caller names none: 16 MiB.
 pub const DEFAULT_MAX_RECORD_BYTES: usize = 16 * 1024 * 1024;
 
@@ -44,10 +42,6 @@ pub const WIRE_VERSION: u8 = 3;
 
 /// The versions `decode` reads.
 pub const SUPPORTED_VERSIONS: [u8; 3] = [1, 2, 3];
-
-/// The first version whose `BlockRemoved` may say why (`reason`), as the table of event types
-/// declares it.
-pub const REASON_VERSION: u8 = EventType::Removed.since("reason");
 
 #[cfg(test)]
 mod tests;

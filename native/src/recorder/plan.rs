@@ -15,13 +15,13 @@ pub mod bound {
         160 + 21 + 11 * page_size + 6 * 3
     }
 
-    /// A `BlockRemoved`, `BlockSWAEvicted` or `BlockSWARestored` of `pages` pages.
-    pub fn node_event(pages: usize) -> usize {
+    /// Any event but a store, of `pages` pages (`BlockRemoved`, `BlockSWAEvicted`, ...).
+    pub const fn node_event(pages: usize) -> usize {
         160 + 21 * pages
     }
 
-    /// `AllBlocksCleared`.
-    pub const CLEARED: usize = 160;
+    /// `AllBlocksCleared` (an event of no pages).
+    pub const CLEARED: usize = node_event(0);
 }
 
 /// How big one batch may get.
@@ -101,15 +101,10 @@ pub fn runs_of(events: &[Event], page_size: usize) -> Vec<Run> {
                 count: stored.hashes.len(),
                 bound: bound::stored_page(page_size),
             },
-            Event::Removed { hashes, .. }
-            | Event::SwaEvicted { hashes }
-            | Event::SwaRestored { hashes } => Run {
+            // Any other event (`AllBlocksCleared` has no pages: `bound::CLEARED`).
+            other => Run {
                 count: 1,
-                bound: bound::node_event(hashes.len()),
-            },
-            Event::Cleared => Run {
-                count: 1,
-                bound: bound::CLEARED,
+                bound: bound::node_event(other.block_hashes().map_or(0, |hashes| hashes.len())),
             },
         })
         .collect()
