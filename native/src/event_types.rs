@@ -8,15 +8,15 @@
 //! and its field tables (here), the codec's masks, layouts and writing (`crate::codec`), the
 //! Python class binding and conversions (`py`), and the churn counts (`crate::replica::churn`).
 //!
-//! A field's kind (`kind::*`) says its Rust type, how it reads and writes on the wire and in
-//! Python, and in which order the decoder judges it; a new type made of existing kinds needs
-//! only its row here (and what it does to a replica, `crate::replica::source`).
+//! A field's kind (`kind::*`) says what its value is; each layer says once per kind how it
+//! holds it: its Rust type (`crate::events::FieldKind`), its wire form (`crate::codec`'s
+//! `fields.rs` and fast path) and its Python form (`py/event_fields.rs`). A new type made of
+//! existing kinds needs only its row here (and what it does to a replica,
+//! `crate::replica::source`). This module depends on no other.
 //!
 //! Callbacks match each row as
 //! `$(#[$doc:meta])* $variant:ident $(($wrap:ident))? = $name:literal { $($(#[$fdoc:meta])*
 //! $field:ident: $kind:ident = $wire:literal, $presence:ident since $since:literal;)* }`.
-
-use crate::events::{Hashes, Medium, RemovalReason, Tokens};
 
 pub use kind::Kind;
 
@@ -55,37 +55,17 @@ macro_rules! with_event_types {
 }
 pub(crate) use with_event_types;
 
-/// The `Event` pattern (or value, with the fields by shorthand) of one row:
-/// `event_of!(Variant [Wrap] { fields })`, `[]` for a variant without a wrapped struct.
-macro_rules! event_of {
-    ($variant:ident [] { $($field:ident),* }) => {
-        $crate::events::Event::$variant { $($field),* }
-    };
-    ($variant:ident [$wrap:ident] { $($field:ident),* }) => {
-        $crate::events::Event::$variant($crate::events::$wrap { $($field),* })
-    };
-}
-pub(crate) use event_of;
-
-/// The kinds of field an event can have: each is a marker type whose `FieldKind::Value` is the
-/// field's Rust type, listed in the order the decoder judges them.
+/// The kinds of field an event can have, listed in the order the decoder judges an event's
+/// fields (the reference's order; the token count right after the hashes).
 pub mod kind {
-    use super::{FieldKind, Hashes, Medium, RemovalReason, Shape, Tokens};
-
     macro_rules! kinds {
-        ($($(#[$doc:meta])* $name:ident => $value:ty $({ $($body:tt)* })?;)*) => {
+        ($($(#[$doc:meta])* $name:ident;)*) => {
             $(
                 $(#[$doc])*
                 pub struct $name;
-                impl FieldKind for $name {
-                    type Value = $value;
-                    const KIND: Kind = Kind::$name;
-                    $($($body)*)?
-                }
             )*
 
-            /// The kinds, as the field tables name them, in the order the decoder judges an
-            /// event's fields (the reference's order; the token count right after the hashes).
+            /// The kinds as the field tables name them (`kind::*` are the same, as types).
             #[derive(Clone, Copy, Debug, PartialEq, Eq)]
             pub enum Kind {
                 $($name,)*
@@ -100,99 +80,19 @@ pub mod kind {
 
     kinds! {
         /// A positive block size.
-        BlockSize => u32 {
-            fn shape(value: &u32, shape: &mut Shape) {
-                shape.block_size = Some(*value);
-            }
-        };
+        BlockSize;
         /// Token ids (in [0, 2**32)), `block_size` of them per block hash.
-        TokenList => Tokens {
-            fn shape(value: &Tokens, shape: &mut Shape) {
-                shape.tokens = Some(value.len());
-            }
-        };
-        /// Block hashes, at least one (int64s).
-        HashList => Hashes {
-            fn hashes(value: &Hashes) -> Option<&Hashes> {
-                Some(value)
-            }
-            fn shape(value: &Hashes, shape: &mut Shape) {
-                shape.pages = Some(value.len());
-            }
-        };
+        TokenList;
+        /// Block hashes (int64s), at least one.
+        HashList;
         /// A block hash or null.
-        OptionalHash => Option<i64> {
-            fn said(value: &Option<i64>) -> bool {
-                value.is_some()
-            }
-        };
+        OptionalHash;
         /// An int64 or null.
-        OptionalInt => Option<i64> {
-            fn said(value: &Option<i64>) -> bool {
-                value.is_some()
-            }
-        };
+        OptionalInt;
         /// A medium's name or null.
-        OptionalMedium => Option<Medium> {
-            fn said(value: &Option<Medium>) -> bool {
-                value.is_some()
-            }
-        };
+        OptionalMedium;
         /// A removal reason's name or null.
-        OptionalReason => Option<RemovalReason> {
-            fn said(value: &Option<RemovalReason>) -> bool {
-                value.is_some()
-            }
-        };
-    }
-}
-
-/// A field kind (`kind::*`): its Rust type, and its tag in the field tables.
-pub trait FieldKind {
-    type Value;
-    const KIND: Kind;
-
-    /// The value as block hashes, if the kind is `HashList`.
-    #[inline(always)]
-    fn hashes(value: &Self::Value) -> Option<&Hashes> {
-        let _ = value;
-        None
-    }
-
-    /// Whether the value says something (an optional field is written only then, and only a
-    /// said field needs its wire version).
-    #[inline(always)]
-    fn said(value: &Self::Value) -> bool {
-        let _ = value;
-        true
-    }
-
-    /// Note what the value says of the event's pages in `shape`.
-    #[inline(always)]
-    fn shape(value: &Self::Value, shape: &mut Shape) {
-        let _ = (value, shape);
-    }
-}
-
-/// What an event's fields say of its pages: how many (its hashes), its tokens and its block
-/// size, for the kinds it has.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Shape {
-    pub pages: Option<usize>,
-    pub tokens: Option<usize>,
-    pub block_size: Option<u32>,
-}
-
-impl Shape {
-    /// The (tokens, pages, block size) of an event whose token count is not its block size
-    /// times its pages (an event with tokens and a block size must have exactly that many).
-    pub fn wrong_token_count(&self) -> Option<(usize, usize, u32)> {
-        let (Some(tokens), Some(block_size)) = (self.tokens, self.block_size) else {
-            return None;
-        };
-        let pages = self.pages.unwrap_or(1);
-        (tokens as u128 != u128::from(block_size) * pages as u128)
-            .then_some((tokens, pages, block_size))
+        OptionalReason;
     }
 }
 
@@ -256,7 +156,7 @@ macro_rules! declare_event_types {
                 match self {
                     $(EventType::$variant => &[$(Field {
                         name: $wire,
-                        kind: <kind::$kind as FieldKind>::KIND,
+                        kind: Kind::$kind,
                         presence: Presence::$presence,
                         since: $since,
                     }),*],)*
@@ -266,50 +166,6 @@ macro_rules! declare_event_types {
             /// The type's position in `ALL`.
             pub const fn index(self) -> usize {
                 self as usize
-            }
-        }
-
-        impl crate::events::Event {
-            /// The event's type.
-            pub fn event_type(&self) -> EventType {
-                match self {
-                    $(crate::events::Event::$variant { .. } => EventType::$variant,)*
-                }
-            }
-
-            /// The event's block hashes (its `HashList` field), if its type has them.
-            pub fn block_hashes(&self) -> Option<&Hashes> {
-                match self {
-                    $(event_of!($variant [$($wrap)?] { $($field),* }) => {
-                        let found: Option<&Hashes> = None;
-                        $(let found = found.or(<kind::$kind as FieldKind>::hashes($field));)*
-                        found
-                    })*
-                }
-            }
-
-            /// What the event's fields say of its pages.
-            pub fn shape(&self) -> Shape {
-                let mut shape = Shape::default();
-                match self {
-                    $(event_of!($variant [$($wrap)?] { $($field),* }) => {
-                        $(<kind::$kind as FieldKind>::shape($field, &mut shape);)*
-                    })*
-                }
-                shape
-            }
-
-            /// The first field that says something but came after wire version `version`, if
-            /// any.
-            pub fn said_after(&self, version: u8) -> Option<&'static Field> {
-                match self {
-                    $(event_of!($variant [$($wrap)?] { $($field),* }) => {
-                        $(if $since > version && <kind::$kind as FieldKind>::said($field) {
-                            return EventType::$variant.field($wire);
-                        })*
-                    })*
-                }
-                None
             }
         }
     };

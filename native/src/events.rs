@@ -1,6 +1,10 @@
 //! The event model of the native core: what a batch holds once decoded, and what the encoder
 //! writes. It mirrors `cache.events.types` (docs/design.md §4).
 //!
+//! The `Event` enum and what every event says of itself (`event_type`, `block_hashes`,
+//! `shape`, `said_after`) are derived from the table of event types (`crate::event_types`),
+//! through each field kind's Rust form (`FieldKind`).
+//!
 //! A `Stored` may hold several pages (the v2 wire's chain compaction, or vLLM's multi-block
 //! form): `hashes[i]` is page i, its parent is `hashes[i - 1]` (the first page's is `parent`),
 //! and its tokens are `tokens[i * block_size..(i + 1) * block_size]`.
@@ -10,7 +14,7 @@ use std::ops::Deref;
 
 use smallvec::SmallVec;
 
-use crate::event_types::{kind, with_event_types, FieldKind};
+use crate::event_types::{kind, with_event_types, EventType, Field};
 
 /// The block hashes of an event: up to two inline (most events name one or two pages), more on
 /// the heap. The same 24 bytes as a `Vec`.
@@ -94,6 +98,117 @@ impl RemovalReason {
     }
 }
 
+/// A field kind's Rust form (`crate::event_types::kind::*`): its value's type, and what a value
+/// says of its event.
+pub trait FieldKind {
+    type Value;
+
+    /// The value as block hashes, if the kind is `HashList`.
+    #[inline(always)]
+    fn hashes(value: &Self::Value) -> Option<&Hashes> {
+        let _ = value;
+        None
+    }
+
+    /// Whether the value says something (an optional field is written only then, and only a
+    /// said field needs its wire version).
+    #[inline(always)]
+    fn said(value: &Self::Value) -> bool {
+        let _ = value;
+        true
+    }
+
+    /// Note what the value says of the event's pages in `shape`.
+    #[inline(always)]
+    fn shape(value: &Self::Value, shape: &mut Shape) {
+        let _ = (value, shape);
+    }
+}
+
+macro_rules! field_kinds {
+    ($($name:ident => $value:ty $({ $($body:tt)* })?;)*) => {$(
+        impl FieldKind for kind::$name {
+            type Value = $value;
+            $($($body)*)?
+        }
+    )*};
+}
+
+field_kinds! {
+    BlockSize => u32 {
+        fn shape(value: &u32, shape: &mut Shape) {
+            shape.block_size = Some(*value);
+        }
+    };
+    TokenList => Tokens {
+        fn shape(value: &Tokens, shape: &mut Shape) {
+            shape.tokens = Some(value.len());
+        }
+    };
+    HashList => Hashes {
+        fn hashes(value: &Hashes) -> Option<&Hashes> {
+            Some(value)
+        }
+        fn shape(value: &Hashes, shape: &mut Shape) {
+            shape.pages = Some(value.len());
+        }
+    };
+    OptionalHash => Option<i64> {
+        fn said(value: &Option<i64>) -> bool {
+            value.is_some()
+        }
+    };
+    OptionalInt => Option<i64> {
+        fn said(value: &Option<i64>) -> bool {
+            value.is_some()
+        }
+    };
+    OptionalMedium => Option<Medium> {
+        fn said(value: &Option<Medium>) -> bool {
+            value.is_some()
+        }
+    };
+    OptionalReason => Option<RemovalReason> {
+        fn said(value: &Option<RemovalReason>) -> bool {
+            value.is_some()
+        }
+    };
+}
+
+/// What an event's fields say of its pages: how many (its hashes), its tokens and its block
+/// size, for the kinds it has.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Shape {
+    pub pages: Option<usize>,
+    pub tokens: Option<usize>,
+    pub block_size: Option<u32>,
+}
+
+impl Shape {
+    /// The (tokens, pages, block size) of an event whose token count is not its block size
+    /// times its pages (an event with tokens and a block size must have exactly that many).
+    pub fn wrong_token_count(&self) -> Option<(usize, usize, u32)> {
+        let (Some(tokens), Some(block_size)) = (self.tokens, self.block_size) else {
+            return None;
+        };
+        let pages = self.pages.unwrap_or(1);
+        (tokens as u128 != u128::from(block_size) * pages as u128)
+            .then_some((tokens, pages, block_size))
+    }
+}
+
+/// The `Event` pattern (or value, with the fields by shorthand) of one row of the table of
+/// event types: `event_of!(Variant [Wrap] { fields })`, `[]` for a variant that wraps no struct.
+macro_rules! event_of {
+    ($variant:ident [] { $($field:ident),* }) => {
+        $crate::events::Event::$variant { $($field),* }
+    };
+    ($variant:ident [$wrap:ident] { $($field:ident),* }) => {
+        $crate::events::Event::$variant($crate::events::$wrap { $($field),* })
+    };
+}
+pub(crate) use event_of;
+
 /// The `Event` enum (and the struct a variant wraps) of the table of event types.
 macro_rules! declare_events {
     (@enum [$($variants:tt)*]) => {
@@ -136,6 +251,61 @@ macro_rules! declare_events {
     };
 }
 with_event_types!(declare_events);
+
+/// What every event can say of itself, derived from the table of event types.
+macro_rules! event_methods {
+    ($(
+        $(#[$doc:meta])*
+        $variant:ident $(($wrap:ident))? = $name:literal {
+            $($(#[$fdoc:meta])* $field:ident: $kind:ident = $wire:literal, $presence:ident since $since:literal;)*
+        }
+    )*) => {
+        impl Event {
+            /// The event's type.
+            pub fn event_type(&self) -> EventType {
+                match self {
+                    $(Event::$variant { .. } => EventType::$variant,)*
+                }
+            }
+
+            /// The event's block hashes (its `HashList` field), if its type has them.
+            pub fn block_hashes(&self) -> Option<&Hashes> {
+                match self {
+                    $(event_of!($variant [$($wrap)?] { $($field),* }) => {
+                        let found: Option<&Hashes> = None;
+                        $(let found = found.or(<kind::$kind as FieldKind>::hashes($field));)*
+                        found
+                    })*
+                }
+            }
+
+            /// What the event's fields say of its pages.
+            pub fn shape(&self) -> Shape {
+                let mut shape = Shape::default();
+                match self {
+                    $(event_of!($variant [$($wrap)?] { $($field),* }) => {
+                        $(<kind::$kind as FieldKind>::shape($field, &mut shape);)*
+                    })*
+                }
+                shape
+            }
+
+            /// The first field that says something but came after wire version `version`, if
+            /// any.
+            pub fn said_after(&self, version: u8) -> Option<&'static Field> {
+                match self {
+                    $(event_of!($variant [$($wrap)?] { $($field),* }) => {
+                        $(if $since > version && <kind::$kind as FieldKind>::said($field) {
+                            return EventType::$variant.field($wire);
+                        })*
+                    })*
+                }
+                None
+            }
+        }
+    };
+}
+with_event_types!(event_methods);
 
 /// The envelope of one batch (one log record).
 #[derive(Clone, Debug, PartialEq)]

@@ -16,8 +16,8 @@ use super::decode_parts::Scratch;
 use super::scan::{Scanner, MAX_DEPTH};
 use smallvec::SmallVec;
 
-use crate::event_types::{event_of, kind, with_event_types, FieldKind, Presence};
-use crate::events::{Event, Hashes, Medium, RemovalReason, Tokens};
+use crate::event_types::{kind, with_event_types, Presence};
+use crate::events::{event_of, Event, FieldKind, Hashes, Medium, RemovalReason, Tokens};
 
 /// The event at the cursor (on its `{`) if it has the encoder's layout; None, cursor unmoved,
 /// otherwise.

@@ -21,8 +21,8 @@ use super::meta::{scan_meta, Meta};
 use super::scan::{Got, Kind, Number, Scanner, SyntaxError, Value};
 use super::text::quoted_excerpt;
 use super::SUPPORTED_VERSIONS;
-use crate::event_types::{event_of, kind, with_event_types, EventType, Field, Kind as FieldKind};
-use crate::events::{Batch, Event, Hashes, Header, Medium, RemovalReason, Tokens};
+use crate::event_types::{kind, with_event_types, EventType, Field, Kind as FieldKind};
+use crate::events::{event_of, Batch, Event, Hashes, Header, Medium, RemovalReason, Tokens};
 
 /// `decode_with_meta` through the slots alone (the general path), without the size check.
 pub(super) fn decode_slots(data: &[u8]) -> Result<(Batch, Option<Meta>), DecodeError> {
@@ -591,7 +591,7 @@ fn judge_field(
 
 /// The judged value of a field of kind `Self` (present: `judge` judged every field its type
 /// has; an absent optional one is null).
-trait FromJudged: crate::event_types::FieldKind {
+trait FromJudged: crate::events::FieldKind {
     fn from_judged(judged: Option<Judged>) -> Self::Value;
 }
 

@@ -14,8 +14,8 @@ use super::meta::Meta;
 use super::scan::Got;
 use super::text::{write_f64, write_str, write_u64};
 use super::SUPPORTED_VERSIONS;
-use crate::event_types::{event_of, kind, with_event_types, FieldKind, Presence};
-use crate::events::{Batch, Event, Stored};
+use crate::event_types::{kind, with_event_types, Presence};
+use crate::events::{event_of, Batch, Event, FieldKind, Stored};
 
 /// A field of a batch that would not decode again, named as a decode error would name it.
 fn refuse(field: impl Into<String>, reason: Reason) -> EncodeError {

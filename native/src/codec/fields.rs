@@ -3,8 +3,8 @@
 //! types through these (`super::encode`).
 
 use super::text::{write_i64, write_str, write_u64};
-use crate::event_types::{kind, FieldKind};
-use crate::events::{Hashes, Medium, RemovalReason, Tokens};
+use crate::event_types::kind;
+use crate::events::{FieldKind, Hashes, Medium, RemovalReason, Tokens};
 
 /// A field kind's wire form.
 pub(super) trait WireField: FieldKind {

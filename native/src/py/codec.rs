@@ -21,8 +21,8 @@ use super::events_in::event_from_py;
 use super::meta::batch_meta;
 
 use crate::codec::{self, Meta};
-use crate::event_types::{event_of, kind, with_event_types, EventType};
-use crate::events::{Batch, Event, Header, RemovalReason, Stored};
+use crate::event_types::{kind, with_event_types, EventType};
+use crate::events::{event_of, Batch, Event, Header, RemovalReason, Stored};
 
 /// Records at least this long are decoded with the GIL released.
 const DETACH_BYTES: usize = 64 * 1024;

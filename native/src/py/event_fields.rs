@@ -8,8 +8,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyInt, PyString, PyTuple};
 use pyo3::IntoPyObjectExt;
 
-use crate::event_types::{kind, FieldKind};
-use crate::events::{Hashes, Medium, RemovalReason, Tokens};
+use crate::event_types::kind;
+use crate::events::{FieldKind, Hashes, Medium, RemovalReason, Tokens};
 
 /// A field kind's conversions. `path` names the field (`events[i].field`) in a ValueError.
 pub(crate) trait PyField: FieldKind {

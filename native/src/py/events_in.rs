@@ -9,8 +9,8 @@ use pyo3::prelude::*;
 
 use super::classes::Classes;
 use super::event_fields::PyField;
-use crate::event_types::{event_of, kind, with_event_types, EventType};
-use crate::events::Event;
+use crate::event_types::{kind, with_event_types, EventType};
+use crate::events::{event_of, Event};
 
 /// The event of type `kind` read from the Python event `event`, the `index`th of its batch.
 macro_rules! event_from_fields {
