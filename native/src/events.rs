@@ -105,24 +105,20 @@ pub trait FieldKind {
 
     /// The value as block hashes, if the kind is `HashList`.
     #[inline(always)]
-    fn hashes(value: &Self::Value) -> Option<&Hashes> {
-        let _ = value;
+    fn hashes(_: &Self::Value) -> Option<&Hashes> {
         None
     }
 
     /// Whether the value says something (an optional field is written only then, and only a
     /// said field needs its wire version).
     #[inline(always)]
-    fn said(value: &Self::Value) -> bool {
-        let _ = value;
+    fn said(_: &Self::Value) -> bool {
         true
     }
 
     /// Note what the value says of the event's pages in `shape`.
     #[inline(always)]
-    fn shape(value: &Self::Value, shape: &mut Shape) {
-        let _ = (value, shape);
-    }
+    fn shape(_: &Self::Value, _: &mut Shape) {}
 }
 
 macro_rules! field_kinds {

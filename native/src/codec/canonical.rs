@@ -10,7 +10,8 @@
 //! are possible (the layout names each key once), integers are read by the scanner's `plain_*`
 //! readers, which take only plain literals in the field's range (the general path's check), and
 //! strings are taken only when they are printable ASCII without escapes (their bytes are their
-//! text).
+//! text). Each type's layout comes from the table of event types: `{"type":"Name"`, then each
+//! field's key and value in wire order (an optional one may be absent), then `}`.
 
 use super::decode_parts::Scratch;
 use super::scan::{Scanner, MAX_DEPTH};

@@ -7,6 +7,10 @@
 //! anywhere wins over every other error, so after a field error the rest of the record is
 //! still scanned. Int lists are parsed straight into reused scratch vectors; an event costs the
 //! allocations of its own `Vec`s only.
+//!
+//! An event's keys, each type's required and optional ones (`super::event_keys`) and the event
+//! built from its judged fields come from the table of event types; its fields are judged kind
+//! by kind, in `Kind::ALL`'s order, the token count right after the hashes.
 
 use std::borrow::Cow;
 
@@ -631,7 +635,6 @@ macro_rules! event_from_judged {
             kind: EventType,
             judged: &mut [Option<Judged>; EVENT_KEY_COUNT],
         ) -> Event {
-            let _ = &judged;
             match kind {
                 $(EventType::$variant => {
                     $(let $field = <kind::$kind as FromJudged>::from_judged(

@@ -5,6 +5,9 @@
 //! one `BlockStored` listing every page's hash and tokens, whose parent is the first page's
 //! parent. Version 1 writes every event as it is. The bytes are exactly `orjson.dumps` of the
 //! reference codec's JSON object (keys in the same order, doubles and strings written alike).
+//!
+//! An event as it is, its size guess and the refusals are derived from the table of event
+//! types (each field by its kind, `super::fields`); joining a chain of stores is `Stored`'s own.
 
 use super::error::{Error as EncodeError, Reason};
 use super::fields::{

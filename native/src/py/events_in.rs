@@ -26,7 +26,6 @@ macro_rules! event_from_fields {
             event: &Bound<'_, PyAny>,
             index: usize,
         ) -> PyResult<Event> {
-            let _ = (py, event, index);
             Ok(match kind {
                 $(EventType::$variant => {
                     $(let $field = <kind::$kind as PyField>::from_py(
