@@ -520,3 +520,104 @@ fn a_bad_removal_reason_is_named() {
         Error::new("events[1].reason", Reason::UnknownField)
     );
 }
+
+/// A value of each field kind, for one event of every declared type.
+trait SampleField: crate::events::FieldKind {
+    fn sample() -> Self::Value;
+}
+
+mod samples {
+    use super::SampleField;
+    use crate::event_types::{kind, with_event_types};
+    use crate::events::{event_of, Event, Hashes, Medium, RemovalReason, Tokens};
+
+    macro_rules! sample_fields {
+        ($($kind:ident => $value:expr;)*) => {$(
+            impl SampleField for kind::$kind {
+                fn sample() -> Self::Value {
+                    $value
+                }
+            }
+        )*};
+    }
+
+    sample_fields! {
+        BlockSize => 2;
+        TokenList => Tokens::from_slice(&[1, 2, 4294967295, 0]);
+        HashList => Hashes::from_slice(&[i64::MIN, i64::MAX]);
+        OptionalHash => Some(-5);
+        OptionalInt => Some(7);
+        OptionalMedium => Some(Medium::CPU);
+        OptionalReason => Some(RemovalReason::Demoted);
+    }
+
+    macro_rules! every_type {
+        ($(
+            $(#[$doc:meta])*
+            $variant:ident $(($wrap:ident))? = $name:literal {
+                $($(#[$fdoc:meta])* $field:ident: $kind:ident = $wire:literal, $presence:ident since $since:literal;)*
+            }
+        )*) => {
+            /// One event of every type in the table, each field holding its kind's sample.
+            pub(super) fn every_type() -> Vec<Event> {
+                vec![$({
+                    $(let $field = <kind::$kind as SampleField>::sample();)*
+                    event_of!($variant [$($wrap)?] { $($field),* })
+                }),*]
+            }
+        };
+    }
+    with_event_types!(every_type);
+}
+
+#[test]
+fn every_declared_type_round_trips_through_both_paths() {
+    use super::canonical::canonical_event;
+    use super::decode_parts::Scratch;
+    use super::scan::Scanner;
+    use crate::event_types::EventType;
+
+    let events = samples::every_type();
+    let types: Vec<EventType> = events.iter().map(Event::event_type).collect();
+    assert_eq!(types, EventType::ALL.to_vec());
+    let batch = Batch {
+        header: header(WIRE_VERSION),
+        events,
+    };
+    let bytes = encode(&batch).unwrap();
+    assert_eq!(decode(&bytes, DEFAULT_MAX_RECORD_BYTES).unwrap(), batch);
+    for event in &batch.events {
+        let one = Batch {
+            header: header(1),
+            events: vec![event.clone()],
+        };
+        let one = match event.said_after(1) {
+            Some(_) => Batch {
+                header: header(WIRE_VERSION),
+                ..one
+            },
+            None => one,
+        };
+        let record = encode(&one).unwrap();
+        let text = String::from_utf8(record).unwrap();
+        let start = text.find("{\"type\"").unwrap();
+        let end = text.find("],\"digest\"").unwrap();
+        let object = &text[start..end];
+        // The fast path takes what the encoder writes, and reads what the slots read.
+        let mut scanner = Scanner::new(object.as_bytes());
+        let fast = canonical_event(&mut scanner, &mut Scratch::default());
+        assert_eq!(fast.as_ref(), Some(event), "{object}");
+        let spaced = object.replacen("\"type\":", "\"type\": ", 1);
+        assert_eq!(
+            &decode_event(spaced.as_bytes(), "e").unwrap(),
+            event,
+            "{spaced}"
+        );
+        // Its name is the wire's `type`.
+        let name = event.event_type().name();
+        assert!(
+            object.starts_with(&format!("{{\"type\":\"{name}\"")),
+            "{object}"
+        );
+    }
+}
