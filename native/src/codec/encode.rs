@@ -236,3 +236,33 @@ fn size_hint(batch: &Batch) -> usize {
     let events: usize = batch.events.iter().map(event_size_guess).sum();
     fixed + meta + events
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::Medium;
+
+    /// The chain writer names `Stored`'s fields itself: a chain of one must be the store as the
+    /// table of event types writes it.
+    #[test]
+    fn a_chain_of_one_store_is_written_as_declared() {
+        for (parent, lora_id, medium) in [
+            (None, None, Some(Medium::GPU)),
+            (Some(-3), Some(9), None),
+            (Some(4), None, Some(Medium::new("disk \"x\""))),
+        ] {
+            let store = Event::Stored(Stored {
+                hashes: [1, 2].into_iter().collect(),
+                parent,
+                tokens: [5, 6, 7, 8].into_iter().collect(),
+                block_size: 2,
+                lora_id,
+                medium,
+            });
+            let (mut chain, mut declared) = (Vec::new(), Vec::new());
+            write_stored(&mut chain, std::slice::from_ref(&store));
+            write_event(&mut declared, &store);
+            assert_eq!(String::from_utf8(chain), String::from_utf8(declared));
+        }
+    }
+}
