@@ -13,7 +13,8 @@ hold this equal to.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from dataclasses import fields
+from typing import Any, Final, get_origin, get_type_hints
 
 import orjson
 
@@ -26,15 +27,7 @@ from cache.events.errors import (
     ReplicaSnapshotError,
 )
 from cache.events.meta import BatchMeta
-from cache.events.types import (
-    AllBlocksCleared,
-    BlockRemoved,
-    BlockStored,
-    BlockSWAEvicted,
-    BlockSWARestored,
-    Event,
-    EventBatch,
-)
+from cache.events.types import EVENT_TYPES, Event, EventBatch, late_fields
 
 DEFAULT_MAX_RECORD_BYTES: Final[int] = _native.DEFAULT_MAX_RECORD_BYTES
 """The record size limit of ``decode_batch`` and ``decode_wire`` when none is given."""
@@ -46,11 +39,7 @@ _native.bind_classes(
     {
         cls.__name__: cls
         for cls in (
-            BlockStored,
-            BlockRemoved,
-            BlockSWAEvicted,
-            BlockSWARestored,
-            AllBlocksCleared,
+            *EVENT_TYPES,
             EventBatch,
             BatchMeta,
             DecodeError,
@@ -90,35 +79,41 @@ def encode_batch(batch: EventBatch) -> bytes:
     return _native.encode_batch(batch, None if meta is None else meta.to_json())
 
 
-def event_to_dict(event: Event) -> dict[str, Any]:
-    """The JSON object of one event."""
-    match event:
-        case BlockStored():
-            return {
-                "type": "BlockStored",
-                "block_hashes": list(event.block_hashes),
-                "parent_block_hash": event.parent_block_hash,
-                "token_ids": list(event.token_ids),
-                "block_size": event.block_size,
-                "lora_id": event.lora_id,
-                "medium": event.medium,
-            }
-        case BlockRemoved():
-            removed: dict[str, Any] = {
-                "type": "BlockRemoved",
-                "block_hashes": list(event.block_hashes),
-                "medium": event.medium,
-            }
-            if event.reason is not None:
-                removed["reason"] = event.reason
-            return removed
-        case BlockSWAEvicted():
-            return {"type": "BlockSWAEvicted", "block_hashes": list(event.block_hashes)}
-        case BlockSWARestored():
-            return {"type": "BlockSWARestored", "block_hashes": list(event.block_hashes)}
-        case AllBlocksCleared():
-            return {"type": "AllBlocksCleared"}
+def _wire_fields(event_type: type[Event]) -> tuple[tuple[str, bool, bool], ...]:
+    """(name, a tuple written as a list, written only when not None) of each field, in order."""
+    hints = get_type_hints(event_type)
+    late = late_fields(event_type)
+    return tuple(
+        (f.name, get_origin(hints[f.name]) is tuple, f.name in late) for f in fields(event_type)
+    )
+
+
+_WIRE_FIELDS: Final = {
+    event_type: (event_type.__name__, _wire_fields(event_type)) for event_type in EVENT_TYPES
+}
+
+
+def _wire_form(event: Event) -> tuple[str, tuple[tuple[str, bool, bool], ...]]:
+    form = _WIRE_FIELDS.get(type(event))
+    if form is not None:
+        return form
+    for event_type, subclass_form in _WIRE_FIELDS.items():
+        if isinstance(event, event_type):
+            return subclass_form
     raise TypeError(f"not an event: {event!r}")
+
+
+def event_to_dict(event: Event) -> dict[str, Any]:
+    """The JSON object of one event: its type's name, then its fields in order (a field that a
+    later wire version added only when it is set)."""
+    name, wire_fields = _wire_form(event)
+    out: dict[str, Any] = {"type": name}
+    for field_name, is_tuple, late in wire_fields:
+        value = getattr(event, field_name)
+        if late and value is None:
+            continue
+        out[field_name] = list(value) if is_tuple else value
+    return out
 
 
 def batch_to_dict(batch: EventBatch) -> dict[str, Any]:
