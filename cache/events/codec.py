@@ -13,6 +13,7 @@ hold this equal to.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import fields
 from typing import Any, Final, get_origin, get_type_hints
 
@@ -79,41 +80,46 @@ def encode_batch(batch: EventBatch) -> bytes:
     return _native.encode_batch(batch, None if meta is None else meta.to_json())
 
 
-def _wire_fields(event_type: type[Event]) -> tuple[tuple[str, bool, bool], ...]:
-    """(name, a tuple written as a list, written only when not None) of each field, in order."""
+def _to_dict_function(event_type: type[Event]) -> Callable[[Event], dict[str, Any]]:
+    """``event_to_dict`` for ``event_type``, compiled from its fields: ``type`` first, then each
+    field in order, a tuple as a list; a field that a later wire version added (``ADDED_IN``)
+    only when it is not None. Compiled, as ``dataclasses`` compiles ``__init__``: this runs per
+    event, and a loop over the fields would double its cost."""
     hints = get_type_hints(event_type)
     late = late_fields(event_type)
-    return tuple(
-        (f.name, get_origin(hints[f.name]) is tuple, f.name in late) for f in fields(event_type)
+    items = [f"'type': {event_type.__name__!r}"]
+    tail = []
+    for f in fields(event_type):
+        value = f"list(event.{f.name})" if get_origin(hints[f.name]) is tuple else f"event.{f.name}"
+        if f.name in late:
+            tail.append(f"    if event.{f.name} is not None:\n        out[{f.name!r}] = {value}\n")
+        elif tail:
+            raise TypeError(f"{event_type.__name__}.{f.name}: a field added later comes before it")
+        else:
+            items.append(f"{f.name!r}: {value}")
+    source = (
+        f"def to_dict(event):\n    out = {{{', '.join(items)}}}\n{''.join(tail)}    return out\n"
     )
+    namespace: dict[str, Any] = {}
+    exec(source, namespace)  # field names are identifiers, the type's name a literal
+    function: Callable[[Event], dict[str, Any]] = namespace["to_dict"]
+    return function
 
 
-_WIRE_FIELDS: Final = {
-    event_type: (event_type.__name__, _wire_fields(event_type)) for event_type in EVENT_TYPES
-}
-
-
-def _wire_form(event: Event) -> tuple[str, tuple[tuple[str, bool, bool], ...]]:
-    form = _WIRE_FIELDS.get(type(event))
-    if form is not None:
-        return form
-    for event_type, subclass_form in _WIRE_FIELDS.items():
-        if isinstance(event, event_type):
-            return subclass_form
-    raise TypeError(f"not an event: {event!r}")
+_TO_DICT: Final = {event_type: _to_dict_function(event_type) for event_type in EVENT_TYPES}
 
 
 def event_to_dict(event: Event) -> dict[str, Any]:
     """The JSON object of one event: its type's name, then its fields in order (a field that a
     later wire version added only when it is set)."""
-    name, wire_fields = _wire_form(event)
-    out: dict[str, Any] = {"type": name}
-    for field_name, is_tuple, late in wire_fields:
-        value = getattr(event, field_name)
-        if late and value is None:
-            continue
-        out[field_name] = list(value) if is_tuple else value
-    return out
+    to_dict = _TO_DICT.get(type(event))
+    if to_dict is None:
+        to_dict = next(
+            (f for event_type, f in _TO_DICT.items() if isinstance(event, event_type)), None
+        )
+        if to_dict is None:
+            raise TypeError(f"not an event: {event!r}")
+    return to_dict(event)
 
 
 def batch_to_dict(batch: EventBatch) -> dict[str, Any]:
