@@ -28,8 +28,9 @@ gives the same error for every record, except the wording after ``not JSON`` for
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sized
 from dataclasses import dataclass, fields, replace
+from operator import attrgetter
 from typing import Any, Final, get_origin, get_type_hints
 
 import orjson
@@ -87,20 +88,16 @@ def _check_encodable(batch: EventBatch) -> None:
         raise ValueError(f"ts: {batch.ts} is not a finite number")
     for index, event in enumerate(batch.events):
         wire = _WIRE_TYPES[type(event)]
-        values = {name: getattr(event, name) for name, _, _ in wire.readers}
-        if wire.checks_block_size and values["block_size"] <= 0:
-            raise ValueError(
-                f"events[{index}].block_size: expected a positive int, got {values['block_size']}"
-            )
-        if wire.pages_after is not None:
-            mismatch = _pages_mismatch(values)
-            if mismatch:
-                raise ValueError(f"events[{index}].token_ids: {mismatch}")
-        too_early = _too_early(event, batch.v)
-        if too_early:
+        if wire.pages_of is not None:
+            tokens, hashes, size = wire.pages_of(event)
+            if size <= 0:
+                raise ValueError(f"events[{index}].block_size: expected a positive int, got {size}")
+            if len(tokens) != size * len(hashes):
+                raise ValueError(f"events[{index}].token_ids: {_pages_text(tokens, hashes, size)}")
+        if wire.late and (too_early := _too_early(event, batch.v)):
             name, version = too_early
             raise ValueError(f"events[{index}].{name}: {_needs_version(name, version, batch.v)}")
-        if wire.checks_hashes and not values["block_hashes"]:
+        if wire.hashes_of is not None and not wire.hashes_of(event):
             raise ValueError(f"events[{index}].block_hashes: must hold at least one block hash")
 
 
@@ -256,15 +253,12 @@ order the decoder checks an event's fields."""
 _LATE_FIELD_NOUNS: Final[Mapping[str, str]] = {"reason": "a removal reason"}
 """What the error for a set field in a batch below the version that added it calls the field."""
 
-_PAGES: Final = frozenset({"block_size", "token_ids", "block_hashes"})
-"""The fields of a store of pages: ``block_size`` tokens a block hash."""
+_PAGES: Final = ("token_ids", "block_hashes", "block_size")
+"""The fields of a store of pages: ``block_size`` tokens a block hash (``_pages_text``'s order)."""
 
 
-def _pages_mismatch(values: Mapping[str, Any]) -> str | None:
-    """How ``token_ids`` do not make ``block_size`` tokens per block hash, or None."""
-    tokens, hashes, size = values["token_ids"], values["block_hashes"], values["block_size"]
-    if len(tokens) == size * len(hashes):
-        return None
+def _pages_text(tokens: Sized, hashes: Sized, size: int) -> str:
+    """How ``tokens`` do not make ``size`` tokens per block hash."""
     return f"{len(tokens)} tokens for {len(hashes)} block(s) of size {size}"
 
 
@@ -278,8 +272,8 @@ class _WireType:
     optional: frozenset[str]  # late's keys
     readers: tuple[tuple[str, Callable[[object, str], Any], bool], ...]  # (name, read, tuple)
     pages_after: str | None  # the field after whose reading its pages are counted
-    checks_block_size: bool
-    checks_hashes: bool
+    pages_of: Callable[[Event], tuple[tuple[int, ...], tuple[int, ...], int]] | None  # _PAGES
+    hashes_of: Callable[[Event], tuple[int, ...]] | None
 
     @classmethod
     def of(cls, event_type: type[Event]) -> _WireType:
@@ -290,7 +284,7 @@ class _WireType:
             raise TypeError(f"{event_type.__name__}: no reader for field {unread[0]!r}")
         late = late_fields(event_type)
         ordered = [name for name in _FIELD_READERS if name in names]
-        has_pages = set(names) >= _PAGES
+        has_pages = set(names).issuperset(_PAGES)
         return cls(
             event_type=event_type,
             expected=frozenset({"type", *names}) - late.keys(),
@@ -300,8 +294,8 @@ class _WireType:
                 (name, _FIELD_READERS[name], get_origin(hints[name]) is tuple) for name in ordered
             ),
             pages_after=[name for name in ordered if name in _PAGES][-1] if has_pages else None,
-            checks_block_size="block_size" in names,
-            checks_hashes="block_hashes" in names,
+            pages_of=attrgetter(*_PAGES) if has_pages else None,
+            hashes_of=attrgetter("block_hashes") if "block_hashes" in names else None,
         )
 
     def decode(self, raw: dict[str, Any]) -> Event:
@@ -312,9 +306,9 @@ class _WireType:
             value = read(raw.get(name), name)
             values[name] = tuple(value) if is_tuple else value
             if name == self.pages_after:
-                mismatch = _pages_mismatch(values)
-                if mismatch:
-                    raise DecodeError("token_ids", mismatch)
+                tokens, hashes, size = (values[page] for page in _PAGES)
+                if len(tokens) != size * len(hashes):
+                    raise DecodeError("token_ids", _pages_text(tokens, hashes, size))
         return self.event_type(**values)
 
 
