@@ -66,8 +66,9 @@ class ReferenceReplica:
         self.model.apply(event)
 
     def _check_held(self, event: Event) -> None:
+        blocks = self.model.blocks
         for block_hash in getattr(event, "block_hashes", ()):
-            if block_hash not in self.blocks:
+            if block_hash not in blocks:
                 raise self.fail(f"{type(event).__name__} names unknown block {block_hash}")
 
     def _store(self, event: Event) -> None:
@@ -77,11 +78,11 @@ class ReferenceReplica:
             raise self.fail(f"block_size {size} differs from meta.page_size {self.page_size}")
         if self.block_size is not None and size != self.block_size:
             raise self.fail(f"block_size {size} differs from earlier {self.block_size}")
-        parent = event.parent_block_hash
-        if parent is not None and parent not in self.blocks:
+        parent, blocks = event.parent_block_hash, self.model.blocks
+        if parent is not None and parent not in blocks:
             raise self.fail(f"BlockStored names unknown parent block {parent}")
         for block_hash in hashes:
-            if block_hash in self.blocks:
+            if block_hash in blocks:
                 raise self.fail(f"BlockStored for block {block_hash}, which is already held")
         if len(set(hashes)) != len(hashes):
             raise self.fail("BlockStored names one block twice")
@@ -95,22 +96,22 @@ class ReferenceReplica:
 
     def _remove(self, event: Event) -> None:
         assert isinstance(event, BlockRemoved)
-        hashes = event.block_hashes
+        hashes, blocks = event.block_hashes, self.model.blocks
         seen: set[int] = set()
         for block_hash in hashes:
-            if block_hash not in self.blocks or block_hash in seen:
+            if block_hash not in blocks or block_hash in seen:
                 raise self.fail(f"BlockRemoved names unknown block {block_hash}")
             seen.add(block_hash)
         removed_children = dict.fromkeys(hashes, 0)
         for block_hash in hashes:
-            parent = self.blocks[block_hash].parent
+            parent = blocks[block_hash].parent
             if parent in removed_children:
                 removed_children[parent] += 1
         for block_hash in hashes:
             if self.children[block_hash] != removed_children[block_hash]:
                 raise self.fail(f"BlockRemoved for block {block_hash}, which still has children")
         for block_hash in hashes:
-            parent = self.blocks[block_hash].parent
+            parent = blocks[block_hash].parent
             if parent is not None and parent not in removed_children:
                 self.children[parent] -= 1
             del self.children[block_hash]
@@ -181,10 +182,10 @@ class ReferenceReplicaSet:
             if replica.page_size is None or replica.sliding_window_size is None:
                 result[source] = (None, None)
                 continue
-            page_size = replica.page_size
+            page_size, blocks = replica.page_size, replica.blocks
             held = []
             for block_hash in chain_block_hashes(prior, token_ids, page_size):
-                block = replica.blocks.get(block_hash)
+                block = blocks.get(block_hash)
                 if block is None:
                     break
                 held.append((page_size, block.resident))
