@@ -13,7 +13,9 @@ hold this equal to.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from collections.abc import Callable
+from dataclasses import fields
+from typing import Any, Final, get_origin, get_type_hints
 
 import orjson
 
@@ -26,15 +28,7 @@ from cache.events.errors import (
     ReplicaSnapshotError,
 )
 from cache.events.meta import BatchMeta
-from cache.events.types import (
-    AllBlocksCleared,
-    BlockRemoved,
-    BlockStored,
-    BlockSWAEvicted,
-    BlockSWARestored,
-    Event,
-    EventBatch,
-)
+from cache.events.types import EVENT_TYPES, Event, EventBatch, late_fields
 
 DEFAULT_MAX_RECORD_BYTES: Final[int] = _native.DEFAULT_MAX_RECORD_BYTES
 """The record size limit of ``decode_batch`` and ``decode_wire`` when none is given."""
@@ -46,11 +40,7 @@ _native.bind_classes(
     {
         cls.__name__: cls
         for cls in (
-            BlockStored,
-            BlockRemoved,
-            BlockSWAEvicted,
-            BlockSWARestored,
-            AllBlocksCleared,
+            *EVENT_TYPES,
             EventBatch,
             BatchMeta,
             DecodeError,
@@ -90,35 +80,46 @@ def encode_batch(batch: EventBatch) -> bytes:
     return _native.encode_batch(batch, None if meta is None else meta.to_json())
 
 
+def _to_dict_function(event_type: type[Event]) -> Callable[[Event], dict[str, Any]]:
+    """``event_to_dict`` for ``event_type``, compiled from its fields: ``type`` first, then each
+    field in order, a tuple as a list; a field that a later wire version added (``ADDED_IN``)
+    only when it is not None. Compiled, as ``dataclasses`` compiles ``__init__``: this runs per
+    event, and a loop over the fields would double its cost."""
+    hints = get_type_hints(event_type)
+    late = late_fields(event_type)
+    items = [f"'type': {event_type.__name__!r}"]
+    tail = []
+    for f in fields(event_type):
+        value = f"list(event.{f.name})" if get_origin(hints[f.name]) is tuple else f"event.{f.name}"
+        if f.name in late:
+            tail.append(f"    if event.{f.name} is not None:\n        out[{f.name!r}] = {value}\n")
+        elif tail:
+            raise TypeError(f"{event_type.__name__}.{f.name}: a field added later comes before it")
+        else:
+            items.append(f"{f.name!r}: {value}")
+    source = (
+        f"def to_dict(event):\n    out = {{{', '.join(items)}}}\n{''.join(tail)}    return out\n"
+    )
+    namespace: dict[str, Any] = {}
+    exec(source, namespace)  # field names are identifiers, the type's name a literal
+    function: Callable[[Event], dict[str, Any]] = namespace["to_dict"]
+    return function
+
+
+_TO_DICT: Final = {event_type: _to_dict_function(event_type) for event_type in EVENT_TYPES}
+
+
 def event_to_dict(event: Event) -> dict[str, Any]:
-    """The JSON object of one event."""
-    match event:
-        case BlockStored():
-            return {
-                "type": "BlockStored",
-                "block_hashes": list(event.block_hashes),
-                "parent_block_hash": event.parent_block_hash,
-                "token_ids": list(event.token_ids),
-                "block_size": event.block_size,
-                "lora_id": event.lora_id,
-                "medium": event.medium,
-            }
-        case BlockRemoved():
-            removed: dict[str, Any] = {
-                "type": "BlockRemoved",
-                "block_hashes": list(event.block_hashes),
-                "medium": event.medium,
-            }
-            if event.reason is not None:
-                removed["reason"] = event.reason
-            return removed
-        case BlockSWAEvicted():
-            return {"type": "BlockSWAEvicted", "block_hashes": list(event.block_hashes)}
-        case BlockSWARestored():
-            return {"type": "BlockSWARestored", "block_hashes": list(event.block_hashes)}
-        case AllBlocksCleared():
-            return {"type": "AllBlocksCleared"}
-    raise TypeError(f"not an event: {event!r}")
+    """The JSON object of one event: its type's name, then its fields in order (a field that a
+    later wire version added only when it is set)."""
+    to_dict = _TO_DICT.get(type(event))
+    if to_dict is None:
+        to_dict = next(
+            (f for event_type, f in _TO_DICT.items() if isinstance(event, event_type)), None
+        )
+        if to_dict is None:
+            raise TypeError(f"not an event: {event!r}")
+    return to_dict(event)
 
 
 def batch_to_dict(batch: EventBatch) -> dict[str, Any]:

@@ -7,8 +7,9 @@ when a node loses or regains its sliding-window KV).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Final, TypeAlias
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Final, TypeAlias, get_args
 
 from cache.events import _native
 from cache.events.meta import BatchMeta
@@ -21,6 +22,10 @@ REMOVED_EVICTED: Final = "evicted"
 REMOVED_DEMOTED: Final = "demoted"
 """``BlockRemoved.reason``: the blocks left this tier and are still held on a lower one."""
 REMOVAL_REASONS: Final = frozenset(_native.REMOVAL_REASONS)
+ADDED_IN: Final = "added_in"
+"""The metadata key of an event field that a later wire version added (its value: that version).
+Such a field is written only when it is not None, and a batch below that version cannot carry
+it set (``late_fields``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +50,7 @@ class BlockRemoved:
 
     block_hashes: tuple[int, ...]
     medium: str | None = MEDIUM_GPU
-    reason: str | None = None
+    reason: str | None = field(default=None, metadata={ADDED_IN: 3})
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +75,18 @@ class AllBlocksCleared:
 Event: TypeAlias = (
     BlockStored | BlockRemoved | BlockSWAEvicted | BlockSWARestored | AllBlocksCleared
 )
+"""Every event type. Each one's dataclass fields, in order, are its wire fields: the codec, its
+oracle, the churn counts and the test strategies read them from here."""
+
+EVENT_TYPES: Final[tuple[type[Event], ...]] = get_args(Event)
+"""The members of the ``Event`` union, in its order."""
+
+
+def late_fields(event_type: type[Event]) -> Mapping[str, int]:
+    """The fields of ``event_type`` that a later wire version added (``ADDED_IN``), by name,
+    with that version."""
+    return {f.name: f.metadata[ADDED_IN] for f in fields(event_type) if ADDED_IN in f.metadata}
+
 
 BATCH_VERSION: Final[int] = _native.WIRE_VERSION
 """The wire version written by default: version 2 joins chained stores, version 3 adds

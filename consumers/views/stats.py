@@ -1,7 +1,8 @@
 """The ``stats`` view: per source block and tombstone counts, and churn counters.
 
-Churn counts blocks (one per block hash) by what happened to them; ``cleared`` counts
-``AllBlocksCleared`` events; ``removed_by`` splits the removals by tier and by reason
+Churn counts, per event type, the blocks (one per block hash) its events name, or its events
+when it names none (``cleared`` counts ``AllBlocksCleared`` events), in the count named after
+the type (``churn_count_of``); ``removed_by`` splits the removals by tier and by reason
 (``medium -> reason -> blocks``, a removal that does not say why counted under ``"unsaid"``).
 Block and tombstone counts and divergence are read from the follower's ``ReplicaSet``, given
 to ``Stats(replicas)``; this view keeps only the churn.
@@ -9,23 +10,16 @@ to ``Stats(replicas)``; this view keeps only the churn.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import ClassVar, Final
 
 import orjson
 
-from cache.events import (
-    AllBlocksCleared,
-    BlockRemoved,
-    BlockStored,
-    BlockSWAEvicted,
-    BlockSWARestored,
-    EventBatch,
-    WireBatch,
-)
+from cache.events import BlockRemoved, Event, EventBatch, WireBatch
 from cache.events.replica_store import ChurnCounts, wire_churn
-from cache.events.types import MEDIUM_GPU
+from cache.events.types import EVENT_TYPES, MEDIUM_GPU
 from consumers.errors import ViewStateError
 from consumers.views.replica import ReplicaSet
 from consumers.views.view import LaneRole
@@ -56,39 +50,39 @@ class Churn:
         """Add the events of ``batch``."""
         self.batches += 1
         for event in batch.events:
-            match event:
-                case BlockStored():
-                    self.stored += len(event.block_hashes)
-                case BlockRemoved():
-                    self.removed += len(event.block_hashes)
-                    self.count_removal(event.medium, event.reason, len(event.block_hashes))
-                case BlockSWAEvicted():
-                    self.swa_evicted += len(event.block_hashes)
-                case BlockSWARestored():
-                    self.swa_restored += len(event.block_hashes)
-                case AllBlocksCleared():
-                    self.cleared += 1
+            name = _COUNTS_BY_TYPE[type(event)]
+            blocks = getattr(event, "block_hashes", None)
+            setattr(self, name, getattr(self, name) + (1 if blocks is None else len(blocks)))
+            if isinstance(event, BlockRemoved):
+                self.count_removal(event.medium, event.reason, len(event.block_hashes))
 
     def count_wire(self, batch: WireBatch) -> None:
         """Add the events of a decoded record, counted natively (its events are not made)."""
         self.add(wire_churn(batch))
 
     def add(self, counts: ChurnCounts) -> None:
-        """Add counts in ``ChurnCounts`` order (batches first)."""
-        batches, stored, removed, swa_evicted, swa_restored, cleared, removed_by = counts
+        """Add counts in ``ChurnCounts`` order (batches first, then ``CHURN_COUNTS``' order)."""
+        *scalars, removed_by = counts
         for medium, reason, blocks in removed_by:
             self.count_removal(medium, reason, blocks)
-        self.batches += batches
-        self.stored += stored
-        self.removed += removed
-        self.swa_evicted += swa_evicted
-        self.swa_restored += swa_restored
-        self.cleared += cleared
+        for name, n in zip(CHURN_COUNTS, scalars, strict=True):
+            setattr(self, name, getattr(self, name) + n)
+
+
+def churn_count_of(event_type: type[Event]) -> str:
+    """The ``Churn`` count of ``event_type``: its name without the ``Block`` or ``AllBlocks``
+    prefix, in snake case (``BlockSWAEvicted``: ``swa_evicted``)."""
+    name = re.sub(r"^(AllBlocks|Block)", "", event_type.__name__)
+    return re.sub(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
 
 
 _CHURN_FIELDS = frozenset(f.name for f in fields(Churn))
 CHURN_COUNTS: Final = tuple(f.name for f in fields(Churn) if f.name != "removed_by")
 """The scalar counts of a ``Churn``, in order."""
+_COUNTS_BY_TYPE: Final = {event_type: churn_count_of(event_type) for event_type in EVENT_TYPES}
+_UNCOUNTED: Final = sorted(set(_COUNTS_BY_TYPE.values()) - set(CHURN_COUNTS))
+if _UNCOUNTED:  # a new event type: a Churn field, and the native churn (ChurnCounts) counts it
+    raise TypeError(f"Churn has no count {_UNCOUNTED[0]!r} for an event type")
 
 
 def _removed_by(raw: object) -> dict[str, dict[str, int]] | None:

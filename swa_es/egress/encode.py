@@ -24,7 +24,8 @@ in a ``ResidencyStream`` (``swa_es.egress.residency``).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Final
 
 import msgpack
 
@@ -34,7 +35,6 @@ from cache.events import (
     BlockRemoved,
     BlockStored,
     BlockSWAEvicted,
-    BlockSWARestored,
     Event,
     EventBatch,
 )
@@ -48,22 +48,30 @@ VLLM_GROUP_IDX = 0
 """vLLM's KV-cache group of our blocks: the one full-attention group."""
 
 
-def _tombstone(event: BlockSWAEvicted, tombstones: TombstonePolicy) -> list[Event]:
+ENGINE_EVENT_TYPES: Final = (BlockStored, BlockRemoved, AllBlocksCleared)
+"""Our event types that both engines have: sent as they are. An event of any other type is sent
+as its substitute (``_SUBSTITUTES``), or not at all (``BlockSWARestored``: docs above)."""
+
+
+def _tombstone(event: Event, tombstones: TombstonePolicy) -> list[Event]:
+    assert isinstance(event, BlockSWAEvicted)
     if tombstones is TombstonePolicy.REMOVE:
         return [BlockRemoved(event.block_hashes, MEDIUM_GPU)]
     return []
 
 
+_SUBSTITUTES: Final[dict[type[Event], Callable[[Event, TombstonePolicy], list[Event]]]] = {
+    BlockSWAEvicted: _tombstone,
+}
+"""What an engine gets for an event of a type it does not have, under a tombstone policy."""
+
+
 def _engine_events(event: Event, tombstones: TombstonePolicy) -> list[Event]:
     """``event`` as the events an engine has (stores, removals, clears)."""
-    match event:
-        case BlockStored() | BlockRemoved() | AllBlocksCleared():
-            return [event]
-        case BlockSWAEvicted():
-            return _tombstone(event, tombstones)
-        case BlockSWARestored():
-            return []
-    raise TypeError(f"not an event: {event!r}")
+    if isinstance(event, ENGINE_EVENT_TYPES):
+        return [event]
+    substitute = _SUBSTITUTES.get(type(event))
+    return [] if substitute is None else substitute(event, tombstones)
 
 
 def _sglang_event(event: Event) -> list[list[Any]]:

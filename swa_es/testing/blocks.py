@@ -1,5 +1,6 @@
 """``BlockModel``: the set of blocks a stream of events describes, the test oracle of every
-replica.
+replica, and the one Python model of what each event type does to blocks and the state digest
+(the tests' reference replica applies its events through one, after the native store's checks).
 
 It holds, per block hash, the parent hash, the page's tokens and whether the block is SWA
 resident, and keeps the state digest in step, so a test compares a replica, a primary or a

@@ -80,7 +80,7 @@ def reference_state(reference: ReferenceReplicaSet, source: str) -> dict[str, An
     """The same facts from the reference."""
     replica = reference.replica(source)
     return {
-        "blocks": {h: (b.parent, b.token_ids, b.swa_resident) for h, b in replica.blocks.items()},
+        "blocks": {h: (b.parent, b.tokens, b.resident) for h, b in replica.blocks.items()},
         "len": len(replica.blocks),
         "digest": replica.digest.hexdigest(),
         "state_digest": None if replica.diverged else replica.digest.hexdigest(),

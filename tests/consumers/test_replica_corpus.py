@@ -69,7 +69,7 @@ def _native_state(replicas: ReplicaSet, source: str) -> dict[str, Any]:
 def _reference_state(view: ReferenceView, source: str) -> dict[str, Any]:
     replica = view.replicas.replica(source)
     return {
-        "blocks": {(h, b.parent, b.token_ids, b.swa_resident) for h, b in replica.blocks.items()},
+        "blocks": {(h, b.parent, b.tokens, b.resident) for h, b in replica.blocks.items()},
         "digest": replica.digest.hexdigest(),
         "diverged": replica.diverged,
     }

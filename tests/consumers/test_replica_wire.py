@@ -95,7 +95,7 @@ def _state(replicas: ReplicaSet, source: str) -> dict[str, Any]:
 def _reference_state(reference: ReferenceReplicaSet, source: str) -> dict[str, Any]:
     replica = reference.replica(source)
     return {
-        "blocks": {(h, b.parent, b.token_ids, b.swa_resident) for h, b in replica.blocks.items()},
+        "blocks": {(h, b.parent, b.tokens, b.resident) for h, b in replica.blocks.items()},
         "digest": replica.digest.hexdigest(),
         "tombstones": replica.tombstone_count,
         "block_size": replica.block_size,

@@ -13,11 +13,13 @@ then the checks below in this order, and the first that fails raises
   order is named), no unknown key; ``ts`` a number; ``events`` a list; ``meta`` an object or
   null; ``source`` and ``epoch`` strings; ``seq`` a non-negative int; each event in order;
   ``digest`` a string or null; the typed fields of ``meta`` (``tests.oracles.meta``);
-- an event: an object; ``type`` present, a string, a known type; exactly its keys; then its
-  fields in this order: ``block_size`` (a positive int), ``token_ids`` (ints in [0, 2**32)),
-  ``block_hashes`` (int64s, at least one), the token count, ``parent_block_hash`` and
-  ``lora_id`` (int64 or null), ``medium`` (a string or null), ``reason`` (one of ours or null;
-  a non-null one in a batch below version 3 is named as the event's error, right after it).
+- an event: an object; ``type`` present, a string, a known type; exactly its keys (its
+  dataclass's fields; one that a later version added may be absent); then its fields in this
+  order (``_FIELD_READERS``, by field name, whatever the type): ``block_size`` (a positive
+  int), ``token_ids`` (ints in [0, 2**32)), ``block_hashes`` (int64s, at least one), the
+  token count (once all three are read), ``parent_block_hash`` and ``lora_id`` (int64 or
+  null), ``medium`` (a string or null), ``reason`` (one of ours or null; a non-null one in a
+  batch below version 3 is named as the event's error, right after it).
 
 Reasons show an int by its digits and any other value by its type name. The native decoder
 gives the same error for every record, except the wording after ``not JSON`` for syntax errors.
@@ -26,41 +28,26 @@ gives the same error for every record, except the wording after ``not JSON`` for
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import replace
-from typing import Any, Final
+from collections.abc import Callable, Mapping, Sized
+from dataclasses import dataclass, fields, replace
+from operator import attrgetter
+from typing import Any, Final, get_origin, get_type_hints
 
 import orjson
 
 from cache.events.codec import event_to_dict  # a plain dict view, not codec logic: one copy
 from cache.events.errors import DecodeError
 from cache.events.meta import BatchMeta
-from cache.events.types import (
-    AllBlocksCleared,
-    BlockRemoved,
-    BlockStored,
-    BlockSWAEvicted,
-    BlockSWARestored,
-    Event,
-    EventBatch,
-)
+from cache.events.types import EVENT_TYPES, BlockStored, Event, EventBatch, late_fields
 from tests.oracles.meta import meta_from_dict
 
 DEFAULT_MAX_RECORD_BYTES: Final = 16 * 1024 * 1024
 SUPPORTED_VERSIONS: Final = (1, 2, 3)
-_REASON_VERSION: Final = 3
 _REASONS: Final = ("evicted", "demoted")
 _INT64_MIN: Final = -(1 << 63)
 _INT64_MAX: Final = (1 << 63) - 1
 _UINT32_MAX: Final = 0xFFFFFFFF
 _BATCH_FIELDS: Final = frozenset({"v", "source", "epoch", "seq", "ts", "events", "digest", "meta"})
-_STORED_FIELDS: Final = frozenset(
-    {"type", "block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium"}
-)
-_REMOVED_FIELDS: Final = frozenset({"type", "block_hashes", "medium"})
-_REMOVED_OPTIONAL: Final = frozenset({"reason"})
-_RESIDENCY_FIELDS: Final = frozenset({"type", "block_hashes"})
-_CLEARED_FIELDS: Final = frozenset({"type"})
 _EXCERPT_CHARS: Final = 40
 
 
@@ -100,31 +87,31 @@ def _check_encodable(batch: EventBatch) -> None:
     if not math.isfinite(batch.ts):
         raise ValueError(f"ts: {batch.ts} is not a finite number")
     for index, event in enumerate(batch.events):
-        if isinstance(event, AllBlocksCleared):
-            continue
-        if isinstance(event, BlockStored):
-            if event.block_size <= 0:
-                raise ValueError(
-                    f"events[{index}].block_size: expected a positive int, got {event.block_size}"
-                )
-            if len(event.token_ids) != event.block_size * len(event.block_hashes):
-                raise ValueError(
-                    f"events[{index}].token_ids: {len(event.token_ids)} tokens for "
-                    f"{len(event.block_hashes)} block(s) of size {event.block_size}"
-                )
-        if _reason_too_early(event, batch.v):
-            raise ValueError(f"events[{index}].reason: {_reason_needs_version(batch.v)}")
-        if not event.block_hashes:
+        wire = _WIRE_TYPES[type(event)]
+        if wire.pages_of is not None:
+            tokens, hashes, size = wire.pages_of(event)
+            if size <= 0:
+                raise ValueError(f"events[{index}].block_size: expected a positive int, got {size}")
+            if len(tokens) != size * len(hashes):
+                raise ValueError(f"events[{index}].token_ids: {_pages_text(tokens, hashes, size)}")
+        if wire.late and (too_early := _too_early(event, batch.v)):
+            name, version = too_early
+            raise ValueError(f"events[{index}].{name}: {_needs_version(name, version, batch.v)}")
+        if wire.hashes_of is not None and not wire.hashes_of(event):
             raise ValueError(f"events[{index}].block_hashes: must hold at least one block hash")
 
 
-def _reason_too_early(event: Event, version: int) -> bool:
-    said = isinstance(event, BlockRemoved) and event.reason is not None
-    return said and version < _REASON_VERSION
+def _too_early(event: Event, version: int) -> tuple[str, int] | None:
+    """The first field of ``event`` set that a later wire version than ``version`` added, with
+    that version."""
+    for name, added in _WIRE_TYPES[type(event)].late.items():
+        if version < added and getattr(event, name) is not None:
+            return name, added
+    return None
 
 
-def _reason_needs_version(version: int) -> str:
-    return f"a removal reason needs wire version {_REASON_VERSION}, the batch is version {version}"
+def _needs_version(name: str, added: int, version: int) -> str:
+    return f"{_LATE_FIELD_NOUNS[name]} needs wire version {added}, the batch is version {version}"
 
 
 def batch_to_dict(batch: EventBatch) -> dict[str, Any]:
@@ -232,62 +219,101 @@ def _exact_fields(
         raise DecodeError(unknown[0], "unknown field")
 
 
-def _decode_stored(raw: dict[str, Any]) -> BlockStored:
-    _exact_fields(raw, _STORED_FIELDS)
-    block_size = raw["block_size"]
-    if type(block_size) is not int or block_size <= 0:
-        raise DecodeError("block_size", f"expected a positive int, got {_describe(block_size)}")
-    token_ids = _int_list(raw["token_ids"], "token_ids", minimum=0, maximum=_UINT32_MAX)
-    hashes = _hash_list(raw["block_hashes"], "block_hashes")
-    if len(token_ids) != block_size * len(hashes):
-        raise DecodeError(
-            "token_ids",
-            f"{len(token_ids)} tokens for {len(hashes)} block(s) of size {block_size}",
-        )
-    return BlockStored(
-        block_hashes=tuple(hashes),
-        parent_block_hash=_optional_int64(raw["parent_block_hash"], "parent_block_hash"),
-        token_ids=tuple(token_ids),
-        block_size=block_size,
-        lora_id=_optional_int64(raw["lora_id"], "lora_id"),
-        medium=_optional_string(raw["medium"], "medium"),
-    )
+def _positive_int(value: object, where: str) -> int:
+    if type(value) is not int or value <= 0:
+        raise DecodeError(where, f"expected a positive int, got {_describe(value)}")
+    return value
 
 
-def _decode_removed(raw: dict[str, Any]) -> BlockRemoved:
-    _exact_fields(raw, _REMOVED_FIELDS, _REMOVED_OPTIONAL)
-    block_hashes = tuple(_hash_list(raw["block_hashes"], "block_hashes"))
-    medium = _optional_string(raw["medium"], "medium")
-    reason = _optional_string(raw.get("reason"), "reason")
+def _token_list(value: object, where: str) -> list[int]:
+    return _int_list(value, where, minimum=0, maximum=_UINT32_MAX)
+
+
+def _optional_reason(value: object, where: str) -> str | None:
+    reason = _optional_string(value, where)
     if reason is not None and reason not in _REASONS:
         raise DecodeError(
-            "reason", f'expected "evicted", "demoted" or null, got {_quoted_excerpt(reason)}'
+            where, f'expected "evicted", "demoted" or null, got {_quoted_excerpt(reason)}'
         )
-    return BlockRemoved(block_hashes=block_hashes, medium=medium, reason=reason)
+    return reason
 
 
-def _decode_swa_evicted(raw: dict[str, Any]) -> BlockSWAEvicted:
-    _exact_fields(raw, _RESIDENCY_FIELDS)
-    return BlockSWAEvicted(tuple(_hash_list(raw["block_hashes"], "block_hashes")))
-
-
-def _decode_swa_restored(raw: dict[str, Any]) -> BlockSWARestored:
-    _exact_fields(raw, _RESIDENCY_FIELDS)
-    return BlockSWARestored(tuple(_hash_list(raw["block_hashes"], "block_hashes")))
-
-
-def _decode_cleared(raw: dict[str, Any]) -> AllBlocksCleared:
-    _exact_fields(raw, _CLEARED_FIELDS)
-    return AllBlocksCleared()
-
-
-_EVENT_DECODERS: Final[dict[str, Callable[[dict[str, Any]], Event]]] = {
-    "BlockStored": _decode_stored,
-    "BlockRemoved": _decode_removed,
-    "BlockSWAEvicted": _decode_swa_evicted,
-    "BlockSWARestored": _decode_swa_restored,
-    "AllBlocksCleared": _decode_cleared,
+_FIELD_READERS: Final[Mapping[str, Callable[[object, str], Any]]] = {
+    "block_size": _positive_int,
+    "token_ids": _token_list,
+    "block_hashes": _hash_list,
+    "parent_block_hash": _optional_int64,
+    "lora_id": _optional_int64,
+    "medium": _optional_string,
+    "reason": _optional_reason,
 }
+"""How each event field is read, by name (a name means the same in every event type), in the
+order the decoder checks an event's fields."""
+
+_LATE_FIELD_NOUNS: Final[Mapping[str, str]] = {"reason": "a removal reason"}
+"""What the error for a set field in a batch below the version that added it calls the field."""
+
+_PAGES: Final = ("token_ids", "block_hashes", "block_size")
+"""The fields of a store of pages: ``block_size`` tokens a block hash (``_pages_text``'s order)."""
+
+
+def _pages_text(tokens: Sized, hashes: Sized, size: int) -> str:
+    """How ``tokens`` do not make ``size`` tokens per block hash."""
+    return f"{len(tokens)} tokens for {len(hashes)} block(s) of size {size}"
+
+
+@dataclass(frozen=True, slots=True)
+class _WireType:
+    """What the codec reads and checks of one event type, from its dataclass fields."""
+
+    event_type: type[Event]
+    expected: frozenset[str]  # the keys its object must have ("type" too)
+    late: Mapping[str, int]  # the keys it may have: fields a later version added, with it
+    optional: frozenset[str]  # late's keys
+    readers: tuple[tuple[str, Callable[[object, str], Any], bool], ...]  # (name, read, tuple)
+    pages_after: str | None  # the field after whose reading its pages are counted
+    pages_of: Callable[[Event], tuple[tuple[int, ...], tuple[int, ...], int]] | None  # _PAGES
+    hashes_of: Callable[[Event], tuple[int, ...]] | None
+
+    @classmethod
+    def of(cls, event_type: type[Event]) -> _WireType:
+        hints = get_type_hints(event_type)
+        names = [f.name for f in fields(event_type)]
+        unread = sorted(set(names) - _FIELD_READERS.keys())
+        if unread:
+            raise TypeError(f"{event_type.__name__}: no reader for field {unread[0]!r}")
+        late = late_fields(event_type)
+        ordered = [name for name in _FIELD_READERS if name in names]
+        has_pages = set(names).issuperset(_PAGES)
+        return cls(
+            event_type=event_type,
+            expected=frozenset({"type", *names}) - late.keys(),
+            late=late,
+            optional=frozenset(late),
+            readers=tuple(
+                (name, _FIELD_READERS[name], get_origin(hints[name]) is tuple) for name in ordered
+            ),
+            pages_after=[name for name in ordered if name in _PAGES][-1] if has_pages else None,
+            pages_of=attrgetter(*_PAGES) if has_pages else None,
+            hashes_of=attrgetter("block_hashes") if "block_hashes" in names else None,
+        )
+
+    def decode(self, raw: dict[str, Any]) -> Event:
+        """The event of ``raw``: exactly its keys, then each field in ``_FIELD_READERS`` order."""
+        _exact_fields(raw, self.expected, self.optional)
+        values: dict[str, Any] = {}
+        for name, read, is_tuple in self.readers:
+            value = read(raw.get(name), name)
+            values[name] = tuple(value) if is_tuple else value
+            if name == self.pages_after:
+                tokens, hashes, size = (values[page] for page in _PAGES)
+                if len(tokens) != size * len(hashes):
+                    raise DecodeError("token_ids", _pages_text(tokens, hashes, size))
+        return self.event_type(**values)
+
+
+_WIRE_TYPES: Final = {event_type: _WireType.of(event_type) for event_type in EVENT_TYPES}
+_EVENT_DECODERS: Final = {event_type.__name__: wire for event_type, wire in _WIRE_TYPES.items()}
 
 
 def _decode_event_fields(raw: object) -> Event:
@@ -301,7 +327,7 @@ def _decode_event_fields(raw: object) -> Event:
     decoder = _EVENT_DECODERS.get(kind)
     if decoder is None:
         raise DecodeError("type", f"unknown event type {_quoted_excerpt(kind)}")
-    return decoder(raw)
+    return decoder.decode(raw)
 
 
 def decode_event(raw: object, where: str = "event") -> Event:
@@ -336,8 +362,10 @@ def _decode_events(raw_events: list[Any], version: int) -> tuple[Event, ...]:
     events: list[Event] = []
     for index, raw in enumerate(raw_events):
         event = decode_event(raw, f"events[{index}]")
-        if _reason_too_early(event, version):
-            raise DecodeError(f"events[{index}].reason", _reason_needs_version(version))
+        too_early = _too_early(event, version)
+        if too_early:
+            name, added = too_early
+            raise DecodeError(f"events[{index}].{name}", _needs_version(name, added, version))
         if isinstance(event, BlockStored):
             events.extend(split_pages(event))
         else:

@@ -1,45 +1,31 @@
 """The pure-Python twin of the native replica store: the readable reference and test oracle.
 
 Imported only by tests (differential tests hold ``cache.events.replica_store`` equal to it);
-never selected at run time. Per source, blocks live in a dict ``hash -> ReferenceBlock`` plus a
-child count per block. Each event is checked in full before anything changes, so a failing
-event leaves the replica as it was (events before it in the batch stay applied). Reasons are
-worded exactly as the native store words them.
+never selected at run time. What an event does to a source's blocks and its digest is
+``swa_es.testing.BlockModel``'s (one Python model of it); this replica adds what the native
+store checks before it lets an event change anything, worded exactly as the native store words
+it, with a child count per block. Each event is checked in full before anything changes, so a
+failing event leaves the replica as it was (events before it in the batch stay applied). An event
+type without checks of its own here needs each block it names to be held.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from cache.events.digest import StateDigest
 from cache.events.hashing import chain_block_hashes, namespace_prior
 from cache.events.replica_store import ReplicaConsistencyError
-from cache.events.types import (
-    AllBlocksCleared,
-    BlockRemoved,
-    BlockStored,
-    BlockSWAEvicted,
-    BlockSWARestored,
-    Event,
-    EventBatch,
-)
+from cache.events.types import AllBlocksCleared, BlockRemoved, BlockStored, Event, EventBatch
+from swa_es.testing import BlockModel, ModelBlock
 from tests.oracles.swa_rule import usable_prefix
-
-
-@dataclass(frozen=True, slots=True)
-class ReferenceBlock:
-    """One held block."""
-
-    parent: int | None
-    token_ids: tuple[int, ...]
-    swa_resident: bool
 
 
 @dataclass
 class ReferenceReplica:
-    """One source's replica."""
+    """One source's replica: its blocks are ``model``'s (a repeated SWA residency is allowed)."""
 
     source: str
     page_size: int | None = None
@@ -47,14 +33,23 @@ class ReferenceReplica:
     swa_events: bool = True
     diverged: str | None = None
     block_size: int | None = None
-    blocks: dict[int, ReferenceBlock] = field(default_factory=dict)
+    model: BlockModel = field(default_factory=lambda: BlockModel(strict_residency=False))
     children: dict[int, int] = field(default_factory=dict)
-    digest: StateDigest = field(default_factory=StateDigest)
+
+    @property
+    def blocks(self) -> dict[int, ModelBlock]:
+        """The held blocks by hash."""
+        return self.model.blocks
+
+    @property
+    def digest(self) -> StateDigest:
+        """The state digest of the held blocks."""
+        return self.model.digest
 
     @property
     def tombstone_count(self) -> int:
         """Blocks held as tombstones."""
-        return sum(not block.swa_resident for block in self.blocks.values())
+        return sum(not block.resident for block in self.blocks.values())
 
     def fail(self, reason: str) -> ReplicaConsistencyError:
         """The error for an event that does not fit."""
@@ -62,81 +57,78 @@ class ReferenceReplica:
 
     def clear(self) -> None:
         """Drop every block and end a divergence."""
-        self.blocks, self.children = {}, {}
-        self.digest = StateDigest()
-        self.block_size = None
-        self.diverged = None
+        self.apply(AllBlocksCleared())
 
     def apply(self, event: Event) -> None:
         """Apply one event, or raise and change nothing."""
-        match event:
-            case BlockStored():
-                self._store(event)
-            case BlockRemoved():
-                self._remove(event.block_hashes)
-            case BlockSWAEvicted():
-                self._set_residency(event.block_hashes, resident=False, kind="BlockSWAEvicted")
-            case BlockSWARestored():
-                self._set_residency(event.block_hashes, resident=True, kind="BlockSWARestored")
-            case AllBlocksCleared():
-                self.clear()
+        before = _BEFORE.get(type(event), ReferenceReplica._check_held)
+        before(self, event)
+        self.model.apply(event)
 
-    def _store(self, event: BlockStored) -> None:
+    def _check_held(self, event: Event) -> None:
+        blocks = self.model.blocks
+        for block_hash in getattr(event, "block_hashes", ()):
+            if block_hash not in blocks:
+                raise self.fail(f"{type(event).__name__} names unknown block {block_hash}")
+
+    def _store(self, event: Event) -> None:
+        assert isinstance(event, BlockStored)
         size, hashes = event.block_size, event.block_hashes
         if self.block_size is None and self.page_size is not None and self.page_size != size:
             raise self.fail(f"block_size {size} differs from meta.page_size {self.page_size}")
         if self.block_size is not None and size != self.block_size:
             raise self.fail(f"block_size {size} differs from earlier {self.block_size}")
-        parent = event.parent_block_hash
-        if parent is not None and parent not in self.blocks:
+        parent, blocks = event.parent_block_hash, self.model.blocks
+        if parent is not None and parent not in blocks:
             raise self.fail(f"BlockStored names unknown parent block {parent}")
         for block_hash in hashes:
-            if block_hash in self.blocks:
+            if block_hash in blocks:
                 raise self.fail(f"BlockStored for block {block_hash}, which is already held")
         if len(set(hashes)) != len(hashes):
             raise self.fail("BlockStored names one block twice")
         self.block_size = size
-        previous = parent
-        for page, block_hash in enumerate(hashes):
-            tokens = event.token_ids[page * size : (page + 1) * size]
-            self.blocks[block_hash] = ReferenceBlock(previous, tuple(tokens), True)
-            self.children[block_hash] = 0
-            if previous is not None:
-                self.children[previous] += 1
-            self.digest.add(block_hash, previous, True)
-            previous = block_hash
+        children = self.children
+        for block_hash in hashes:
+            if parent is not None:
+                children[parent] += 1
+            children[block_hash] = 0
+            parent = block_hash
 
-    def _remove(self, hashes: Sequence[int]) -> None:
+    def _remove(self, event: Event) -> None:
+        assert isinstance(event, BlockRemoved)
+        hashes, blocks = event.block_hashes, self.model.blocks
         seen: set[int] = set()
         for block_hash in hashes:
-            if block_hash not in self.blocks or block_hash in seen:
+            if block_hash not in blocks or block_hash in seen:
                 raise self.fail(f"BlockRemoved names unknown block {block_hash}")
             seen.add(block_hash)
         removed_children = dict.fromkeys(hashes, 0)
         for block_hash in hashes:
-            parent = self.blocks[block_hash].parent
+            parent = blocks[block_hash].parent
             if parent in removed_children:
                 removed_children[parent] += 1
         for block_hash in hashes:
             if self.children[block_hash] != removed_children[block_hash]:
                 raise self.fail(f"BlockRemoved for block {block_hash}, which still has children")
         for block_hash in hashes:
-            block = self.blocks[block_hash]
-            self.digest.remove(block_hash, block.parent, block.swa_resident)
-            if block.parent is not None and block.parent not in removed_children:
-                self.children[block.parent] -= 1
-        for block_hash in hashes:
-            del self.blocks[block_hash], self.children[block_hash]
+            parent = blocks[block_hash].parent
+            if parent is not None and parent not in removed_children:
+                self.children[parent] -= 1
+            del self.children[block_hash]
 
-    def _set_residency(self, hashes: Sequence[int], *, resident: bool, kind: str) -> None:
-        for block_hash in hashes:
-            if block_hash not in self.blocks:
-                raise self.fail(f"{kind} names unknown block {block_hash}")
-        for block_hash in hashes:
-            block = self.blocks[block_hash]
-            if block.swa_resident != resident:
-                self.blocks[block_hash] = ReferenceBlock(block.parent, block.token_ids, resident)
-                self.digest.set_residency(block_hash, block.parent, resident)
+    def _clear(self, event: Event) -> None:
+        self.children = {}
+        self.block_size = None
+        self.diverged = None
+
+
+_BEFORE: Final[dict[type[Event], Callable[[ReferenceReplica, Event], None]]] = {
+    BlockStored: ReferenceReplica._store,
+    BlockRemoved: ReferenceReplica._remove,
+    AllBlocksCleared: ReferenceReplica._clear,
+}
+"""What the native store checks of an event type before the event changes anything (and the
+child counts it keeps); any other type: each block it names is held."""
 
 
 class ReferenceReplicaSet:
@@ -190,13 +182,13 @@ class ReferenceReplicaSet:
             if replica.page_size is None or replica.sliding_window_size is None:
                 result[source] = (None, None)
                 continue
-            page_size = replica.page_size
+            page_size, blocks = replica.page_size, replica.blocks
             held = []
             for block_hash in chain_block_hashes(prior, token_ids, page_size):
-                block = replica.blocks.get(block_hash)
+                block = blocks.get(block_hash)
                 if block is None:
                     break
-                held.append((page_size, block.swa_resident))
+                held.append((page_size, block.resident))
             walked, usable = usable_prefix(held, replica.sliding_window_size)
             if walked:
                 usable_tokens = usable * page_size if replica.swa_events else None
