@@ -167,12 +167,22 @@ try:
     native.bind_classes({**classes, "BlockStored": BlockStored})
 except TypeError as error:
     print("refused:", error)
+
+@dataclass(frozen=True)
+class BlockPinned:  # an event type the core has no row for
+    block_hashes: tuple
+try:
+    extra = {"BlockStored": abi3_smoke.BlockStored, "BlockPinned": BlockPinned}
+    native.bind_classes({**classes, **extra})
+except TypeError as error:
+    print("undeclared:", error)
 """
 
 
 def test_the_core_refuses_to_work_unbound_or_with_other_fields() -> None:
     """Before ``cache.events`` binds its classes the core says so; a class whose fields are not
-    the ones it writes is refused by name (never filled by position)."""
+    the ones it writes is refused by name (never filled by position), and so is an event class
+    the core does not declare (it would be written and read as nothing)."""
     run = subprocess.run(
         [sys.executable, "-c", _UNBOUND, str(Path(__file__).parent), native.__file__],
         capture_output=True,
@@ -183,3 +193,7 @@ def test_the_core_refuses_to_work_unbound_or_with_other_fields() -> None:
     lines = run.stdout.splitlines()
     assert lines[0].startswith("unbound:") and "not bound" in lines[0]
     assert lines[1].startswith('refused: BlockStored: fields ["token_ids", "block_hashes"]')
+    assert lines[2] == (
+        "undeclared: bind_classes: BlockPinned is not a class the native core declares "
+        "(an event type needs its row in native/src/event_types.rs)"
+    )

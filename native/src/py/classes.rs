@@ -156,6 +156,16 @@ pub(crate) fn classes(py: Python<'_>) -> PyResult<&Classes> {
     })
 }
 
+/// The classes `bind_classes` takes besides one per event type.
+const NON_EVENT_CLASSES: [&str; 6] = [
+    "EventBatch",
+    "BatchMeta",
+    "DecodeError",
+    "EventRecorderError",
+    "ReplicaConsistencyError",
+    "ReplicaSnapshotError",
+];
+
 /// Bind the Python classes the core builds and raises, by name: each event type's (its wire
 /// name: `BlockStored`, ...), `EventBatch`, `BatchMeta`, `DecodeError`, `EventRecorderError`,
 /// `ReplicaConsistencyError` and `ReplicaSnapshotError`. Only the first call binds; a later one
@@ -164,6 +174,17 @@ pub(crate) fn classes(py: Python<'_>) -> PyResult<&Classes> {
 fn bind_classes(py: Python<'_>, classes: &Bound<'_, PyDict>) -> PyResult<()> {
     if CLASSES.get(py).is_some() {
         return Ok(());
+    }
+    // A class the core does not declare (a Python event type without a row in
+    // `event_types.rs`) would otherwise be encoded and decoded as nothing.
+    for name in classes.keys() {
+        let name: String = name.extract()?;
+        if EventType::from_name(&name).is_none() && !NON_EVENT_CLASSES.contains(&name.as_str()) {
+            return Err(PyTypeError::new_err(format!(
+                "bind_classes: {name} is not a class the native core declares \
+                 (an event type needs its row in native/src/event_types.rs)"
+            )));
+        }
     }
     let class = |name: &str| -> PyResult<Bound<'_, PyType>> {
         classes
@@ -176,16 +197,18 @@ fn bind_classes(py: Python<'_>, classes: &Bound<'_, PyDict>) -> PyResult<()> {
         .into_iter()
         .map(|kind| EventClass::new(class(kind.name())?, kind))
         .collect::<PyResult<Vec<_>>>()?;
+    let [event_batch, batch_meta, decode_error, recorder_error, consistency_error, snapshot_error] =
+        NON_EVENT_CLASSES.map(class);
     let bound = Classes {
         events: events
             .try_into()
             .unwrap_or_else(|_| unreachable!("one class per type")),
-        event_batch: class("EventBatch")?.unbind(),
-        batch_meta: class("BatchMeta")?.unbind(),
-        decode_error: class("DecodeError")?.unbind(),
-        recorder_error: class("EventRecorderError")?.unbind(),
-        consistency_error: class("ReplicaConsistencyError")?.unbind(),
-        snapshot_error: class("ReplicaSnapshotError")?.unbind(),
+        event_batch: event_batch?.unbind(),
+        batch_meta: batch_meta?.unbind(),
+        decode_error: decode_error?.unbind(),
+        recorder_error: recorder_error?.unbind(),
+        consistency_error: consistency_error?.unbind(),
+        snapshot_error: snapshot_error?.unbind(),
     };
     // Another thread may have bound them meanwhile: the first binding stays.
     let _ = CLASSES.set(py, bound);
