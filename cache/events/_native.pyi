@@ -193,11 +193,11 @@ def apply_records(
     float | None,
     list[tuple[str, int]],
     tuple[str, str] | None,
-    list[tuple[str, tuple[int, int, int, int, int, int, list[tuple[str, str | None, int]]]]],
+    list[tuple[str, tuple[int, dict[str, int], list[tuple[str, str | None, int]]]]],
 ]: ...
 def wire_churn(
     wire: WireBatch,
-) -> tuple[int, int, int, int, int, int, list[tuple[str, str | None, int]]]: ...
+) -> tuple[int, dict[str, int], list[tuple[str, str | None, int]]]: ...
 def prompt_token_ids(token_ids: Sequence[int]) -> list[int]: ...
 def swa_usable_prefix(
     segments: list[tuple[int, bool]], sliding_window_size: int

@@ -28,9 +28,9 @@ ReplicaStore = _native.ReplicaStore
 ReplayCursors = _native.ReplayCursors
 
 
-ChurnCounts: TypeAlias = tuple[int, int, int, int, int, int, list[tuple[str, str | None, int]]]
-"""What batches did to a source's blocks: (batches, blocks stored, blocks removed, blocks
-tombstoned, blocks restored, ``AllBlocksCleared`` events, and the removals split by
+ChurnCounts: TypeAlias = tuple[int, dict[str, int], list[tuple[str, str | None, int]]]
+"""What batches did to a source's blocks: (batches, the count of each event type by its name:
+blocks for a type that names blocks, events for one that does not, and the removals split by
 ``(medium, reason or None, blocks)``)."""
 
 

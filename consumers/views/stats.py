@@ -61,11 +61,14 @@ class Churn:
         self.add(wire_churn(batch))
 
     def add(self, counts: ChurnCounts) -> None:
-        """Add counts in ``ChurnCounts`` order (batches first, then ``CHURN_COUNTS``' order)."""
-        *scalars, removed_by = counts
+        """Add native counts (``ChurnCounts``: batches, each event type's count by its name,
+        the removals by tier and reason)."""
+        batches, by_type, removed_by = counts
+        self.batches += batches
         for medium, reason, blocks in removed_by:
             self.count_removal(medium, reason, blocks)
-        for name, n in zip(CHURN_COUNTS, scalars, strict=True):
+        for type_name, n in by_type.items():
+            name = _COUNTS_BY_NAME[type_name]
             setattr(self, name, getattr(self, name) + n)
 
 
@@ -80,8 +83,9 @@ _CHURN_FIELDS = frozenset(f.name for f in fields(Churn))
 CHURN_COUNTS: Final = tuple(f.name for f in fields(Churn) if f.name != "removed_by")
 """The scalar counts of a ``Churn``, in order."""
 _COUNTS_BY_TYPE: Final = {event_type: churn_count_of(event_type) for event_type in EVENT_TYPES}
+_COUNTS_BY_NAME: Final = {event_type.__name__: name for event_type, name in _COUNTS_BY_TYPE.items()}
 _UNCOUNTED: Final = sorted(set(_COUNTS_BY_TYPE.values()) - set(CHURN_COUNTS))
-if _UNCOUNTED:  # a new event type: a Churn field, and the native churn (ChurnCounts) counts it
+if _UNCOUNTED:  # a new event type needs its Churn field
     raise TypeError(f"Churn has no count {_UNCOUNTED[0]!r} for an event type")
 
 

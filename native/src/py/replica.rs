@@ -13,6 +13,7 @@ use super::codec::WireBatch;
 use super::errors::{consistency_error, snapshot_error};
 use super::events_in::event_from_py;
 use super::tokens::prompt_tokens;
+use crate::event_types::EventType;
 use crate::hashing::namespace_prior;
 use crate::replica::{
     self, swa_rule, Answer, Churn, ChurnCounts, ConsistencyError, Inconsistency, Replica,
@@ -586,22 +587,26 @@ fn held_usable(answer: Answer) -> (Option<u64>, Option<u64>) {
     }
 }
 
-/// `ChurnCounts` as one flat tuple: (batches, the count of each event type in the table's
-/// order, `[(medium, reason, blocks removed)]`), e.g. (batches, stored, removed, swa_evicted,
-/// swa_restored, cleared, removed_by).
+/// `ChurnCounts` as (batches, {event type name: its count}, `[(medium, reason, blocks
+/// removed)]`): keyed by the declared names, so a new event type changes no Python signature.
 impl<'py> IntoPyObject<'py> for ChurnCounts {
     type Target = PyTuple;
     type Output = Bound<'py, PyTuple>;
     type Error = PyErr;
 
     fn into_pyobject(self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        let mut items = Vec::with_capacity(self.by_type.len() + 2);
-        items.push(self.batches.into_bound_py_any(py)?);
-        for count in self.by_type {
-            items.push(count.into_bound_py_any(py)?);
+        let by_type = PyDict::new(py);
+        for (kind, count) in EventType::ALL.into_iter().zip(self.by_type) {
+            by_type.set_item(kind.name(), count)?;
         }
-        items.push(self.removed_by.into_bound_py_any(py)?);
-        PyTuple::new(py, items)
+        PyTuple::new(
+            py,
+            [
+                self.batches.into_bound_py_any(py)?,
+                by_type.into_any(),
+                self.removed_by.into_bound_py_any(py)?,
+            ],
+        )
     }
 }
 
