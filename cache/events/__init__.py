@@ -5,6 +5,7 @@ per-event work runs in the native core (``cache.events._native``, private); the 
 twins in ``tests.oracles`` are the readable reference and the test oracle only.
 """
 
+from cache.events import types as _types
 from cache.events.codec import (
     DEFAULT_MAX_RECORD_BYTES,
     SUPPORTED_VERSIONS,
@@ -35,36 +36,11 @@ from cache.events.hashing import (
     page_digest,
 )
 from cache.events.meta import BatchMeta
-from cache.events.types import (
-    BATCH_VERSION,
-    MEDIUM_GPU,
-    REMOVAL_REASONS,
-    REMOVED_DEMOTED,
-    REMOVED_EVICTED,
-    AllBlocksCleared,
-    BlockRemoved,
-    BlockStored,
-    BlockSWAEvicted,
-    BlockSWARestored,
-    Event,
-    EventBatch,
-)
+from cache.events.types import *  # noqa: F403 (each event type is exported where it is declared)
 
 __all__ = [
-    "AllBlocksCleared",
-    "BlockRemoved",
-    "BlockStored",
-    "BlockSWAEvicted",
-    "BlockSWARestored",
-    "Event",
-    "EventBatch",
     "BatchMeta",
-    "BATCH_VERSION",
     "SUPPORTED_VERSIONS",
-    "MEDIUM_GPU",
-    "REMOVAL_REASONS",
-    "REMOVED_DEMOTED",
-    "REMOVED_EVICTED",
     "DEFAULT_MAX_RECORD_BYTES",
     "DecodeError",
     "WireBatch",
@@ -88,3 +64,4 @@ __all__ = [
     "namespace_prior",
     "page_digest",
 ]
+__all__ += _types.__all__

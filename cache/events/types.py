@@ -114,3 +114,20 @@ class EventBatch:
     digest: str | None = None
     meta: BatchMeta | None = field(default=None, hash=False)
     v: int = BATCH_VERSION
+
+
+__all__ = [
+    "AllBlocksCleared",
+    "BlockRemoved",
+    "BlockStored",
+    "BlockSWAEvicted",
+    "BlockSWARestored",
+    "Event",
+    "EventBatch",
+    "BATCH_VERSION",
+    "MEDIUM_GPU",
+    "REMOVAL_REASONS",
+    "REMOVED_DEMOTED",
+    "REMOVED_EVICTED",
+]
+"""What ``cache.events`` exports from here: an event type is exported where it is declared."""
