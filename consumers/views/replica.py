@@ -2,7 +2,7 @@
 
 The blocks live in the native core (``cache.events.replica_store.ReplicaStore``): per source,
 compact arrays indexed by slot (hash, parent slot, child count and tombstone flag, and token ids
-when kept) and an ordered open-addressing index from block hash to slot, about 28 bytes per page-1
+when kept) and an ordered open-addressing index from block hash to slot, about 27 bytes per page-1
 block without token ids (4 more per token with them). Only the stream out reads token ids: a
 ``ReplicaSet(keep_tokens=False)`` keeps none (the same blocks, digests and prefix matches; a
 block's ``token_ids`` is then None). The
