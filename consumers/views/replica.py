@@ -5,9 +5,9 @@ compact arrays indexed by slot (hash, parent slot, child count and tombstone fla
 when kept) and an ordered open-addressing index from block hash to slot, about 27 bytes per page-1
 block without token ids (4 more per token with them). Only the stream out reads token ids: a
 ``ReplicaSet(keep_tokens=False)`` keeps none (the same blocks, digests and prefix matches; a
-block's ``token_ids`` is then None). The
-blocks an engine holds on a lower tier (its events' ``medium`` other than ``"GPU"``: host memory,
-storage) are kept per source and medium as sets of block hashes beside it (``ReplicaTree.tiers``).
+block's ``token_ids`` is then None). The blocks an engine holds on a lower tier (its events'
+``medium`` other than ``"GPU"``: host memory, storage) are kept per source and medium as sets of
+block hashes beside it (``ReplicaTree.tiers``).
 A follower hands decoded records over as ``WireBatch`` (``apply_wire``): the store reads them
 natively, with no Python object per event. A snapshot is one checksummed bulk copy of the
 arrays. When a ``PrefixIndex`` reads the set, the store also keeps a holder index (block hash ->
