@@ -10,21 +10,25 @@ partly cached, new), first from token ids and then from the page hashes given:
   ``bench/dynamo_side.py``): ``apply_event`` of each event's JSON, ``find_matches``;
 - swa-es: a ``ReplicaSet`` with a ``PrefixIndex`` (as a follower holds them): each event is one
   log record, decoded and applied (``decode_wire`` + ``apply_wire``); ``PrefixIndex.match`` and
-  ``PrefixIndex.match_hashes``.
+  ``PrefixIndex.match_hashes``. Twice: as every follower but the stream out's holds them, keeping
+  no token ids (``ReplicaSet(keep_tokens=False)``: ``ours``), and as ``follow --zmq-publish``
+  holds them, keeping each block's token ids (``ours_keeping_tokens``).
 
 The sides alternate, ``--rounds`` times each, and each figure is the side's best round. Every
 answer (worker -> matched blocks) must agree, or the run fails. Resident memory is the process's
 growth over the ingest (read from ``/proc/self/statm``) per held block (a block held by two
-workers counts twice)::
+workers counts twice). ``--busy N`` runs N processes that spin on the CPU for as long as the
+sides run (both sides alike), for the ingest "when busy"::
 
     .venv/bin/python bench/dynamo_bench.py --dynamo-python bench/.venv-dynamo/bin/python
         [--workers 64] [--requests 40] [--prompt-tokens 4096] [--page-size 16] [--queries 256]
-        [--rounds 3] [--json OUT.json]
+        [--rounds 3] [--busy N] [--json OUT.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import random
@@ -33,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -114,8 +119,18 @@ def held_blocks(workload: dict[str, Any]) -> int:
     return held
 
 
-def our_side(path: Path) -> dict[str, Any]:
-    """swa-es's side, in this (fresh) process: the same measures as ``dynamo_side.py``."""
+def distinct_blocks(workload: dict[str, Any]) -> int:
+    """Distinct blocks held at the end (a block held by several workers counts once)."""
+    held: dict[int, int] = {}
+    for event in workload["events"]:
+        for block_hash in event[3] if event[0] == "stored" else event[2]:
+            held[block_hash] = held.get(block_hash, 0) + (1 if event[0] == "stored" else -1)
+    return sum(1 for count in held.values() if count)
+
+
+def our_side(path: Path, keep_tokens: bool) -> dict[str, Any]:
+    """swa-es's side, in this (fresh) process: the same measures as ``dynamo_side.py``; the
+    replicas keep token ids when ``keep_tokens``."""
     workload = json.loads(path.read_text())
     page = workload["page_size"]
     queries = workload["queries"]
@@ -145,7 +160,7 @@ def our_side(path: Path) -> dict[str, Any]:
     decode_s = time.perf_counter() - started
     gc.collect()
     before = resident_bytes()
-    replicas = ReplicaSet()
+    replicas = ReplicaSet(keep_tokens=keep_tokens)
     prefix = PrefixIndex(replicas)
     for payload in opening:
         replicas.apply_wire(decode_wire(payload))
@@ -156,6 +171,8 @@ def our_side(path: Path) -> dict[str, Any]:
     gc.collect()
     after = resident_bytes()  # the payloads are still held: only the index grew
     del payloads
+    tables_bytes = replicas.store.heap_bytes()  # the per-source block tables (token ids too)
+    holders_bytes = replicas.store.prefix_index_heap_bytes()  # the prefix index's holder index
     token_us, hash_us, answers = [], [], []
     for tokens in queries:
         started = time.perf_counter()
@@ -173,6 +190,8 @@ def our_side(path: Path) -> dict[str, Any]:
         "decode_s": decode_s,
         "rss_before": before,
         "rss_after": after,
+        "tables_heap_bytes": tables_bytes,
+        "holders_heap_bytes": holders_bytes,
         "token_match_us": token_us,
         "hash_match_us": hash_us,
         "answers": answers,
@@ -184,6 +203,18 @@ def run_side(command: list[str]) -> dict[str, Any]:
     done = subprocess.run(command, check=True, capture_output=True, text=True)
     result: dict[str, Any] = json.loads(done.stdout)
     return result
+
+
+@contextlib.contextmanager
+def busy(count: int) -> Iterator[None]:
+    """``count`` processes spinning on the CPU while inside."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
 
 
 def summary(runs: list[dict[str, Any]], blocks: int, stored_blocks: int) -> dict[str, float]:
@@ -202,7 +233,20 @@ def summary(runs: list[dict[str, Any]], blocks: int, stored_blocks: int) -> dict
         figures["decode_share_of_ingest"] = statistics.median(
             r["decode_s"] / r["ingest_s"] for r in runs
         )
+        # ours: where the resident bytes are (allocated capacity, the same in every round)
+        figures["tables_heap_bytes_per_held_block"] = runs[0]["tables_heap_bytes"] / blocks
+        figures["holders_heap_bytes_per_held_block"] = runs[0]["holders_heap_bytes"] / blocks
     return figures
+
+
+def ratios(ours: dict[str, float], dynamo: dict[str, float]) -> dict[str, float]:
+    """Our figures over Dynamo's."""
+    return {
+        "ingest": ours["ingest_blocks_per_s"] / dynamo["ingest_blocks_per_s"],
+        "token_match_p50": ours["token_match_p50_us"] / dynamo["token_match_p50_us"],
+        "hash_match_p50": ours["hash_match_p50_us"] / dynamo["hash_match_p50_us"],
+        "rss_per_held_block": ours["rss_bytes_per_held_block"] / dynamo["rss_bytes_per_held_block"],
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -215,17 +259,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--queries", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--busy", type=int, default=0, help="processes spinning on the CPU while the sides run"
+    )
     parser.add_argument("--json", help="write the result here too")
     parser.add_argument("--side", choices=["ours"], help=argparse.SUPPRESS)
     parser.add_argument("--workload", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--keep-tokens", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.side == "ours":
-        json.dump(our_side(args.workload), sys.stdout)
+        json.dump(our_side(args.workload, args.keep_tokens), sys.stdout)
         return
+    if args.busy < 0:
+        parser.error(f"--busy: expected 0 or more processes, got {args.busy}")
     if not args.dynamo_python:
         parser.error("--dynamo-python is required (bash bench/setup_dynamo.sh makes the venv)")
     workload = make_workload(args)
     blocks = held_blocks(workload)
+    distinct = distinct_blocks(workload)
     stored = sum(len(e[3]) for e in workload["events"] if e[0] == "stored")
     events = len(workload["events"])
     ticks = CpuTicks.now()
@@ -234,36 +285,39 @@ def main(argv: list[str] | None = None) -> None:
         path.write_text(json.dumps(workload))
         del workload
         ours_cmd = [sys.executable, __file__, "--side", "ours", "--workload", str(path)]
+        keeping_cmd = [*ours_cmd, "--keep-tokens"]
         dynamo_cmd = [args.dynamo_python, str(BENCH / "dynamo_side.py"), str(path)]
-        ours_runs, dynamo_runs = [], []
-        for _ in range(args.rounds):
-            dynamo_runs.append(run_side(dynamo_cmd))
-            ours_runs.append(run_side(ours_cmd))
+        ours_runs, keeping_runs, dynamo_runs = [], [], []
+        with busy(args.busy):
+            for _ in range(args.rounds):
+                dynamo_runs.append(run_side(dynamo_cmd))
+                ours_runs.append(run_side(ours_cmd))
+                keeping_runs.append(run_side(keeping_cmd))
     disagreements = sum(
         o != d
-        for run_o, run_d in zip(ours_runs, dynamo_runs, strict=True)
+        for runs in (ours_runs, keeping_runs)
+        for run_o, run_d in zip(runs, dynamo_runs, strict=True)
         for o, d in zip(run_o["answers"], run_d["answers"], strict=True)
     )
     if disagreements:
         raise SystemExit(f"the indexes disagree on {disagreements} answers")
     ours, dynamo = summary(ours_runs, blocks, stored), summary(dynamo_runs, blocks, stored)
+    keeping = summary(keeping_runs, blocks, stored)
     result = {
         "workers": args.workers,
         "page_size": args.page_size,
         "prompt_tokens": args.prompt_tokens,
         "held_blocks": blocks,
+        "distinct_held_blocks": distinct,
         "stored_blocks": stored,
         "events": events,
-        "answers_compared": len(ours_runs[0]["answers"]) * args.rounds,
+        "answers_compared": len(ours_runs[0]["answers"]) * args.rounds * 2,
+        "busy_processes": args.busy,
         "ours": ours,
+        "ours_keeping_tokens": keeping,
         "dynamo": dynamo,
-        "ratios": {
-            "ingest": ours["ingest_blocks_per_s"] / dynamo["ingest_blocks_per_s"],
-            "token_match_p50": ours["token_match_p50_us"] / dynamo["token_match_p50_us"],
-            "hash_match_p50": ours["hash_match_p50_us"] / dynamo["hash_match_p50_us"],
-            "rss_per_held_block": ours["rss_bytes_per_held_block"]
-            / dynamo["rss_bytes_per_held_block"],
-        },
+        "ratios": ratios(ours, dynamo),
+        "ratios_keeping_tokens": ratios(keeping, dynamo),
         "machine": machine_row(ticks),
     }
     text = json.dumps(result, indent=2)

@@ -1,10 +1,13 @@
 """Replica trees: per source, the blocks its primary holds, rebuilt from events.
 
 The blocks live in the native core (``cache.events.replica_store.ReplicaStore``): per source,
-compact arrays indexed by slot (hash, parent slot, child count and tombstone flag, token ids) and
-an ordered open-addressing index from block hash to slot, about 32 bytes per page-1 block. The
-blocks an engine holds on a lower tier (its events' ``medium`` other than ``"GPU"``: host memory,
-storage) are kept per source and medium as sets of block hashes beside it (``ReplicaTree.tiers``).
+compact arrays indexed by slot (hash, parent slot, child count and tombstone flag, and token ids
+when kept) and an ordered open-addressing index from block hash to slot, about 27 bytes per page-1
+block without token ids (4 more per token with them). Only the stream out reads token ids: a
+``ReplicaSet(keep_tokens=False)`` keeps none (the same blocks, digests and prefix matches; a
+block's ``token_ids`` is then None). The blocks an engine holds on a lower tier (its events'
+``medium`` other than ``"GPU"``: host memory, storage) are kept per source and medium as sets of
+block hashes beside it (``ReplicaTree.tiers``).
 A follower hands decoded records over as ``WireBatch`` (``apply_wire``): the store reads them
 natively, with no Python object per event. A snapshot is one checksummed bulk copy of the
 arrays. When a ``PrefixIndex`` reads the set, the store also keeps a holder index (block hash ->
@@ -32,11 +35,12 @@ from consumers.views.view import LaneRole
 
 @dataclass(frozen=True, slots=True)
 class ReplicaBlock:
-    """One block of a replica, as a plain value."""
+    """One block of a replica, as a plain value; ``token_ids`` is None when its set keeps no
+    token ids (``ReplicaSet(keep_tokens=False)``)."""
 
     block_hash: int
     parent_block_hash: int | None
-    token_ids: tuple[int, ...]
+    token_ids: tuple[int, ...] | None
     swa_resident: bool
 
 
@@ -156,13 +160,18 @@ class ReplicaTree:
 
 
 class ReplicaSet:
-    """The ``replicas`` view: source -> ``ReplicaTree``, all held in one native store."""
+    """The ``replicas`` view: source -> ``ReplicaTree``, all held in one native store.
+
+    ``keep_tokens=False`` keeps no block's token ids: the same blocks, digests and prefix
+    matches in less memory (a store's token count is still checked), for every reader but the
+    stream out, which sends them.
+    """
 
     lane_role: ClassVar[LaneRole | None] = LaneRole.REPLICAS
 
-    def __init__(self, name: str = "replicas") -> None:
+    def __init__(self, name: str = "replicas", *, keep_tokens: bool = True) -> None:
         self._name = name
-        self._store = ReplicaStore()
+        self._store = ReplicaStore(keep_tokens=keep_tokens)
         self._metas: dict[str, BatchMeta] = {}
         self._trees: dict[str, ReplicaTree] = {}
 
@@ -175,6 +184,11 @@ class ReplicaSet:
     def store(self) -> ReplicaStore:
         """The native store (for views that read it, like ``PrefixIndex``)."""
         return self._store
+
+    @property
+    def keeps_tokens(self) -> bool:
+        """Whether blocks keep their token ids (see the class docs)."""
+        return self._store.keeps_tokens
 
     def meta_of(self, source: str) -> BatchMeta | None:
         """The meta of ``source`` (None until its epoch's first batch)."""
@@ -291,8 +305,9 @@ class ReplicaSet:
 
     def load(self, data: bytes) -> None:
         """Replace every replica with the ones ``snapshot`` wrote; ``ViewStateError`` (and no
-        change) when ``data`` is not such a snapshot."""
-        store = ReplicaStore()
+        change) when ``data`` is not such a snapshot, or holds no token ids while this set keeps
+        them (they cannot be made up). A set that keeps none drops the snapshot's."""
+        store = ReplicaStore(keep_tokens=self._store.keeps_tokens)
         if self._store.prefix_index_enabled():
             store.enable_prefix_index()  # the snapshot's, or rebuilt from the loaded blocks
         try:

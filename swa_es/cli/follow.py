@@ -253,11 +253,17 @@ class FollowerService:
             await write_status(c.status_file, self.status())
 
 
+def follower_views(config: FollowConfig) -> StandardViews:
+    """The views ``follow`` builds: the replicas keep token ids only for the stream out
+    (``--zmq-publish``), the one reader of them."""
+    return StandardViews.create(keep_tokens=config.egress is not None)
+
+
 async def follow(config: FollowConfig) -> int:
     """Restore, follow until the duration or a signal, snapshot, report; the exit status."""
     if config.zmq_snapshot is not None and config.egress is None:
         raise SettingError("--zmq-snapshot", "answers for the stream out: give --zmq-publish too")
-    views = StandardViews.create()
+    views = follower_views(config)
     async with AsyncExitStack() as stack:
         store = None
         if config.snapshots is not None:

@@ -12,6 +12,11 @@ restored: at the follower's position with that state, so seq ``k`` onwards conti
 where the state stops. The capture is synchronous: the follower applies a record and advances
 its position without yielding between the two, so the position and the replicas read here
 agree.
+
+The stream out sends every block's token ids, so it needs replicas that keep them
+(``ReplicaSet(keep_tokens=True)``, which ``swa-es follow --zmq-publish`` builds): given a set
+that keeps none, ``state_batches``, ``follower_capture`` and ``replica_lookup`` raise
+``TokenIdsNotKeptError`` rather than send blocks without their tokens.
 """
 
 from __future__ import annotations
@@ -29,7 +34,29 @@ from cache.events import (
 )
 from consumers.views.replica import ReplicaBlock, ReplicaSet
 from swa_es.egress.residency import BlockLookup
-from swa_es.egress.stream import StreamStart
+from swa_es.egress.stream import EgressError, StreamStart
+
+
+class TokenIdsNotKeptError(EgressError):
+    """The stream out was given replicas that keep no token ids (``ReplicaSet(keep_tokens=False)``):
+    it sends each block's token ids, and will not send blocks without them."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "the stream out sends each block's token ids, but these replicas keep none "
+            "(ReplicaSet(keep_tokens=False)): build them with keep_tokens=True"
+        )
+
+
+def _tokens_of(block: ReplicaBlock) -> tuple[int, ...]:
+    if block.token_ids is None:
+        raise TokenIdsNotKeptError
+    return block.token_ids
+
+
+def _needs_tokens(replicas: ReplicaSet) -> None:
+    if not replicas.keeps_tokens:
+        raise TokenIdsNotKeptError
 
 
 def _parent_first(blocks: Iterable[ReplicaBlock]) -> list[ReplicaBlock]:
@@ -59,7 +86,7 @@ def _tier_stores(
             if held is None:
                 stores.append(BlockStored((block_hash,), None, (), 0, medium=medium))
                 continue
-            parent, tokens = held.parent_block_hash, held.token_ids
+            parent, tokens = held.parent_block_hash, _tokens_of(held)
             stores.append(BlockStored((block_hash,), parent, tokens, len(tokens), None, medium))
     return stores
 
@@ -73,12 +100,13 @@ def source_state(
 ) -> EventBatch:
     """One source's blocks as a batch: a clear, a store per block (parent first), the
     tombstoned ones as one ``BlockSWAEvicted``, then the stores of each lower tier in ``tiers``
-    (medium -> block hashes; see the module docs); ``meta`` says its page size and window."""
+    (medium -> block hashes; see the module docs); ``meta`` says its page size and window.
+    ``TokenIdsNotKeptError`` for a block without token ids."""
     events: list[Event] = [AllBlocksCleared()]
     tombstoned: list[int] = []
     ordered = _parent_first(blocks)
     for block in ordered:
-        tokens = block.token_ids
+        tokens = _tokens_of(block)
         events.append(
             BlockStored((block.block_hash,), block.parent_block_hash, tokens, len(tokens))
         )
@@ -99,7 +127,9 @@ def _meta(meta: BatchMeta | None) -> BatchMeta | None:
 
 def state_batches(replicas: ReplicaSet, ts: float | None = None) -> list[EventBatch]:
     """Every source of ``replicas`` that holds blocks as one batch (``source_state``), in name
-    order (a source holding nothing has nothing to say: engines start empty)."""
+    order (a source holding nothing has nothing to say: engines start empty);
+    ``TokenIdsNotKeptError`` when ``replicas`` keeps no token ids."""
+    _needs_tokens(replicas)
     now = time.time() if ts is None else ts
     batches = (
         source_state(
@@ -124,7 +154,9 @@ def follower_capture(
     restored: Callable[[], bool], offset: Callable[[], int], replicas: ReplicaSet
 ) -> Callable[[], tuple[int, list[EventBatch]] | None]:
     """The ``StateCapture`` of a snapshot socket: None until ``restored()``, then the
-    follower's log ``offset()`` and its replicas' state, read together."""
+    follower's log ``offset()`` and its replicas' state, read together;
+    ``TokenIdsNotKeptError`` at once when ``replicas`` keeps no token ids."""
+    _needs_tokens(replicas)
 
     def capture() -> tuple[int, list[EventBatch]] | None:
         if not restored():
@@ -135,13 +167,15 @@ def follower_capture(
 
 
 def replica_lookup(replicas: ReplicaSet) -> BlockLookup:
-    """The ``BlockLookup`` of a follower's replicas: a held block's parent and tokens."""
+    """The ``BlockLookup`` of a follower's replicas: a held block's parent and tokens;
+    ``TokenIdsNotKeptError`` at once when ``replicas`` keeps no token ids."""
+    _needs_tokens(replicas)
 
     def lookup(source: str, block_hash: int) -> tuple[int | None, tuple[int, ...]] | None:
         tree = replicas.get(source)
         if tree is None or block_hash not in tree:
             return None
         block = tree.block(block_hash)
-        return block.parent_block_hash, block.token_ids
+        return block.parent_block_hash, _tokens_of(block)
 
     return lookup

@@ -17,9 +17,10 @@ class StandardViews:
     stats: Stats
 
     @classmethod
-    def create(cls) -> StandardViews:
-        """Fresh, empty views."""
-        replicas = ReplicaSet()
+    def create(cls, *, keep_tokens: bool = False) -> StandardViews:
+        """Fresh, empty views; the replicas keep token ids only when ``keep_tokens`` (only the
+        stream out reads them: ``swa-es follow --zmq-publish``)."""
+        replicas = ReplicaSet(keep_tokens=keep_tokens)
         return cls(replicas, PrefixIndex(replicas), Stats(replicas))
 
     @property

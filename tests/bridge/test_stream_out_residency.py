@@ -90,7 +90,7 @@ async def round_trip(
         await open_log(f"file://{tmp_path}/b?fsync=never") as second_log,
     ):
         await append(first_log, batches[:120])  # before the run: its opening state
-        first_views = StandardViews.create()
+        first_views = StandardViews.create(keep_tokens=True)  # it runs the stream out
         first = Follower(first_log, first_views.all)
         await first.catch_up()
         config = EgressConfig(pub, replay, wire_format, tombstones)

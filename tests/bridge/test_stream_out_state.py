@@ -1,6 +1,7 @@
 """The pieces of a stream-out run that need no peer: the follower's state as batches (parent
 before child, tombstones after, sources without blocks left out), the snapshot socket's answers
-(cut on the stream's seq, refusals counted, unavailable before the run starts), chunking."""
+(cut on the stream's seq, refusals counted, unavailable before the run starts), chunking; and
+replicas that keep no token ids refused by every piece that would send them."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import random
 from pathlib import Path
 
 import msgpack
+import pytest
 
 from cache.events import (
     AllBlocksCleared,
@@ -21,15 +23,22 @@ from cache.events.liveness import encode_liveness, heartbeat, offline
 from consumers import ReplicaSet
 from log import open_log
 from swa_es.egress import sglang_snapshot
-from swa_es.egress.bootstrap import state_batches
+from swa_es.egress.bootstrap import (
+    TokenIdsNotKeptError,
+    follower_capture,
+    follower_state,
+    replica_lookup,
+    source_state,
+    state_batches,
+)
 from swa_es.egress.config import EgressConfig, TombstonePolicy
 from swa_es.egress.snapshot import CUT_EMPTY, CUT_UNAVAILABLE, SnapshotServer, chunks
 from swa_es.egress.stream import StreamStart, ZmqEgress
 
 
-def replicas_with_tree() -> ReplicaSet:
+def replicas_with_tree(*, keep_tokens: bool = True) -> ReplicaSet:
     """Source ``a``: a root with two children, one tombstoned; source ``b``: cleared, empty."""
-    replicas = ReplicaSet()
+    replicas = ReplicaSet(keep_tokens=keep_tokens)
     meta = BatchMeta(page_size=2, sliding_window_size=4)
     events = (
         AllBlocksCleared(),
@@ -55,6 +64,27 @@ def test_state_is_parent_first_with_tombstones_last() -> None:
         seen.update(store.block_hashes)
     assert seen == {1, 2, 3, 4}
     assert batch.events[-1] == BlockSWAEvicted((2,))
+
+
+def test_replicas_without_token_ids_are_refused_never_sent() -> None:
+    """The stream out sends token ids: replicas that keep none are refused at once, by the
+    state, the snapshot capture and the residency lookup alike, and a block read from them
+    is never sent without its tokens."""
+    bare = replicas_with_tree(keep_tokens=False)
+    assert not bare.keeps_tokens and bare["a"].block(2).token_ids is None
+    refusals = (
+        lambda: state_batches(bare),
+        lambda: follower_state(0, bare),
+        lambda: follower_capture(lambda: True, lambda: 0, bare),
+        lambda: replica_lookup(bare),
+        lambda: source_state("a", bare["a"].blocks(), 1.0),
+    )
+    for refused in refusals:
+        with pytest.raises(TokenIdsNotKeptError, match="keep none"):
+            refused()
+    kept = replicas_with_tree()
+    assert kept["a"].block(2).token_ids == (2, 2)
+    assert replica_lookup(kept)("a", 2) == (1, (2, 2))
 
 
 def test_chunks_keep_order_and_limit() -> None:

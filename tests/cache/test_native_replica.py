@@ -2,7 +2,8 @@
 
 Streams are random and often malformed (unknown parents and blocks, blocks stored twice or named
 twice, removals of blocks with children, block sizes that change); after every event both sides
-hold the same blocks and digest, or raise the same error and change nothing.
+hold the same blocks and digest, or raise the same error and change nothing. A store that keeps
+no token ids (``ReplicaStore(keep_tokens=False)``) does the same, with None for each block's tokens.
 """
 
 from __future__ import annotations
@@ -76,11 +77,16 @@ def native_state(store: ReplicaStore, source: str) -> dict[str, Any]:
     }
 
 
-def reference_state(reference: ReferenceReplicaSet, source: str) -> dict[str, Any]:
-    """The same facts from the reference."""
+def reference_state(
+    reference: ReferenceReplicaSet, source: str, *, keep_tokens: bool = True
+) -> dict[str, Any]:
+    """The same facts from the reference (token ids None for a store that keeps none)."""
     replica = reference.replica(source)
     return {
-        "blocks": {h: (b.parent, b.tokens, b.resident) for h, b in replica.blocks.items()},
+        "blocks": {
+            h: (b.parent, b.tokens if keep_tokens else None, b.resident)
+            for h, b in replica.blocks.items()
+        },
         "len": len(replica.blocks),
         "digest": replica.digest.hexdigest(),
         "state_digest": None if replica.diverged else replica.digest.hexdigest(),
@@ -114,40 +120,52 @@ def apply_both(
 
 
 @settings(max_examples=300, deadline=None)
-@given(steps)
+@given(steps, st.booleans())
 def test_random_streams_give_the_same_state_digest_and_errors(
-    stream: list[tuple[str, Event | str]],
+    stream: list[tuple[str, Event | str]], keep_tokens: bool
 ) -> None:
-    """After every event: same blocks, digest, counts and divergence, or the same error."""
-    store, reference = ReplicaStore(), ReferenceReplicaSet()
+    """After every event: same blocks, digest, counts and divergence, or the same error; with
+    or without token ids kept."""
+    store, reference = ReplicaStore(keep_tokens=keep_tokens), ReferenceReplicaSet()
     for source in SOURCES:
         store.add_source(source)
         reference.replica(source)
     for source, step in stream:
         apply_both(store, reference, source, step)
-        assert native_state(store, source) == reference_state(reference, source)
+        expected = reference_state(reference, source, keep_tokens=keep_tokens)
+        assert native_state(store, source) == expected
 
 
 @settings(max_examples=100, deadline=None)
-@given(steps)
+@given(steps, st.booleans(), st.booleans())
 def test_a_snapshot_loads_to_the_same_state_and_keeps_working(
-    stream: list[tuple[str, Event | str]],
+    stream: list[tuple[str, Event | str]], written_with_tokens: bool, loaded_with_tokens: bool
 ) -> None:
-    """load(snapshot()) gives the same replicas, which then evolve as the reference does."""
-    store, reference = ReplicaStore(), ReferenceReplicaSet()
+    """load(snapshot()) gives the same replicas, which then evolve as the reference does; a
+    store that keeps no token ids drops a snapshot's, and one that keeps them refuses a
+    snapshot without them (changing nothing)."""
+    store, reference = ReplicaStore(keep_tokens=written_with_tokens), ReferenceReplicaSet()
     for source in SOURCES:
         store.add_source(source)
         reference.replica(source)
     half = len(stream) // 2
     for source, step in stream[:half]:
         apply_both(store, reference, source, step)
-    restored = ReplicaStore()
+    restored = ReplicaStore(keep_tokens=loaded_with_tokens)
+    if loaded_with_tokens and not written_with_tokens:
+        with pytest.raises(ReplicaSnapshotError, match="holds no token ids"):
+            restored.load(store.snapshot())
+        assert restored.sources() == [] and restored.keeps_tokens
+        return
     restored.load(store.snapshot())
-    assert restored.snapshot() == store.snapshot()
+    assert restored.keeps_tokens == loaded_with_tokens
+    if loaded_with_tokens == written_with_tokens:
+        assert restored.snapshot() == store.snapshot()
     for source, step in stream[half:]:
         apply_both(restored, reference, source, step)
     for source in SOURCES:
-        assert native_state(restored, source) == reference_state(reference, source)
+        expected = reference_state(reference, source, keep_tokens=loaded_with_tokens)
+        assert native_state(restored, source) == expected
 
 
 def test_a_corrupt_snapshot_is_refused_and_the_state_kept() -> None:
@@ -171,8 +189,9 @@ def test_a_corrupt_snapshot_is_refused_and_the_state_kept() -> None:
 
 @st.composite
 def fleets(draw: st.DrawFn) -> tuple[ReplicaStore, ReferenceReplicaSet, list[list[int]]]:
-    """Sources holding random prompts (real chained hashes), some tombstoned or diverged."""
-    store, reference = ReplicaStore(), ReferenceReplicaSet()
+    """Sources holding random prompts (real chained hashes), some tombstoned or diverged, in a
+    store that keeps token ids or one that keeps none."""
+    store, reference = ReplicaStore(keep_tokens=draw(st.booleans())), ReferenceReplicaSet()
     prompts = draw(
         st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=24), min_size=1, max_size=4)
     )

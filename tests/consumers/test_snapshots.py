@@ -39,8 +39,9 @@ def _follower(
     *,
     snapshot_every_batches: int = 1000,
     keep_snapshots: int | None = None,
+    keep_tokens: bool = True,
 ) -> tuple[Follower, ReplicaSet, PrefixIndex, Stats]:
-    replicas = ReplicaSet()
+    replicas = ReplicaSet(keep_tokens=keep_tokens)
     index, stats = PrefixIndex(replicas), Stats(replicas)
     follower = Follower(
         log,
@@ -148,6 +149,31 @@ async def test_restore_without_a_store_replays_everything(event_log: EventLog) -
     assert await follower.restore() is None
     assert follower.metrics.records_read == 11
     assert replicas["w"].state_digest() == model.digest.hexdigest()
+
+
+async def test_a_follower_keeping_token_ids_skips_snapshots_without_them(
+    event_log: EventLog, tmp_path: Path
+) -> None:
+    """A follower that keeps no token ids writes snapshots without them: one that keeps them
+    (the stream out's) skips those with a warning and replays the log, and gets every block's
+    tokens back; the other way, a follower that keeps none restores a snapshot with them."""
+    model = PrimaryModel("w")
+    await _write_stream(event_log, model, 10)
+    store = SnapshotStore(tmp_path)
+    bare, _, _, _ = _follower(event_log, store, keep_tokens=False)
+    await bare.catch_up()
+    await bare.snapshot()
+    kept, replicas, _, _ = _follower(event_log, store)
+    assert await kept.restore() is None
+    assert kept.metrics.records_read == 11
+    assert replicas["w"].state_digest() == model.digest.hexdigest()
+    assert all(block.token_ids is not None for block in replicas["w"].blocks())
+    info = await kept.snapshot()
+    dropping, dropped, _, _ = _follower(event_log, store, keep_tokens=False)
+    restored = await dropping.restore()
+    assert restored is not None and restored.generation == info.generation
+    assert dropped["w"].state_digest() == model.digest.hexdigest()
+    assert all(block.token_ids is None for block in dropped["w"].blocks())
 
 
 async def test_restore_skips_a_snapshot_whose_view_bytes_are_bad(

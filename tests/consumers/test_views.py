@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tracemalloc
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 
@@ -141,6 +142,40 @@ def test_replica_set_snapshot_round_trips() -> None:
     model = models[0]
     restored.apply(model.batch(model.store([5, 5, 5])))
     assert restored["w0"].state_digest() == model.digest.hexdigest()
+
+
+def test_replica_sets_with_and_without_token_ids_agree_and_restore_one_way() -> None:
+    """A set that keeps no token ids holds the same blocks, digests, tombstones and prefix
+    matches (its blocks' token_ids None); it loads a snapshot with token ids (dropping them),
+    while a set that keeps them refuses a snapshot without (ViewStateError, state kept)."""
+    kept, bare = ReplicaSet(), ReplicaSet(keep_tokens=False)
+    kept_index, bare_index = PrefixIndex(kept), PrefixIndex(bare)
+    model = PrimaryModel("w", page_size=2, sliding_window_size=3)
+    _fed(model, kept, bare)
+    for events in (
+        model.store(list(range(30))),
+        model.store([*range(5), 77, 78, 79, 80]),
+        model.tombstone(model.hashes(list(range(8)))[1:3]),
+        model.remove(model.hashes(list(range(30)))[10:]),
+    ):
+        batch = model.batch(events)
+        kept.apply(batch)
+        bare.apply(batch)
+    assert (kept.keeps_tokens, bare.keeps_tokens) == (True, False)
+    assert bare["w"].state_digest() == kept["w"].state_digest() == model.digest.hexdigest()
+    assert bare["w"].tombstone_count == kept["w"].tombstone_count
+    with_tokens = {b.block_hash: b for b in kept["w"].blocks()}
+    without = {b.block_hash: b for b in bare["w"].blocks()}
+    assert without == {h: replace(b, token_ids=None) for h, b in with_tokens.items()}
+    for prompt in ([*range(30)], [*range(5), 77, 78, 79], [1, 2, 3]):
+        assert bare_index.match(prompt) == kept_index.match(prompt)
+    dropped = ReplicaSet(keep_tokens=False)
+    dropped.load(kept.snapshot())
+    assert {b.block_hash: b for b in dropped["w"].blocks()} == without
+    assert not dropped.keeps_tokens and dropped["w"].state_digest() == model.digest.hexdigest()
+    with pytest.raises(ViewStateError, match="holds no token ids"):
+        kept.load(bare.snapshot())
+    assert {b.block_hash: b for b in kept["w"].blocks()} == with_tokens
 
 
 def test_replica_set_load_rejects_bad_bytes_and_keeps_its_state() -> None:

@@ -160,13 +160,16 @@ def test_a_field_without_a_declaration_is_refused() -> None:
 
 def test_an_optional_group_is_none_until_its_required_options_are_given(tmp_path: Path) -> None:
     """follow's stream out (EgressConfig itself) is off without --zmq-publish, and built from
-    the --zmq-* flags and variables with it."""
+    the --zmq-* flags and variables with it; only then do its replicas keep token ids."""
     flags: dict[str, object] = {"log": str(tmp_path)}
-    assert build_config(follow.COMMAND, flags, env(zmq_format="vllm")).egress is None
+    quiet = build_config(follow.COMMAND, flags, env(zmq_format="vllm"))
+    assert quiet.egress is None
+    assert not follow.follower_views(quiet).replicas.keeps_tokens
     config = build_config(
         follow.COMMAND, {**flags, "zmq_publish": "ipc:///tmp/x"}, env(zmq_format="vllm")
     )
     assert config.egress == EgressConfig(publish_endpoint="ipc:///tmp/x", wire_format="vllm")
+    assert follow.follower_views(config).replicas.keeps_tokens
 
 
 def test_a_flag_of_an_optional_group_without_its_required_option_is_refused(

@@ -44,7 +44,6 @@ fn prefix_match<'py>(
 
 /// Every source's replica, held natively (see `crate::replica`).
 #[pyclass(module = "cache.events._native", name = "ReplicaStore")]
-#[derive(Default)]
 pub(crate) struct PyReplicaStore {
     pub(crate) store: replica::ReplicaStore,
     /// Each source's name as a Python string, by source id (names never change).
@@ -95,9 +94,21 @@ impl PyReplicaStore {
 
 #[pymethods]
 impl PyReplicaStore {
+    /// An empty store; `keep_tokens=False` keeps no token ids (`block` and `blocks` then give
+    /// None for them): the same blocks, digests and matches, in less memory.
     #[new]
-    fn new() -> Self {
-        Self::default()
+    #[pyo3(signature = (*, keep_tokens = true))]
+    fn new(keep_tokens: bool) -> Self {
+        Self {
+            store: replica::ReplicaStore::keeping_tokens(keep_tokens),
+            names: Vec::new(),
+        }
+    }
+
+    /// Whether the store keeps each block's token ids.
+    #[getter]
+    fn keeps_tokens(&self) -> bool {
+        self.store.keeps_tokens()
     }
 
     /// Every source seen, in the order first seen.
@@ -261,33 +272,41 @@ impl PyReplicaStore {
         Ok(self.replica(source)?.blocks.residency(block_hash))
     }
 
-    /// (parent hash, token ids, SWA-resident) of one block, None when not held.
+    /// (parent hash, token ids, SWA-resident) of one block, None when not held; the token ids
+    /// are None when the store keeps none.
     #[allow(clippy::type_complexity)]
     fn block<'py>(
         &self,
         py: Python<'py>,
         source: &str,
         block_hash: i64,
-    ) -> PyResult<Option<(Option<i64>, Bound<'py, PyTuple>, bool)>> {
+    ) -> PyResult<Option<(Option<i64>, Option<Bound<'py, PyTuple>>, bool)>> {
         let Some(block) = self.replica(source)?.blocks.block(block_hash) else {
             return Ok(None);
         };
-        let tokens = PyTuple::new(py, block.token_ids)?;
+        let tokens = block
+            .token_ids
+            .map(|ids| PyTuple::new(py, ids))
+            .transpose()?;
         Ok(Some((block.parent, tokens, block.swa_resident)))
     }
 
-    /// Every block as (hash, parent hash, token ids, SWA-resident), in slot order.
+    /// Every block as (hash, parent hash, token ids, SWA-resident), in slot order; the token
+    /// ids are None when the store keeps none.
     #[allow(clippy::type_complexity)]
     fn blocks<'py>(
         &self,
         py: Python<'py>,
         source: &str,
-    ) -> PyResult<Vec<(i64, Option<i64>, Bound<'py, PyTuple>, bool)>> {
+    ) -> PyResult<Vec<(i64, Option<i64>, Option<Bound<'py, PyTuple>>, bool)>> {
         self.replica(source)?
             .blocks
             .blocks()
             .map(|block| {
-                let tokens = PyTuple::new(py, block.token_ids)?;
+                let tokens = block
+                    .token_ids
+                    .map(|ids| PyTuple::new(py, ids))
+                    .transpose()?;
                 Ok((block.block_hash, block.parent, tokens, block.swa_resident))
             })
             .collect()
@@ -314,9 +333,12 @@ impl PyReplicaStore {
     }
 
     /// Replace every replica with the ones `snapshot` wrote; nothing changes when `data` is bad.
+    /// A store that keeps no token ids drops the snapshot's; one that keeps them refuses a
+    /// snapshot that holds none (`ReplicaSnapshotError`).
     fn load(&mut self, py: Python<'_>, data: &[u8]) -> PyResult<()> {
+        let keep_tokens = self.store.keeps_tokens();
         let mut loaded = py
-            .detach(|| replica::from_bytes(data))
+            .detach(|| replica::from_bytes_keeping(data, keep_tokens))
             .map_err(|error| snapshot_error(py, error))?;
         // keep a holder index exactly when this store kept one: the snapshot's (version 4 on)
         // or, when it holds none, one built from the blocks

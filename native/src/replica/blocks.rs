@@ -1,8 +1,12 @@
 //! `BlockTable`: the blocks one source holds, one 16-byte record per slot.
 //!
 //! Per block: a record of its hash (8 bytes), its parent's slot (4) and its child count with the
-//! tombstone flag in the top bit (4), its page's token ids (4 per token, in a separate array) and
-//! one index entry (8 / load, 10 to 15 bytes): 30 to 35 bytes at page size 1. The record keeps
+//! tombstone flag in the top bit (4), one index entry (8 / load, 10 to 15 bytes) and, in a table
+//! that keeps token ids, its page's token ids (4 per token, in a separate array): 26 to 31 bytes
+//! without token ids, 30 to 35 with them at page size 1. Only the stream out reads token ids (the
+//! digest and prefix matching read hashes), so a table keeps them only when asked
+//! (`BlockTable::keeping_tokens`); one that keeps none still checks each store's token count
+//! exactly as one that keeps them. The record keeps
 //! what one lookup needs in one cache line: an index hit is checked against the hash, and the
 //! residency or parent read right after is already loaded. A parent is named by slot, not hash: a
 //! block with children cannot be removed, so a child's parent slot stays valid for the child's
@@ -48,15 +52,18 @@ pub struct Block {
 pub struct BlockView<'a> {
     pub block_hash: i64,
     pub parent: Option<i64>,
-    pub token_ids: &'a [u32],
+    /// The page's token ids; None when the table keeps none.
+    pub token_ids: Option<&'a [u32]>,
     pub swa_resident: bool,
 }
 
 /// The blocks of one source; see the module docs.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct BlockTable {
     pub(crate) block_size: Option<u32>,
     pub(crate) blocks: Vec<Block>,
+    /// Whether `tokens` holds each slot's token ids (else it stays empty).
+    pub(crate) keep_tokens: bool,
     pub(crate) tokens: Vec<u32>,
     pub(crate) free: Vec<u32>,
     pub(crate) index: SlotIndex,
@@ -72,6 +79,7 @@ impl PartialEq for BlockTable {
     fn eq(&self, other: &Self) -> bool {
         self.block_size == other.block_size
             && self.blocks == other.blocks
+            && self.keep_tokens == other.keep_tokens
             && self.tokens == other.tokens
             && self.free == other.free
             && self.index == other.index
@@ -80,10 +88,43 @@ impl PartialEq for BlockTable {
     }
 }
 
+impl Default for BlockTable {
+    fn default() -> Self {
+        Self::keeping_tokens(true)
+    }
+}
+
 impl BlockTable {
-    /// An empty table.
+    /// An empty table that keeps token ids.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty table that keeps each block's token ids when `keep_tokens`, else none.
+    pub fn keeping_tokens(keep_tokens: bool) -> Self {
+        Self {
+            block_size: None,
+            blocks: Vec::new(),
+            keep_tokens,
+            tokens: Vec::new(),
+            free: Vec::new(),
+            index: SlotIndex::default(),
+            tombstones: 0,
+            digest: StateDigest::default(),
+            scratch: Vec::new(),
+            slots: Vec::new(),
+        }
+    }
+
+    /// Whether the table keeps each block's token ids.
+    pub fn keeps_tokens(&self) -> bool {
+        self.keep_tokens
+    }
+
+    /// Keep no token ids from now on, dropping those held.
+    pub fn drop_tokens(&mut self) {
+        self.keep_tokens = false;
+        self.tokens = Vec::new();
     }
 
     /// Blocks held.
@@ -171,7 +212,7 @@ impl BlockTable {
         BlockView {
             block_hash: block.hash,
             parent: self.parent_hash(slot),
-            token_ids: &self.tokens[start..start + size],
+            token_ids: self.keep_tokens.then(|| &self.tokens[start..start + size]),
             swa_resident: block.state & TOMBSTONE == 0,
         }
     }
@@ -227,9 +268,9 @@ impl BlockTable {
         out
     }
 
-    /// Drop every block.
+    /// Drop every block (the table still keeps token ids, or not, as before).
     pub fn clear(&mut self) {
-        *self = Self::new();
+        *self = Self::keeping_tokens(self.keep_tokens);
     }
 
     // --- stores ---------------------------------------------------------------------------
@@ -346,6 +387,9 @@ impl BlockTable {
         if let Some(slot) = self.free.pop() {
             let at = slot as usize;
             self.blocks[at] = block;
+            if !self.keep_tokens {
+                return slot;
+            }
             match tokens {
                 // page size 1: one store, not a memcpy call
                 &[token] => self.tokens[at] = token,
@@ -357,6 +401,9 @@ impl BlockTable {
         }
         let slot = self.blocks.len() as u32;
         self.blocks.push(block);
+        if !self.keep_tokens {
+            return slot;
+        }
         match tokens {
             &[token] => self.tokens.push(token),
             _ => self.tokens.extend_from_slice(tokens),
@@ -532,13 +579,52 @@ mod tests {
         assert_eq!(table.len(), 4);
         let block = table.block(4).unwrap();
         assert_eq!(block.parent, Some(2));
-        assert_eq!(block.token_ids, &[4]);
+        assert_eq!(block.token_ids, Some(&[4][..]));
         let mut expected = StateDigest::default();
         expected.add(1, None, true);
         expected.add(2, Some(1), true);
         expected.add(3, Some(2), true);
         expected.add(4, Some(2), true);
         assert_eq!(table.digest(), expected);
+    }
+
+    #[test]
+    fn a_table_without_token_ids_holds_the_same_blocks_and_refuses_the_same_stores() {
+        let mut kept = BlockTable::new();
+        let mut bare = BlockTable::keeping_tokens(false);
+        for table in [&mut kept, &mut bare] {
+            table.store(&[1, 2], None, &[5, 6, 7, 8], 2, None).unwrap();
+            table.store(&[3], Some(1), &[9, 9], 2, None).unwrap();
+            table.remove(&[3]).unwrap();
+            table.store(&[4], Some(2), &[1, 2], 2, None).unwrap(); // a reused slot
+            table.set_residency(&[2], false).unwrap();
+        }
+        assert_eq!(bare.digest(), kept.digest());
+        assert_eq!(
+            bare.hashes().collect::<Vec<_>>(),
+            kept.hashes().collect::<Vec<_>>()
+        );
+        assert_eq!(kept.block(4).unwrap().token_ids, Some(&[1, 2][..]));
+        let block = bare.block(4).unwrap();
+        assert_eq!((block.parent, block.token_ids), (Some(2), None));
+        assert!(bare.tokens.is_empty() && bare.tokens.capacity() == 0);
+        assert!(bare.heap_bytes() < kept.heap_bytes());
+        let before = bare.clone();
+        let err = bare.store(&[7], None, &[1], 2, None).unwrap_err();
+        assert_eq!(err, kept.store(&[7], None, &[1], 2, None).unwrap_err());
+        assert_eq!(
+            err,
+            Inconsistency::TokenCount {
+                tokens: 1,
+                pages: 1,
+                block_size: 2
+            }
+        );
+        assert_eq!(bare, before);
+        bare.clear();
+        assert!(!bare.keeps_tokens());
+        kept.drop_tokens();
+        assert_eq!(kept.block(4).unwrap().token_ids, None);
     }
 
     #[test]

@@ -178,6 +178,8 @@ pub enum SnapshotError {
     HolderIndexMismatch,
     /// One holder set stored twice.
     HolderSetTwice,
+    /// A snapshot that holds no token ids, loaded into a store that keeps them.
+    NoTokenIds,
 }
 
 /// How one replica's arrays in a snapshot do not fit together.
@@ -273,6 +275,11 @@ impl fmt::Display for SnapshotError {
                 f.write_str("the holder index does not match the blocks")
             }
             SnapshotError::HolderSetTwice => f.write_str("a holder set is stored twice"),
+            SnapshotError::NoTokenIds => f.write_str(
+                "the snapshot holds no token ids (its store kept none) and this store keeps them \
+                 (for the stream out): load it into a store that keeps none, or rebuild from \
+                 the log",
+            ),
         }
     }
 }

@@ -26,7 +26,7 @@ pub use error::{ConsistencyError, Inconsistency, SnapshotError, TableFault};
 pub use holders::HolderIndex;
 pub use prefix::{match_prefix, Answer, TierHits};
 pub use replay::{apply_records, LaneCursors, Run};
-pub use snapshot::{from_bytes, to_bytes};
+pub use snapshot::{from_bytes, from_bytes_keeping, to_bytes};
 pub use source::{Replica, SourceMeta};
 pub use store::ReplicaStore;
 pub use tiers::{is_gpu, Tier, Tiers};

@@ -4,11 +4,13 @@
 //!
 //! ```text
 //! b"SWAREPL\0" | u32 version | u32 replica count
+//! u8 keeps token ids                                                (version 5 on)
 //! per replica:
 //!   str name | u8 has meta [u32 page_size, u32 sliding_window_size, u8 swa_events, str json]
 //!   | u8 diverged [str reason] | u32 block_size (0: none yet) | u32 slots | u32 free
 //!   | u32 index homes | u32 index capacity | u64 tombstones | u64 digest
-//!   | (i64 hash, u32 parent, u32 state)[slots] | u32 tokens[slots * block_size]
+//!   | (i64 hash, u32 parent, u32 state)[slots]
+//!   | u32 tokens[slots * block_size]                   (only when the store keeps token ids)
 //!   | u32 free[free] | u64 index[capacity]
 //!   | u32 tier block_size (0: none yet) | u32 tier count            (version 3 on)
 //!   | per tier: str medium | u32 blocks | i64 hashes[blocks], ascending
@@ -23,7 +25,13 @@
 //! array copies and linear checks, no rehashing. A snapshot whose magic, version or checksum
 //! is wrong, or whose arrays do not fit together, is refused with a reason; nothing is loaded.
 //! Version 2 (no lower tiers) still loads: its replicas hold no tier; versions 2 and 3 hold no
-//! holder index (a store that keeps one builds it from the blocks).
+//! holder index (a store that keeps one builds it from the blocks); versions 2 to 4 always hold
+//! token ids.
+//!
+//! A store that keeps no token ids (`ReplicaStore::keeping_tokens`) writes none. Loaded into a
+//! store that keeps none (`from_bytes_keeping`), a snapshot's token ids are skipped; a snapshot
+//! without them is refused by a store that keeps them (`SnapshotError::NoTokenIds`): they
+//! cannot be made up.
 
 use super::blocks::{Block, BlockTable, FREE, MAX_SLOTS, NO_PARENT, TOMBSTONE};
 use super::error::{SnapshotError, TableFault};
@@ -38,9 +46,10 @@ use crate::events::Medium;
 /// The first bytes of a replica snapshot.
 pub const MAGIC: &[u8; 8] = b"SWAREPL\0";
 /// The layout version this build writes.
-pub const VERSION: u32 = 4;
-/// The layout versions this build reads (2: before lower tiers; 3: before the holder index).
-pub const READS: [u32; 3] = [2, 3, 4];
+pub const VERSION: u32 = 5;
+/// The layout versions this build reads (2: before lower tiers; 3: before the holder index; 4:
+/// before stores without token ids).
+pub const READS: [u32; 4] = [2, 3, 4, 5];
 const CHECKSUM_BYTES: usize = 4;
 
 // --- writing ----------------------------------------------------------------------------------
@@ -134,8 +143,10 @@ pub fn to_bytes(store: &ReplicaStore) -> Vec<u8> {
     to_bytes_as(store, VERSION)
 }
 
-/// The bytes of every replica of `store` in layout `version` (2 leaves the tiers out).
+/// The bytes of every replica of `store` in layout `version` (2 leaves the tiers out; before 5,
+/// `store` must keep token ids).
 fn to_bytes_as(store: &ReplicaStore, version: u32) -> Vec<u8> {
+    debug_assert!(version >= 5 || store.keeps_tokens());
     let size: usize = store.replicas().iter().map(replica_bytes).sum::<usize>()
         + store.holders().map_or(1, |h| {
             let (masks, _, buckets) = h.parts();
@@ -145,6 +156,9 @@ fn to_bytes_as(store: &ReplicaStore, version: u32) -> Vec<u8> {
     out.extend_from_slice(MAGIC);
     put_u32(&mut out, version);
     put_u32(&mut out, store.replicas().len() as u32);
+    if version >= 5 {
+        out.push(u8::from(store.keeps_tokens()));
+    }
     for replica in store.replicas() {
         write_replica(&mut out, replica, version);
     }
@@ -415,7 +429,18 @@ fn read_tiers(reader: &mut Reader<'_>, name: &str) -> Result<Tiers, SnapshotErro
         .ok_or_else(|| replica_fault(name, TableFault::TierNamedTwice))
 }
 
-fn read_replica(reader: &mut Reader<'_>, version: u32) -> Result<Replica, SnapshotError> {
+/// What a snapshot's replicas hold of token ids, and what the loading store keeps.
+#[derive(Clone, Copy)]
+struct TokenIds {
+    held: bool,
+    kept: bool,
+}
+
+fn read_replica(
+    reader: &mut Reader<'_>,
+    version: u32,
+    token_ids: TokenIds,
+) -> Result<Replica, SnapshotError> {
     let name = reader.string("source name")?;
     let meta = read_meta(reader)?;
     let diverged = if reader.flag("diverged")? {
@@ -437,13 +462,22 @@ fn read_replica(reader: &mut Reader<'_>, version: u32) -> Result<Replica, Snapsh
         ));
     }
     let blocks: Vec<Block> = reader.plain(slots, "blocks")?;
-    let tokens = reader.plain(slots * block_size as usize, "token ids")?;
+    let tokens = match token_ids {
+        TokenIds { held: false, .. } => Vec::new(),
+        TokenIds { kept: true, .. } => reader.plain(slots * block_size as usize, "token ids")?,
+        TokenIds { kept: false, .. } => {
+            let count = (slots * block_size as usize).saturating_mul(4);
+            reader.take(count, "token ids")?;
+            Vec::new()
+        }
+    };
     let free: Vec<u32> = reader.plain(free, "free slots")?;
     let entries = reader.plain(capacity, "index")?;
     let table = check_table(blocks, tokens, free, homes, entries, tombstones)
         .map_err(|fault| replica_fault(&name, fault))?;
     let table = BlockTable {
         block_size: (block_size > 0).then_some(block_size),
+        keep_tokens: token_ids.kept,
         digest: StateDigest { value: digest },
         ..table
     };
@@ -568,8 +602,20 @@ fn check_table(
     })
 }
 
-/// The store `to_bytes` wrote; `SnapshotError` when `data` is not such a snapshot.
+/// The store `to_bytes` wrote, keeping token ids exactly when it did; `SnapshotError` when
+/// `data` is not such a snapshot.
 pub fn from_bytes(data: &[u8]) -> Result<ReplicaStore, SnapshotError> {
+    from_bytes_with(data, None)
+}
+
+/// The store `to_bytes` wrote, as a store that keeps token ids when `keep_tokens`: a snapshot's
+/// token ids are dropped when not, and a snapshot that holds none is refused when so
+/// (`SnapshotError::NoTokenIds`); `SnapshotError` when `data` is not such a snapshot.
+pub fn from_bytes_keeping(data: &[u8], keep_tokens: bool) -> Result<ReplicaStore, SnapshotError> {
+    from_bytes_with(data, Some(keep_tokens))
+}
+
+fn from_bytes_with(data: &[u8], keep_tokens: Option<bool>) -> Result<ReplicaStore, SnapshotError> {
     if data.len() < MAGIC.len() + 8 + CHECKSUM_BYTES {
         return Err(SnapshotError::TooShort(data.len()));
     }
@@ -595,9 +641,15 @@ pub fn from_bytes(data: &[u8]) -> Result<ReplicaStore, SnapshotError> {
         return Err(SnapshotError::ChecksumMismatch);
     }
     let count = reader.u32("replica count")?;
+    let held = version < 5 || reader.flag("keeps token ids")?;
+    let kept = keep_tokens.unwrap_or(held);
+    if kept && !held {
+        return Err(SnapshotError::NoTokenIds);
+    }
+    let token_ids = TokenIds { held, kept };
     let mut replicas = Vec::new();
     for _ in 0..count {
-        replicas.push(read_replica(&mut reader, version)?);
+        replicas.push(read_replica(&mut reader, version, token_ids)?);
     }
     let holders = if version >= 4 && reader.flag("holder index")? {
         Some(read_holders(&mut reader, &replicas)?)
@@ -607,7 +659,8 @@ pub fn from_bytes(data: &[u8]) -> Result<ReplicaStore, SnapshotError> {
     if reader.at != body.len() {
         return Err(SnapshotError::TrailingBytes(body.len() - reader.at));
     }
-    let mut store = ReplicaStore::from_replicas(replicas).ok_or(SnapshotError::SharedSourceName)?;
+    let mut store =
+        ReplicaStore::from_replicas(replicas, kept).ok_or(SnapshotError::SharedSourceName)?;
     if let Some(holders) = holders {
         store.set_holders(holders);
     }
@@ -809,6 +862,45 @@ mod tests {
     }
 
     #[test]
+    fn a_store_without_token_ids_writes_none_and_a_store_keeping_them_refuses_it() {
+        let mut kept = sample();
+        kept.enable_holders();
+        let mut bare = sample_from(ReplicaStore::keeping_tokens(false));
+        bare.enable_holders();
+        let (kept_bytes, bare_bytes) = (to_bytes(&kept), to_bytes(&bare));
+        // the same replicas but the token ids (40 page-1 and 30 page-4 blocks' worth)
+        assert_eq!(kept_bytes.len() - bare_bytes.len(), (40 + 40 * 4) * 4);
+        let loaded = from_bytes(&bare_bytes).unwrap();
+        assert!(!loaded.keeps_tokens());
+        assert_eq!(loaded, bare);
+        assert_eq!(holdings(&loaded), holdings(&kept));
+        assert_eq!(to_bytes(&loaded), bare_bytes);
+        assert_eq!(
+            from_bytes_keeping(&bare_bytes, true).unwrap_err(),
+            SnapshotError::NoTokenIds
+        );
+        // a snapshot with token ids, into a store that keeps none: dropped
+        for bytes in [&kept_bytes, &to_bytes_as(&kept, 4), &to_bytes_as(&kept, 2)] {
+            let dropped = from_bytes_keeping(bytes, false).unwrap();
+            assert!(!dropped.keeps_tokens());
+            for (new, old) in dropped.replicas().iter().zip(bare.replicas()) {
+                assert_eq!(new.blocks, old.blocks); // the GPU's digest too (version 2: no tiers)
+                assert!(new.blocks.tokens.is_empty());
+            }
+            assert!(from_bytes_keeping(bytes, true).unwrap().keeps_tokens());
+        }
+        assert_eq!(
+            to_bytes(&from_bytes_keeping(&kept_bytes, false).unwrap()),
+            bare_bytes
+        );
+        // a cleared replica still keeps none
+        let mut store = from_bytes(&bare_bytes).unwrap();
+        store.clear("a");
+        assert!(!store.replica_mut("a").blocks.keeps_tokens());
+        assert!(!store.replica_mut("new").blocks.keeps_tokens());
+    }
+
+    #[test]
     fn a_version_2_snapshot_still_loads_without_tiers() {
         let store = sample();
         let loaded = from_bytes(&to_bytes_as(&store, 2)).unwrap();
@@ -873,7 +965,7 @@ mod tests {
         bytes[8] = 9;
         assert_eq!(
             from_bytes(&bytes).unwrap_err().to_string(),
-            "replica snapshot version 9, this build reads 2, 3 and 4"
+            "replica snapshot version 9, this build reads 2, 3, 4 and 5"
         );
         bytes[0] = b'X';
         assert!(from_bytes(&bytes)

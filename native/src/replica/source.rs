@@ -31,12 +31,13 @@ pub struct Replica {
 }
 
 impl Replica {
-    pub(crate) fn new(name: &str) -> Self {
+    /// An empty replica of `name` whose block table keeps token ids when `keep_tokens`.
+    pub(crate) fn new(name: &str, keep_tokens: bool) -> Self {
         Self {
             name: name.to_owned(),
             meta: None,
             diverged: None,
-            blocks: BlockTable::new(),
+            blocks: BlockTable::keeping_tokens(keep_tokens),
             tiers: Tiers::new(),
         }
     }

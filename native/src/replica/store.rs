@@ -33,9 +33,11 @@ const FEW_SOURCES: usize = 8;
 
 /// Every source's replica, by name and by a dense id, and (once enabled) the holder index that
 /// the prefix walk reads.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct ReplicaStore {
     replicas: Vec<Replica>,
+    /// Whether every replica's block table keeps token ids (see `super::blocks`).
+    keep_tokens: bool,
     ids: HashMap<String, u32>,
     /// Derived from the replicas, kept in step by every change once enabled (see
     /// `enable_holders`); never part of a snapshot or of equality.
@@ -46,18 +48,55 @@ pub struct ReplicaStore {
 
 impl PartialEq for ReplicaStore {
     fn eq(&self, other: &Self) -> bool {
-        self.replicas == other.replicas && self.ids == other.ids
+        self.replicas == other.replicas
+            && self.ids == other.ids
+            && self.keep_tokens == other.keep_tokens
+    }
+}
+
+impl Default for ReplicaStore {
+    fn default() -> Self {
+        Self::keeping_tokens(true)
     }
 }
 
 impl ReplicaStore {
-    /// An empty store.
+    /// An empty store that keeps token ids.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// A store of the given replicas (from a snapshot); None when two share a name.
-    pub fn from_replicas(replicas: Vec<Replica>) -> Option<Self> {
+    /// An empty store whose replicas keep each block's token ids when `keep_tokens`, else none
+    /// (the same blocks, digests and answers either way; only reads of token ids differ).
+    pub fn keeping_tokens(keep_tokens: bool) -> Self {
+        Self {
+            replicas: Vec::new(),
+            keep_tokens,
+            ids: HashMap::new(),
+            holders: None,
+            chains: ChainCache::new(),
+        }
+    }
+
+    /// Whether the replicas keep each block's token ids.
+    pub fn keeps_tokens(&self) -> bool {
+        self.keep_tokens
+    }
+
+    /// Keep no token ids from now on, dropping those held.
+    pub fn drop_tokens(&mut self) {
+        self.keep_tokens = false;
+        for replica in &mut self.replicas {
+            replica.blocks.drop_tokens();
+        }
+    }
+
+    /// A store of the given replicas (from a snapshot), which keep token ids exactly when
+    /// `keep_tokens` says; None when two share a name.
+    pub fn from_replicas(replicas: Vec<Replica>, keep_tokens: bool) -> Option<Self> {
+        debug_assert!(replicas
+            .iter()
+            .all(|replica| replica.blocks.keeps_tokens() == keep_tokens));
         let mut ids = HashMap::with_capacity(replicas.len());
         for (id, replica) in replicas.iter().enumerate() {
             if ids.insert(replica.name.clone(), id as u32).is_some() {
@@ -66,6 +105,7 @@ impl ReplicaStore {
         }
         Some(Self {
             replicas,
+            keep_tokens,
             ids,
             holders: None,
             chains: ChainCache::new(),
@@ -97,7 +137,7 @@ impl ReplicaStore {
             return id;
         }
         let id = self.replicas.len() as u32;
-        self.replicas.push(Replica::new(source));
+        self.replicas.push(Replica::new(source, self.keep_tokens));
         self.ids.insert(source.to_owned(), id);
         if let Some(holders) = &mut self.holders {
             holders.cover(self.replicas.len());
