@@ -5,7 +5,7 @@ use super::blocks::BlockTable;
 use super::error::{ConsistencyError, Inconsistency, Result};
 use super::tiers::{is_gpu, Tiers};
 use crate::digest::StateDigest;
-use crate::events::{Event, Stored};
+use crate::events::{Event, Hashes, Medium, Stored};
 
 /// What a replica needs of its source's `meta` (parsed by the caller; the JSON is kept as is
 /// for snapshots).
@@ -17,6 +17,43 @@ pub struct SourceMeta {
     /// its SWA-usable lengths are unknown.
     pub swa_events: bool,
     pub json: String,
+}
+
+/// What an event does to a source's blocks, in the terms the replica and the holder index
+/// (`super::store`) both follow: the one place an event type's effect on a replica is said.
+pub(crate) enum Effect<'a> {
+    /// Its pages enter the tier it names.
+    Store(&'a Stored),
+    /// Its pages leave the tier `medium` (None: the GPU).
+    Remove {
+        hashes: &'a Hashes,
+        medium: Option<&'a Medium>,
+    },
+    /// Its pages lose (`resident` false) or regain their SWA KV.
+    Residency { hashes: &'a Hashes, resident: bool },
+    /// Every block of the source is dropped.
+    Clear,
+}
+
+impl<'a> Effect<'a> {
+    pub(crate) fn of(event: &'a Event) -> Self {
+        match event {
+            Event::Stored(stored) => Effect::Store(stored),
+            Event::Removed { hashes, medium, .. } => Effect::Remove {
+                hashes,
+                medium: medium.as_ref(),
+            },
+            Event::SwaEvicted { hashes } => Effect::Residency {
+                hashes,
+                resident: false,
+            },
+            Event::SwaRestored { hashes } => Effect::Residency {
+                hashes,
+                resident: true,
+            },
+            Event::Cleared => Effect::Clear,
+        }
+    }
 }
 
 /// One source's replica.
@@ -52,15 +89,14 @@ impl Replica {
     /// Apply one event; the replica is unchanged when it does not fit. (Through
     /// `ReplicaStore::apply_events`, which keeps the holder index in step.)
     pub(crate) fn apply_event(&mut self, event: &Event) -> Result<()> {
-        let result = match event {
-            Event::Stored(stored) => return self.store(stored),
-            Event::Removed { hashes, medium, .. } => match medium {
+        let result = match Effect::of(event) {
+            Effect::Store(stored) => return self.store(stored),
+            Effect::Remove { hashes, medium } => match medium {
                 Some(medium) if !is_gpu(Some(medium)) => self.tiers.remove(medium, hashes),
                 _ => self.blocks.remove(hashes),
             },
-            Event::SwaEvicted { hashes } => self.blocks.set_residency(hashes, false),
-            Event::SwaRestored { hashes } => self.blocks.set_residency(hashes, true),
-            Event::Cleared => {
+            Effect::Residency { hashes, resident } => self.blocks.set_residency(hashes, resident),
+            Effect::Clear => {
                 self.clear();
                 Ok(())
             }

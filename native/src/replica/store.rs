@@ -17,7 +17,7 @@ use super::prefetch::prefetch;
 use super::prefix::{
     match_hashes, match_hashes_tiers, match_prefix, match_prefix_tiers, Answer, TierHits,
 };
-use super::source::Replica;
+use super::source::{Effect, Replica};
 use super::tiers::is_gpu;
 use crate::events::{Batch, Event, Hashes, Stored};
 
@@ -220,16 +220,12 @@ impl ReplicaStore {
                     parent: Some(parent),
                     ..
                 })) => replica.blocks.prefetch_block(*parent),
-                Some(
-                    ahead @ (Event::Removed { .. }
-                    | Event::SwaEvicted { .. }
-                    | Event::SwaRestored { .. }),
-                ) => {
+                Some(Event::Stored(_)) | None => {}
+                Some(ahead) => {
                     if let Some(&first) = first_hash(ahead) {
                         replica.blocks.prefetch_block(first);
                     }
                 }
-                _ => {}
             }
             apply_one(replica, holders.as_deref_mut(), id, event, pages)?;
         }
@@ -338,15 +334,9 @@ impl ReplicaStore {
     }
 }
 
-/// The first block hash an event names (None for `Cleared`).
+/// The first block hash an event names (None for one that names none).
 fn first_hash(event: &Event) -> Option<&i64> {
-    match event {
-        Event::Stored(Stored { hashes, .. })
-        | Event::Removed { hashes, .. }
-        | Event::SwaEvicted { hashes }
-        | Event::SwaRestored { hashes } => hashes.first(),
-        Event::Cleared => None,
-    }
+    event.block_hashes().and_then(|hashes| hashes.first())
 }
 
 /// How a multi-page `Stored` is applied.
@@ -366,18 +356,16 @@ fn apply_one(
     event: &Event,
     pages: Pages,
 ) -> Result<(), ConsistencyError> {
+    let effect = Effect::of(event);
     // a lower tier's store or removal: its own sets, never the block table or holder index
-    match event {
-        Event::Stored(stored) if !is_gpu(stored.medium.as_ref()) => {
+    match effect {
+        Effect::Store(stored) if !is_gpu(stored.medium.as_ref()) => {
             return replica.store_tier(stored, pages == Pages::Whole);
         }
-        Event::Removed {
-            medium: Some(medium),
-            ..
-        } if !is_gpu(Some(medium)) => return replica.apply_event(event),
+        Effect::Remove { medium, .. } if !is_gpu(medium) => return replica.apply_event(event),
         _ => {}
     }
-    if let Event::Stored(stored) = event {
+    if let Effect::Store(stored) = effect {
         let result = replica.store(stored);
         let stored_pages = match result {
             Ok(()) => stored.hashes.len(),
@@ -402,23 +390,22 @@ fn apply_one(
     let Some(holders) = holders else {
         return replica.apply_event(event);
     };
-    if let Event::Cleared = event {
+    if let Effect::Clear = effect {
         drop_holdings(replica, holders, id);
     }
     replica.apply_event(event)?;
-    match event {
-        Event::Removed { hashes, .. } => {
+    match effect {
+        Effect::Remove { hashes, .. } => {
             for &block_hash in hashes {
                 holders.remove(block_hash, id);
             }
         }
-        Event::SwaEvicted { hashes } | Event::SwaRestored { hashes } => {
-            let tombstone = matches!(event, Event::SwaEvicted { .. });
+        Effect::Residency { hashes, resident } => {
             for &block_hash in hashes {
-                holders.set_tombstone(block_hash, id, tombstone);
+                holders.set_tombstone(block_hash, id, !resident);
             }
         }
-        Event::Stored(_) | Event::Cleared => {}
+        Effect::Store(_) | Effect::Clear => {}
     }
     Ok(())
 }
