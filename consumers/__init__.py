@@ -5,13 +5,9 @@ This package imports only ``cache.events`` and ``log`` (never torch or the tree)
 
 from typing import TYPE_CHECKING, Any
 
+from cache.events.replica_store import ReplicaConsistencyError
 from consumers.cursor import Cursors, SourceCursor, Verdict
-from consumers.errors import (
-    ConsumerError,
-    SnapshotError,
-    ViewConsistencyError,
-    ViewStateError,
-)
+from consumers.errors import ConsumerError, SnapshotError, ViewStateError
 from consumers.follower import Follower
 from consumers.metrics import FollowerMetrics
 from consumers.snapshots import (
@@ -67,6 +63,6 @@ __all__ = [
     "Verdict",
     "ConsumerError",
     "SnapshotError",
-    "ViewConsistencyError",
+    "ReplicaConsistencyError",
     "ViewStateError",
 ]

@@ -3,18 +3,10 @@
 from __future__ import annotations
 
 from cache.errors import SwaEsError
-from cache.events.replica_store import ReplicaConsistencyError
 
 
 class ConsumerError(SwaEsError):
     """Base class of every consumers error."""
-
-
-ViewConsistencyError = ReplicaConsistencyError
-"""A batch does not fit a view's state (unknown block or parent, block stored twice...): the
-replica store's ``ReplicaConsistencyError`` (``source`` and ``reason``) under the name views
-use. One class, two names. The follower catches it and marks ``source`` diverged; it never
-reaches the caller of ``catch_up`` or ``run``."""
 
 
 class ViewStateError(ConsumerError):

@@ -55,9 +55,9 @@ from cache.events import (
     decode_wire,
 )
 from cache.events.liveness import LIVENESS_PREFIX, Liveness, decode_liveness
-from cache.events.replica_store import ReplayCursors, apply_records
+from cache.events.replica_store import ReplayCursors, ReplicaConsistencyError, apply_records
 from consumers.cursor import Clock, Cursors, Verdict
-from consumers.errors import ConsumerError, ViewConsistencyError, ViewStateError
+from consumers.errors import ConsumerError, ViewStateError
 from consumers.metrics import FollowerMetrics
 from consumers.progress import ADVANCE_EVERY_RECORDS, LoggedProgress, ReplayProgress
 from consumers.snapshots import Snapshot, SnapshotInfo, SnapshotStorage
@@ -318,7 +318,7 @@ class Follower:
         return fuller
 
     def _apply(self, batch: WireBatch) -> None:
-        failure: ViewConsistencyError | None = None
+        failure: ReplicaConsistencyError | None = None
         events: EventBatch | None = None
         for view, apply_wire in self._appliers:
             try:
@@ -328,7 +328,7 @@ class Follower:
                     if events is None:
                         events = batch.to_batch()
                     view.apply(events)
-            except ViewConsistencyError as exc:
+            except ReplicaConsistencyError as exc:
                 failure = failure or exc
         self._count_applied(1, batch.event_count, batch.ts)
         if failure is not None:

@@ -29,7 +29,7 @@ from cache.events.replica_store import (
     ReplicaSnapshotError,
     ReplicaStore,
 )
-from consumers.errors import ViewConsistencyError, ViewStateError
+from consumers.errors import ViewStateError
 from consumers.views.view import LaneRole
 
 
@@ -42,10 +42,6 @@ class ReplicaBlock:
     parent_block_hash: int | None
     token_ids: tuple[int, ...] | None
     swa_resident: bool
-
-
-def _consistency(exc: ReplicaConsistencyError) -> ViewConsistencyError:
-    return ViewConsistencyError(exc.source, exc.reason)
 
 
 class ReplicaTree:
@@ -148,11 +144,8 @@ class ReplicaTree:
         self._owner.set_meta(self.source, meta)
 
     def apply_event(self, event: Event) -> None:
-        """Apply one event; ``ViewConsistencyError`` (and no change) when it does not fit."""
-        try:
-            self._store.apply_events(self.source, (event,))
-        except ReplicaConsistencyError as exc:
-            raise _consistency(exc) from None
+        """Apply one event; ``ReplicaConsistencyError`` (and no change) when it does not fit."""
+        self._store.apply_events(self.source, (event,))
 
     def clear(self) -> None:
         """Drop every block; this also ends a divergence (the source starts over)."""
@@ -228,16 +221,13 @@ class ReplicaSet:
 
     def set_meta(self, source: str, meta: BatchMeta | Mapping[str, Any]) -> None:
         """Record ``source``'s meta (a plain mapping is checked first, as the decoder would);
-        ``ViewConsistencyError`` when it is bad."""
+        ``ReplicaConsistencyError`` when it is bad."""
         if not isinstance(meta, BatchMeta):
             try:
                 meta = BatchMeta.from_dict(meta)
             except DecodeError as exc:
-                raise ViewConsistencyError(source, str(exc)) from None
-        try:
-            self._store.set_meta(source, meta)
-        except ReplicaConsistencyError as exc:
-            raise _consistency(exc) from None
+                raise ReplicaConsistencyError(source, str(exc)) from None
+        self._store.set_meta(source, meta)
         self._metas[source] = meta
 
     def apply(self, batch: EventBatch) -> None:
@@ -245,21 +235,15 @@ class ReplicaSet:
         source = batch.source
         if batch.meta is not None:
             self.set_meta(source, batch.meta)
-        try:
-            self._store.apply_events(source, batch.events)
-        except ReplicaConsistencyError as exc:
-            raise _consistency(exc) from None
+        self._store.apply_events(source, batch.events)
 
     def apply_wire(self, batch: WireBatch) -> None:
         """``apply`` for a decoded record, read natively (no Python object per event); its meta
         is recorded as the decoder parsed it, with no second check."""
-        try:
-            if batch.meta is not None:
-                self._store.set_wire_meta(batch)
-                self._metas[batch.source] = batch.meta
-            self._store.apply_wire(batch)
-        except ReplicaConsistencyError as exc:
-            raise _consistency(exc) from None
+        if batch.meta is not None:
+            self._store.set_wire_meta(batch)
+            self._metas[batch.source] = batch.meta
+        self._store.apply_wire(batch)
 
     def enable_prefix_index(self) -> None:
         """Keep the holder index that prefix matching reads from now on (``PrefixIndex`` calls

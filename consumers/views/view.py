@@ -20,7 +20,7 @@ class View(Protocol):
         ...
 
     def apply(self, batch: EventBatch) -> None:
-        """Apply one in-order batch; raise ``ViewConsistencyError`` when it does not fit."""
+        """Apply one in-order batch; raise ``ReplicaConsistencyError`` when it does not fit."""
         ...
 
     def mark_diverged(self, source: str, reason: str) -> None:

@@ -11,8 +11,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from cache.events import DIGEST_ALGORITHM, EventBatch
-from cache.events.replica_store import ReplicaConsistencyError
-from consumers import ViewConsistencyError
 from tests.oracles.replica import ReferenceReplicaSet
 
 
@@ -30,14 +28,11 @@ class ReferenceView:
         return self._name
 
     def apply(self, batch: EventBatch) -> None:
-        """Meta first, then the events; a misfit becomes ``ViewConsistencyError``."""
+        """Meta first, then the events; a misfit raises ``ReplicaConsistencyError``."""
         if batch.meta is not None:
             self.replicas.set_meta(batch.source, batch.meta)
             self.metas[batch.source] = batch.meta
-        try:
-            self.replicas.apply_events(batch.source, batch.events)
-        except ReplicaConsistencyError as exc:
-            raise ViewConsistencyError(exc.source, exc.reason) from None
+        self.replicas.apply_events(batch.source, batch.events)
 
     def mark_diverged(self, source: str, reason: str) -> None:
         """As the reference does: until its next clear."""

@@ -32,7 +32,7 @@ from cache.events import (
     encode_batch,
 )
 from cache.events.replica_store import ReplicaConsistencyError
-from consumers import PrefixIndex, ReplicaSet, ViewConsistencyError
+from consumers import PrefixIndex, ReplicaSet
 from tests.oracles.codec import batch_to_v1_pages_dict
 from tests.oracles.replica import ReferenceReplicaSet
 
@@ -105,7 +105,7 @@ def _reference_state(reference: ReferenceReplicaSet, source: str) -> dict[str, A
 def _outcome(apply: Any, batch: Any) -> tuple[str, str] | None:
     try:
         apply(batch)
-    except (ViewConsistencyError, ReplicaConsistencyError) as exc:
+    except ReplicaConsistencyError as exc:
         return (exc.source, exc.reason)
     return None
 

@@ -23,9 +23,9 @@ from cache.events import (
 from consumers import (
     PrefixIndex,
     PrefixMatch,
+    ReplicaConsistencyError,
     ReplicaSet,
     Stats,
-    ViewConsistencyError,
     ViewStateError,
 )
 from tests.consumers.primary_model import PrimaryModel
@@ -95,7 +95,7 @@ def test_events_naming_unknown_blocks_are_inconsistent(make_event: object, needl
     model, replicas = PrimaryModel("w"), ReplicaSet()
     _fed(model, replicas)
     assert callable(make_event)
-    with pytest.raises(ViewConsistencyError, match=needle) as caught:
+    with pytest.raises(ReplicaConsistencyError, match=needle) as caught:
         replicas.apply(model.batch([make_event()]))
     assert caught.value.source == "w"
 
@@ -105,7 +105,7 @@ def test_removing_a_block_with_children_is_inconsistent() -> None:
     model, replicas = PrimaryModel("w"), ReplicaSet()
     _fed(model, replicas)
     replicas.apply(model.batch(model.store([1, 2, 3])))
-    with pytest.raises(ViewConsistencyError, match="children"):
+    with pytest.raises(ReplicaConsistencyError, match="children"):
         replicas.apply(model.batch([BlockRemoved((model.hashes([1])[0],))]))
 
 
@@ -370,5 +370,5 @@ def test_a_source_without_swa_events_reports_its_usable_length_as_unknown() -> N
     replicas.apply(model.batch(model.store(list(range(5)))))
     assert index.match(list(range(8))) == {"w": PrefixMatch(5, None)}
     bad = {**meta, "swa_events": "no"}  # what BatchMeta refuses; the view refuses it too
-    with pytest.raises(ViewConsistencyError, match="swa_events"):
+    with pytest.raises(ReplicaConsistencyError, match="swa_events"):
         replicas.apply(EventBatch("x", "e", 0, 0.0, (), meta=bad))  # type: ignore[arg-type]
