@@ -23,7 +23,7 @@ use super::errors::{encode_error, recorder_error};
 use crate::codec;
 use crate::events::Event;
 use crate::recorder::{
-    self, opening_records, BatchLimits, Done, EncodeWorker, Job, Numbering, Record, Recorder,
+    self, opening_records, BatchLimits, Done, EncodeWorker, Job, Numbering, Op, Record, Recorder,
     Sequencer,
 };
 
@@ -223,17 +223,19 @@ impl EventRecorder {
 
     /// Record that `node_id` (of `pages` pages) left the tree.
     fn removed(&self, node_id: u64, pages: usize) {
-        self.inner.removed(node_id, pages);
+        self.inner.node_event(Op::Removed { node: node_id }, pages);
     }
 
     /// Record that `node_id` (of `pages` pages) was tombstoned.
     fn swa_evicted(&self, node_id: u64, pages: usize) {
-        self.inner.swa_evicted(node_id, pages);
+        self.inner
+            .node_event(Op::SwaEvicted { node: node_id }, pages);
     }
 
     /// Record that `node_id` (of `pages` pages) got its SWA KV back.
     fn swa_restored(&self, node_id: u64, pages: usize) {
-        self.inner.swa_restored(node_id, pages);
+        self.inner
+            .node_event(Op::SwaRestored { node: node_id }, pages);
     }
 
     /// Record that `suffix_id` was split and the new `prefix_id` took its first pages.

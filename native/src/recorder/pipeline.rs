@@ -180,22 +180,10 @@ impl Recorder {
         recording.count(pages, bound::stored_page(self.page_size));
     }
 
-    /// `node`, of `pages` pages, left the tree (`pages` only sizes the batch plan).
-    pub fn removed(&self, node: NodeId, pages: usize) {
-        self.node_event(Op::Removed { node }, pages);
-    }
-
-    /// `node`, of `pages` pages, was tombstoned.
-    pub fn swa_evicted(&self, node: NodeId, pages: usize) {
-        self.node_event(Op::SwaEvicted { node }, pages);
-    }
-
-    /// `node`, of `pages` pages, got its SWA KV back.
-    pub fn swa_restored(&self, node: NodeId, pages: usize) {
-        self.node_event(Op::SwaRestored { node }, pages);
-    }
-
-    fn node_event(&self, op: Op, pages: usize) {
+    /// An event of one whole node, of `pages` pages (`pages` only sizes the batch plan): `op`
+    /// names the node and what happened to it (`Op::Removed`, `Op::SwaEvicted`,
+    /// `Op::SwaRestored`).
+    pub fn node_event(&self, op: Op, pages: usize) {
         let mut recording = lock(&self.recording);
         recording.log.ops.push(op);
         recording.count(1, bound::node_event(pages));
@@ -401,7 +389,7 @@ mod tests {
     fn a_cut_knows_its_events_and_batches_before_anything_is_hashed() {
         let recorder = tree();
         recorder.stored(2, 1, &[1, 2, 3]);
-        recorder.removed(2, 3);
+        recorder.node_event(Op::Removed { node: 2 }, 3);
         let limits = BatchLimits {
             max_events: 2,
             max_bytes: usize::MAX,
@@ -444,7 +432,7 @@ mod tests {
         assert_eq!(stored_hashes(&snapshot), hashes(&[1, 2, 3], 1));
         assert_eq!(digest, recorder.digest().unwrap());
         assert!(recorder.take().unwrap().is_empty());
-        recorder.removed(3, 1);
+        recorder.node_event(Op::Removed { node: 3 }, 1);
         assert_eq!(recorder.take().unwrap().len(), 1);
     }
 
@@ -455,7 +443,7 @@ mod tests {
         assert_eq!(recorder.take().unwrap().len(), 2);
         assert_eq!(lock(&recorder.recording).spare.len(), 1);
         recorder.stored(3, 2, &[4]);
-        recorder.removed(3, 1);
+        recorder.node_event(Op::Removed { node: 3 }, 1);
         let events = recorder.take().unwrap();
         assert_eq!(stored_hashes(&events), hashes(&[1, 2, 3, 4], 1)[3..]);
         assert_eq!(events.len(), 2);
@@ -467,7 +455,7 @@ mod tests {
     #[test]
     fn a_failure_is_reported_and_sticks() {
         let recorder = tree();
-        recorder.removed(42, 1);
+        recorder.node_event(Op::Removed { node: 42 }, 1);
         assert!(recorder.take().is_err());
         assert!(recorder.digest().is_err());
     }

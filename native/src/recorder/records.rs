@@ -148,7 +148,7 @@ pub fn opening_records(
 mod tests {
     use super::*;
     use crate::codec::{decode, DEFAULT_MAX_RECORD_BYTES};
-    use crate::recorder::Recorder;
+    use crate::recorder::{Op, Recorder};
 
     const META: &str = r#"{"page_size":1,"sliding_window_size":4,"digest_alg":"mix64-v1"}"#;
 
@@ -222,7 +222,7 @@ mod tests {
         recorder.cleared();
         recorder.root(1, None);
         recorder.stored(2, 1, &[1, 2]);
-        recorder.swa_evicted(2, 2);
+        recorder.node_event(Op::SwaEvicted { node: 2 }, 2);
         let (snapshot, digest) = recorder.reopen().unwrap();
         let limits = BatchLimits {
             max_events: 2,

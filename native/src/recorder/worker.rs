@@ -237,7 +237,7 @@ fn wait<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::recorder::BatchLimits;
+    use crate::recorder::{BatchLimits, Op};
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::{Duration, Instant};
 
@@ -293,7 +293,7 @@ mod tests {
         assert!(matches!(&done[1].1, Done::Records(records) if records[0].events == 3));
         assert!(notified.load(Ordering::SeqCst) >= 1);
 
-        recorder.removed(2, 3);
+        recorder.node_event(Op::Removed { node: 2 }, 3);
         let third = recorder.cut(BatchLimits::UNLIMITED).unwrap();
         recorder.discard_all();
         worker.submit(job(2, &third));
@@ -305,7 +305,7 @@ mod tests {
     fn a_recorder_failure_is_reported_as_a_failed_job() {
         let recorder = Arc::new(Recorder::new(1));
         let worker = EncodeWorker::start(recorder.clone(), "w0".into(), || {}).unwrap();
-        recorder.removed(7, 1);
+        recorder.node_event(Op::Removed { node: 7 }, 1);
         let cut = recorder.cut(BatchLimits::UNLIMITED).unwrap();
         worker.submit(job(0, &cut));
         let done = wait_for(&worker, 1);
