@@ -1,19 +1,21 @@
 """docs/design.md §4, "Adding an event type", held true: every event type goes through each
-place the checklist names, the same way in each.
+place the checklist names, the same way in each, and every file it names exists.
 
-The checklist's steps, checked here per type: the type is in the ``Event`` union and exported
-(1); the codec writes and reads it in both versions, natively and in the oracle, to the same bytes
-(2); the replica, its oracle and ``BlockModel`` agree on the digest it leads to, and the ``Stats``
-churn counts it alike from events and natively (3); the stream out encodes it in each engine
-format, and the bridge decodes what the stream out wrote (4); the test strategies draw it (5).
-Step 6 (the tree emits it) is held by the recorder's differential test against the oracle sink
-(``tests/cache/test_native_recorder.py``).
+The checklist's steps, checked here per type: the type is in the ``Event`` union, exported, and
+declared natively (1); the codec writes and reads it in both versions, natively and in the oracle,
+to the same bytes; the replica, its oracle and ``BlockModel`` agree on the digest it leads to
+(2), and the ``Stats`` churn counts it alike from events and natively (3); the stream out encodes
+it in each engine format, and the bridge decodes what the stream out wrote; the test strategies
+draw it. When the tree emits it, the recorder's differential test against the oracle sink
+(``tests/cache/test_native_recorder.py``) holds it.
 A new event type fails ``test_every_event_type_has_a_sample`` until it is added to ``SAMPLES``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
+from pathlib import Path
 from typing import get_args
 
 import hypothesis
@@ -158,3 +160,28 @@ def test_step_5_the_test_strategies_draw_it(event_type: type) -> None:
         settings=hypothesis.settings(database=None, max_examples=2000),
     )
     assert found
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _checklist_paths() -> list[str]:
+    """Every repository path the checklist names (``a/{b,c}.rs`` expanded)."""
+    design = (ROOT / "docs" / "design.md").read_text()
+    section = design[design.index("**Adding an event type.**") : design.index("## 5. The log")]
+    paths = []
+    for quoted in re.findall(r"`([^`\s]+/[^`\s]*)`", section):
+        head, _, rest = quoted.partition("{")
+        if not rest:
+            paths.append(quoted)
+            continue
+        choices, _, tail = rest.partition("}")
+        paths.extend(head + choice + tail for choice in choices.split(","))
+    return paths
+
+
+def test_every_file_the_checklist_names_exists() -> None:
+    paths = _checklist_paths()
+    assert len(paths) > 20
+    missing = [path for path in paths if not (ROOT / path).exists()]
+    assert not missing, f"docs/design.md §4 names files that do not exist: {missing}"
