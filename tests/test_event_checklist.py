@@ -185,3 +185,14 @@ def test_every_file_the_checklist_names_exists() -> None:
     assert len(paths) > 20
     missing = [path for path in paths if not (ROOT / path).exists()]
     assert not missing, f"docs/design.md §4 names files that do not exist: {missing}"
+
+
+def test_the_stream_out_refuses_what_is_not_an_event() -> None:
+    """Something that is not an event is refused, never sent as nothing."""
+    with pytest.raises(TypeError, match="not an event"):
+        engine_events(
+            EventBatch(SOURCE, "e", 1, 2.0, ("BlockStored",)),  # type: ignore[arg-type]
+            EngineFormat.VLLM,
+            TombstonePolicy.KEEP,
+            None,
+        )

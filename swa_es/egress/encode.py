@@ -38,6 +38,7 @@ from cache.events import (
     Event,
     EventBatch,
 )
+from cache.events.types import EVENT_TYPES
 from swa_es.egress.config import EngineFormat, TombstonePolicy
 from swa_es.egress.residency import FULL_KIND, SWA_GROUP, SWA_KIND, ResidencyStream
 
@@ -70,6 +71,8 @@ def _engine_events(event: Event, tombstones: TombstonePolicy) -> list[Event]:
     """``event`` as the events an engine has (stores, removals, clears)."""
     if isinstance(event, ENGINE_EVENT_TYPES):
         return [event]
+    if not isinstance(event, EVENT_TYPES):
+        raise TypeError(f"not an event: {event!r}")
     substitute = _SUBSTITUTES.get(type(event))
     return [] if substitute is None else substitute(event, tombstones)
 
