@@ -4,7 +4,7 @@
 //! state digest, the batch codec, the replica block store and prefix matching. The pure-Rust
 //! modules know nothing of Python; `py` (behind the `python` feature) is the thin PyO3 layer
 //! that the Python package `cache.events` wraps in a typed face. Each piece has a pure-Python
-//! twin in `cache/events/reference/`, the readable reference that differential tests hold equal.
+//! twin in `tests/oracles/`, the readable reference that differential tests hold equal.
 
 pub mod codec;
 pub mod digest;

@@ -1,10 +1,11 @@
 //! The batch codec: one log record (JSON, docs/design.md §4) to and from a `crate::events::Batch`.
 //!
-//! - `decode` reads version 1 and 2 records strictly: it accepts exactly what the pure-Python
-//!   reference (`cache/events/reference/codec.py`, orjson + checks) accepts and reports the same
+//! - `decode` reads version 1, 2 and 3 records strictly: it accepts exactly what the pure-Python
+//!   reference (`tests/oracles/codec.py`, orjson + checks) accepts and reports the same
 //!   error (`Error`: field path and `Reason`) for everything it refuses. JSON syntax errors take
 //!   precedence over every other error, as in the reference, which parses before it checks.
-//! - `encode` writes version 2 by default: consecutive `Stored` events that form a chain become
+//! - `encode` writes version 3 by default (version 2's layout, whose removals may say why):
+//!   consecutive `Stored` events that form a chain become
 //!   one `Stored` listing every page (vLLM's multi-block form), so a page-1 block costs its hash
 //!   and token id plus two commas on the wire. A header with version 1 is written without
 //!   compaction. The bytes equal `orjson.dumps` of the reference's JSON object.

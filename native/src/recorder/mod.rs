@@ -12,7 +12,7 @@
 //! (or an epoch's opening) straight into v2 log records for the publisher; `worker` does that
 //! for each cut step.
 //!
-//! The pure-Python twin is `cache/tree/reference_sink.py` (the tree's old recording sink),
+//! The pure-Python twin is `tests/oracles/sink.py` (the tree's old recording sink),
 //! held equal by differential tests.
 
 mod error;
