@@ -43,7 +43,7 @@ class Watched:
     ``source`` it answered, sampled every 20 ms."""
 
     def __init__(self, log: EventLog, source: str) -> None:
-        self.views = StandardViews.create()
+        self.views = StandardViews.create(keep_tokens=True)  # blocks are named by their tokens
         self.follower = Follower(log, self.views.all, source_timeout_s=SOURCE_TIMEOUT_S)
         self.routing = FollowerRouting(self.follower, self.views)
         self.source = source
