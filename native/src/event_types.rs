@@ -27,7 +27,7 @@ macro_rules! with_event_types {
             /// One or more chained pages entered the tree.
             Stored(Stored) = "BlockStored" {
                 hashes: HashList = "block_hashes", Required since 1;
-                parent: OptionalHash = "parent_block_hash", Required since 1;
+                parent: OptionalInt = "parent_block_hash", Required since 1;
                 tokens: TokenList = "token_ids", Required since 1;
                 block_size: BlockSize = "block_size", Required since 1;
                 lora_id: OptionalInt = "lora_id", Required since 1;
@@ -85,9 +85,7 @@ pub mod kind {
         TokenList;
         /// Block hashes (int64s), at least one.
         HashList;
-        /// A block hash or null.
-        OptionalHash;
-        /// An int64 or null.
+        /// An int64 (a block hash, an adapter id) or null.
         OptionalInt;
         /// A medium's name or null.
         OptionalMedium;

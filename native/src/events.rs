@@ -149,11 +149,6 @@ field_kinds! {
             shape.pages = Some(value.len());
         }
     };
-    OptionalHash => Option<i64> {
-        fn said(value: &Option<i64>) -> bool {
-            value.is_some()
-        }
-    };
     OptionalInt => Option<i64> {
         fn said(value: &Option<i64>) -> bool {
             value.is_some()

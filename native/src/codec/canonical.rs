@@ -94,13 +94,6 @@ impl CanonicalField for kind::BlockSize {
     }
 }
 
-impl CanonicalField for kind::OptionalHash {
-    #[inline(always)]
-    fn read(scanner: &mut Scanner<'_>, _: &mut Scratch) -> Option<Option<i64>> {
-        optional_i64(scanner)
-    }
-}
-
 impl CanonicalField for kind::OptionalInt {
     #[inline(always)]
     fn read(scanner: &mut Scanner<'_>, _: &mut Scratch) -> Option<Option<i64>> {

@@ -585,9 +585,7 @@ fn judge_field(
         FieldKind::BlockSize => Judged::BlockSize(positive_int(name, value)?),
         FieldKind::TokenList => Judged::Tokens(tokens_of(name, list.as_ref(), scratch)?),
         FieldKind::HashList => Judged::Hashes(hashes_of(name, list.as_ref(), scratch)?),
-        FieldKind::OptionalHash | FieldKind::OptionalInt => {
-            Judged::Int(optional_int64(name, value)?)
-        }
+        FieldKind::OptionalInt => Judged::Int(optional_int64(name, value)?),
         FieldKind::OptionalMedium => Judged::Medium(optional_medium(name, value)?),
         FieldKind::OptionalReason => Judged::Reason(optional_reason(name, value)?),
     })
@@ -617,7 +615,6 @@ from_judged! {
     BlockSize: BlockSize(size) => u32::try_from(size).unwrap_or(u32::MAX), absent 0;
     TokenList: Tokens(tokens) => tokens, absent Tokens::new();
     HashList: Hashes(hashes) => hashes, absent Hashes::new();
-    OptionalHash: Int(value) => value, absent None;
     OptionalInt: Int(value) => value, absent None;
     OptionalMedium: Medium(value) => value, absent None;
     OptionalReason: Reason(value) => value, absent None;

@@ -84,16 +84,6 @@ impl WireField for kind::BlockSize {
     }
 }
 
-impl WireField for kind::OptionalHash {
-    fn write(out: &mut Vec<u8>, value: &Option<i64>) {
-        write_optional_i64(out, *value);
-    }
-
-    fn size_guess(_: &Option<i64>) -> usize {
-        20
-    }
-}
-
 impl WireField for kind::OptionalInt {
     fn write(out: &mut Vec<u8>, value: &Option<i64>) {
         write_optional_i64(out, *value);

@@ -545,7 +545,6 @@ mod samples {
         BlockSize => 2;
         TokenList => Tokens::from_slice(&[1, 2, 4294967295, 0]);
         HashList => Hashes::from_slice(&[i64::MIN, i64::MAX]);
-        OptionalHash => Some(-5);
         OptionalInt => Some(7);
         OptionalMedium => Some(Medium::CPU);
         OptionalReason => Some(RemovalReason::Demoted);

@@ -85,29 +85,6 @@ impl PyField for kind::HashList {
     }
 }
 
-/// An int64 or None (`OptionalHash`, `OptionalInt`).
-fn optional_int_from_py<'py>(
-    event: &Bound<'py, PyAny>,
-    name: &Bound<'py, PyString>,
-    path: &dyn Fn() -> String,
-) -> PyResult<Option<i64>> {
-    field(event, name, path)
-}
-
-impl PyField for kind::OptionalHash {
-    fn to_py<'py>(py: Python<'py>, value: &Option<i64>) -> PyResult<Bound<'py, PyAny>> {
-        optional(py, *value)
-    }
-
-    fn from_py<'py>(
-        event: &Bound<'py, PyAny>,
-        name: &Bound<'py, PyString>,
-        path: &dyn Fn() -> String,
-    ) -> PyResult<Option<i64>> {
-        optional_int_from_py(event, name, path)
-    }
-}
-
 impl PyField for kind::OptionalInt {
     fn to_py<'py>(py: Python<'py>, value: &Option<i64>) -> PyResult<Bound<'py, PyAny>> {
         optional(py, *value)
@@ -118,7 +95,7 @@ impl PyField for kind::OptionalInt {
         name: &Bound<'py, PyString>,
         path: &dyn Fn() -> String,
     ) -> PyResult<Option<i64>> {
-        optional_int_from_py(event, name, path)
+        field(event, name, path)
     }
 }
 
