@@ -15,8 +15,9 @@
 # apache/kafka:4.1.1). Without one, a Debian bookworm base made by debootstrap over http and
 # imported (swa-es-debian:bookworm), and a Kafka image from it with Debian's Java runtime and the
 # jars tools/kafka/kafka.sh resolves (swa-es-kafka:local). Either way the swa-es image installs a
-# wheelhouse made on the host (torch and the dependencies by pip, the project wheel by maturin),
-# so nothing in a container needs TLS. SWA_ES_COMPOSE_OFFLINE=1 forces the path without registry.
+# wheelhouse made on the host (torch and the dependencies by pip, the project wheel by
+# tools/build_wheel.sh), so nothing in a container needs TLS. SWA_ES_COMPOSE_OFFLINE=1 forces the
+# path without registry.
 # SWA_ES_COMPOSE_SGLANG=1 also builds swa-es-sglang:local and runs the sglang bridge scenario.
 #
 # Caches (a second run reuses them): SWA_ES_COMPOSE_CACHE (default ~/.cache/swa-es-compose) holds
@@ -193,11 +194,10 @@ EOF
 ensure_project_wheel() {
     local built="$state/wheelhouse/project.new" kept="$state/wheelhouse/project"
     rm -rf "$built"
-    mkdir -p "$built"
-    # A fixed SOURCE_DATE_EPOCH makes the wheel byte-identical while the sources are, and an
+    # tools/build_wheel.sh builds reproducibly (the same sources give the same bytes), and an
     # identical wheel is kept as it was: the image layer installing it (and the sglang image
     # above it) then comes from Docker's cache.
-    SOURCE_DATE_EPOCH=315532800 .venv/bin/maturin build --quiet --release -o "$built" >&2
+    bash tools/build_wheel.sh "$built" >/dev/null
     if diff -rq "$built" "$kept" >/dev/null 2>&1; then
         rm -rf "$built"
     else
