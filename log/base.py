@@ -11,6 +11,7 @@ from contextlib import aclosing
 from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
 
+from log.identity import LogIdentity
 from log.position import Position, Record, StartAt
 
 
@@ -70,6 +71,24 @@ class KnowsItsBeginning(Protocol):
     async def beginning(self) -> Position:
         """The first offset each partition still holds."""
         ...
+
+
+@runtime_checkable
+class KnowsItsIdentity(Protocol):
+    """A log that can say which log it is, and which incarnation (``log.identity``): a
+    capability every backend of this package adds to ``EventLog``. ``identity_of`` asks any
+    log."""
+
+    async def identity(self) -> LogIdentity | None:
+        """This log's identity; None when it has none yet (a ``FileLog`` directory no writer
+        has opened since identities were introduced) or cannot tell (a broker too old to say
+        its topic's id)."""
+        ...
+
+
+async def identity_of(log: object) -> LogIdentity | None:
+    """``log``'s identity, or None when it has none or cannot say (``KnowsItsIdentity``)."""
+    return await log.identity() if isinstance(log, KnowsItsIdentity) else None
 
 
 @runtime_checkable

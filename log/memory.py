@@ -10,6 +10,7 @@ import anyio
 from log.base import records_of
 from log.closing import ClosesOnExit
 from log.errors import ConfigError, LogClosedError
+from log.identity import LogIdentity, new_log_identity
 from log.position import Position, Record, StartAt, new_record
 
 _READ_BATCH_RECORDS = 1024
@@ -26,11 +27,17 @@ class MemoryLog(ClosesOnExit):
         self._closed = False
         self._appended = anyio.Event()
         self._partition_of_key: dict[str, int] = {}
+        self._identity = new_log_identity()
 
     @property
     def url(self) -> str:
         """``memory://<name>``."""
         return f"memory://{self._name}"
+
+    async def identity(self) -> LogIdentity:
+        """A random identity drawn when this log was made (another ``MemoryLog`` has another)."""
+        self._check_open()
+        return self._identity
 
     def partition_for(self, key: str) -> int:
         """The partition that records with ``key`` go to (stable within a process)."""

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from consumers.snapshots.base import Snapshot, SnapshotInfo, SnapshotStorage
 from consumers.snapshots.directory import DirectorySnapshotStore
 from consumers.snapshots.opening import open_snapshot_store
+from consumers.snapshots.provenance import check_snapshot_of, foreign_snapshot
 
 if TYPE_CHECKING:
     from consumers.snapshots.kafka_store import KafkaSnapshotStore
@@ -28,4 +29,6 @@ __all__ = [
     "SnapshotInfo",
     "SnapshotStorage",
     "open_snapshot_store",
+    "check_snapshot_of",
+    "foreign_snapshot",
 ]

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from log import Position
+from log import LogIdentity, Position
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,7 +21,9 @@ class SnapshotInfo:
     """Where a snapshot is and what it covers (from its checked manifest).
 
     ``name`` is short (a file name, or ``group/generation-writer`` on Kafka); ``where`` says
-    where it lives in full (a file path, or the topic URL and key).
+    where it lives in full (a file path, or the topic URL and key). ``log_identity`` is the
+    identity of the log it was taken of (None: that log had none, or the snapshot was written
+    before snapshots recorded one); ``consumers.snapshots.provenance`` checks it on restore.
     """
 
     name: str
@@ -31,6 +33,7 @@ class SnapshotInfo:
     created_at: float
     size_bytes: int
     digests: dict[str, str | None] = field(default_factory=dict)
+    log_identity: LogIdentity | None = None
 
     @property
     def path(self) -> Path:
@@ -64,9 +67,11 @@ class SnapshotStorage(Protocol):
         cursors: Any,
         views: Mapping[str, bytes],
         digests: Mapping[str, str | None] | None = None,
+        *,
+        log_identity: LogIdentity | None = None,
     ) -> SnapshotInfo:
         """Write a snapshot durably (complete, or not visible at all), then drop all but the
-        newest ``keep``."""
+        newest ``keep``. ``log_identity`` is the identity of the log ``position`` is of."""
         ...
 
     async def infos(self) -> list[SnapshotInfo]:

@@ -8,7 +8,8 @@ so writers sharing a group never write the same key)::
 
 The chunks, concatenated, are the snapshot's bytes (``consumers.snapshots.format``). The
 manifest names the chunks (count, each one's size and checksum), the checksum of the whole,
-the log position covered and the digest of every source. A snapshot is complete once its
+the log position covered, the digest of every source and the identity of the log (``log``,
+optional: manifests written before it was recorded have none). A snapshot is complete once its
 manifest is on the topic: chunks are acknowledged before the manifest is sent.
 """
 
@@ -23,7 +24,7 @@ import crc32c
 import orjson
 
 from cache.errors import SwaEsError
-from log import Position
+from log import LogIdentity, Position
 
 CHUNK_MAGIC: Final = b"SWAECHNK"
 MANIFEST_MAGIC: Final = b"SWAEMANI"
@@ -116,6 +117,7 @@ class Manifest:
     size_bytes: int
     crc: int
     stored_bytes: int
+    log_identity: LogIdentity | None = None
 
     def to_value(self) -> bytes:
         """The manifest record's value."""
@@ -134,6 +136,7 @@ class Manifest:
                 "size_bytes": self.size_bytes,
                 "crc": self.crc,
                 "stored_bytes": self.stored_bytes,
+                "log": None if self.log_identity is None else self.log_identity.to_obj(),
             }
         )
         return _HEAD.pack(MANIFEST_MAGIC, crc32c.crc32c(body)) + body
@@ -177,6 +180,7 @@ class Manifest:
             raise ValueError("snap and writer must be strings")
         if type(raw["created_at"]) not in (int, float):
             raise ValueError("created_at must be a number")
+        recorded = raw.get("log")
         return cls(
             raw["snap"],
             raw["generation"],
@@ -189,6 +193,7 @@ class Manifest:
             raw["size_bytes"],
             raw["crc"],
             raw["stored_bytes"],
+            None if recorded is None else LogIdentity.from_obj(recorded),
         )
 
 

@@ -4,7 +4,10 @@
     | view bytes, in manifest order | u32 crc32c of everything before it
 
 The manifest holds the position (just after the last record the views include), the cursors,
-the view names and sizes, the digest of every source, the generation and the creation time. It
+the view names and sizes, the digest of every source, the generation, the creation time and the
+identity of the log the position is of (``log``: ``{"id": ..., "created_at": ...}`` or null;
+snapshots written before it was recorded lack the field and read as null; being optional, it
+needs no new version, so older builds still read newer snapshots and the other way round). It
 has its own checksum so a snapshot's position can be read without reading its views. Loading
 verifies the whole checksum before parsing anything but the magic and version; every field of
 the manifest is then checked, so any bad snapshot raises ``SnapshotError``.
@@ -26,7 +29,7 @@ import orjson
 
 from consumers.errors import SnapshotError
 from consumers.snapshots.base import Snapshot, SnapshotInfo
-from log import Position
+from log import LogIdentity, Position
 
 MAGIC: Final = b"SWAESNAP"
 VERSION: Final = 1
@@ -47,6 +50,7 @@ def encode_snapshot(
     cursors: Any,
     views: Mapping[str, bytes],
     digests: Mapping[str, str | None] | None = None,
+    log_identity: LogIdentity | None = None,
 ) -> bytes:
     """The whole snapshot as bytes (manifest, views, checksum)."""
     manifest = orjson.dumps(
@@ -57,6 +61,7 @@ def encode_snapshot(
             "cursors": cursors,
             "views": [[name, len(blob)] for name, blob in views.items()],
             "digests": dict(digests or {}),
+            "log": None if log_identity is None else log_identity.to_obj(),
         }
     )
     head = _HEAD.pack(MAGIC, VERSION, len(manifest), crc32c.crc32c(manifest))
@@ -110,7 +115,19 @@ def _parse_manifest(where: str, head: bytes, manifest: bytes) -> dict[str, Any]:
     if len({entry[0] for entry in views}) != len(views):
         raise SnapshotError(where, "manifest names a view twice")
     _check_digests(where, raw.get("digests", {}))
+    _log_identity(where, raw)
     return raw
+
+
+def _log_identity(where: str, raw: Mapping[str, Any]) -> LogIdentity | None:
+    """The identity of the log a manifest's position is of (None: it records none)."""
+    recorded = raw.get("log")
+    if recorded is None:
+        return None
+    try:
+        return LogIdentity.from_obj(recorded)
+    except ValueError as exc:
+        raise SnapshotError(where, f"manifest log: {exc}") from None
 
 
 def _info(name: str, where: str, raw: Mapping[str, Any], size: int) -> SnapshotInfo:
@@ -131,6 +148,7 @@ def _info(name: str, where: str, raw: Mapping[str, Any], size: int) -> SnapshotI
         float(raw["created_at"]),
         size,
         dict(raw.get("digests", {})),
+        _log_identity(where, raw),
     )
 
 

@@ -50,7 +50,7 @@ from consumers.snapshots.chunks import (
     split,
 )
 from consumers.snapshots.format import decode_snapshot, encode_snapshot
-from log import Position
+from log import LogIdentity, Position
 from log.kafka.blob_topic import BlobTopic
 
 logger = logging.getLogger(__name__)
@@ -136,6 +136,7 @@ class KafkaSnapshotStore:
             manifest.created_at,
             manifest.stored_bytes,
             dict(manifest.digests),
+            manifest.log_identity,
         )
 
     async def _scan(self, *, whole: bool) -> _Seen:
@@ -175,13 +176,16 @@ class KafkaSnapshotStore:
         cursors: Any,
         views: Mapping[str, bytes],
         digests: Mapping[str, str | None] | None = None,
+        *,
+        log_identity: LogIdentity | None = None,
     ) -> SnapshotInfo:
-        """Write the chunks, then (all acknowledged) the manifest; then prune."""
+        """Write the chunks, then (all acknowledged) the manifest; then prune. ``log_identity``
+        is recorded in both the snapshot and its manifest."""
         await self._scan(whole=False)  # learn what other writers of the group did meanwhile
         generation = 1 + max(self._seen.generations.values(), default=0)
         snap = snap_id(generation, self.writer)
         data = await anyio.to_thread.run_sync(
-            encode_snapshot, generation, position, cursors, views, digests
+            encode_snapshot, generation, position, cursors, views, digests, log_identity
         )
         pieces = split(data, self.chunk_bytes)
         records = [(chunk_key(self.group, snap, i), encode_chunk(p)) for i, p in enumerate(pieces)]
@@ -199,6 +203,7 @@ class KafkaSnapshotStore:
             len(data),
             crc32c.crc32c(data),
             stored,
+            log_identity,
         )
         key = manifest_key(self.group, snap)
         # the manifest's own record counts too (as sized before this field was filled in)
@@ -273,6 +278,7 @@ class KafkaSnapshotStore:
         if (
             snapshot.info.position != manifest.position
             or snapshot.info.generation != manifest.generation
+            or snapshot.info.log_identity != manifest.log_identity
         ):
             raise SnapshotError(
                 where, "the snapshot's own manifest disagrees with the record manifest"

@@ -2,7 +2,7 @@
 
 Positions are Kafka's own (partition -> offset). ``pin`` is accepted and ignored: retention of a
 Kafka topic is the broker's (the log creates its topic with ``retention.ms=-1``, so nothing is
-deleted unless an operator sets retention).
+deleted unless an operator sets retention). Its identity (``identity()``) is the topic's id.
 """
 
 from __future__ import annotations
@@ -17,11 +17,13 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from log.base import records_of
 from log.closing import ClosesOnExit
 from log.errors import LogClosedError
+from log.identity import LogIdentity
 from log.kafka.admin import ensure_topic
 from log.kafka.errors import is_kafka_error, translate
 from log.kafka.options import KafkaOptions, parse_options
 from log.kafka.producer import KafkaWriter
 from log.kafka.reader import consumer_kwargs, record_lists_until, seek_to_start
+from log.kafka.topic_id import fetch_topic_id
 from log.position import Position, Record, StartAt
 
 logger = logging.getLogger(__name__)
@@ -38,6 +40,8 @@ class KafkaLog(ClosesOnExit):
         self._writer = KafkaWriter(options, self._end_offsets_of)
         self._readers: set[AIOKafkaConsumer] = set()
         self._closed = False
+        self._identity: LogIdentity | None = None
+        self._identity_asked = False
 
     @classmethod
     async def open_url(cls, netloc: str, path: str, options: dict[str, Any]) -> KafkaLog:
@@ -87,6 +91,16 @@ class KafkaLog(ClosesOnExit):
     def partition_count(self) -> int:
         """How many partitions the topic has."""
         return len(self._partitions)
+
+    async def identity(self) -> LogIdentity | None:
+        """The topic's id (``log.kafka.topic_id``): a topic deleted and created again under
+        the same name has another. None from a broker too old to report topic ids."""
+        self._check_open()
+        if not self._identity_asked:
+            topic_id = await fetch_topic_id(self._options)
+            self._identity = None if topic_id is None else LogIdentity(topic_id)
+            self._identity_asked = True
+        return self._identity
 
     def _check_open(self) -> None:
         if self._closed:

@@ -11,7 +11,9 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 import anyio
 
 from log import EventLog, Position, Record, StartAt
+from log.base import identity_of
 from log.closing import ClosesOnExit
+from log.identity import LogIdentity
 
 
 class _Wrapper(ClosesOnExit):
@@ -41,6 +43,10 @@ class _Wrapper(ClosesOnExit):
     async def end(self) -> Position:
         """The wrapped log's end."""
         return await self.inner.end()
+
+    async def identity(self) -> LogIdentity | None:
+        """The wrapped log's identity (None when it has none)."""
+        return await identity_of(self.inner)
 
     async def pin(self, name: str, position: Position | None) -> None:
         """Pin on the wrapped log."""
