@@ -4,7 +4,7 @@
 This package imports nothing of the rest of the project but its root error (``cache.errors``).
 """
 
-from log.base import BatchReader, EventLog, KnowsItsBeginning
+from log.base import BatchReader, EventLog, KnowsItsBeginning, KnowsItsIdentity, identity_of
 from log.errors import (
     ConfigError,
     CorruptRecordError,
@@ -15,6 +15,7 @@ from log.errors import (
     LogUnavailableError,
     LogWriteError,
 )
+from log.identity import LogIdentity, LogIdentityError
 from log.memory import MemoryLog
 from log.opening import LogScheme, log_schemes, open_log, register_scheme
 from log.position import Position, Record, StartAt
@@ -23,6 +24,9 @@ __all__ = [
     "BatchReader",
     "EventLog",
     "KnowsItsBeginning",
+    "KnowsItsIdentity",
+    "LogIdentity",
+    "identity_of",
     "open_log",
     "LogScheme",
     "log_schemes",
@@ -32,6 +36,7 @@ __all__ = [
     "Record",
     "StartAt",
     "LogError",
+    "LogIdentityError",
     "ConfigError",
     "CorruptRecordError",
     "LogClosedError",

@@ -36,14 +36,55 @@ class LogLockedError(LogError):
         super().__init__(f"log directory {path} is locked by another writer{detail}")
 
 
-class CorruptRecordError(LogError):
-    """A record in a sealed part of the log failed its checks; earlier records stay readable."""
+class NotALogError(LogError):
+    """A path given as a log holds no log (missing, or something else, like a snapshot store);
+    ``path`` names it, ``reason`` says what is there instead."""
 
-    def __init__(self, segment: str, offset: int, reason: str) -> None:
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{path}: {reason}")
+
+
+class LogDamageError(LogError):
+    """Part of the log is damaged or missing: reading stops there, after every good record
+    before it. ``segment`` names the segment file, ``offset`` the first record the damage
+    takes, ``reason`` what is wrong."""
+
+    def __init__(self, segment: str, offset: int, reason: str, message: str) -> None:
         self.segment = segment
         self.offset = offset
         self.reason = reason
-        super().__init__(f"corrupt record at offset {offset} in segment {segment}: {reason}")
+        super().__init__(message)
+
+
+class CorruptRecordError(LogDamageError):
+    """A record cannot be framed or fails its checks (damage in the middle of the log or in a
+    sealed segment, not a torn tail a writer's recovery cuts); earlier records stay readable.
+    ``byte_position`` is where its frame starts in the segment file (None where the backend
+    has no files)."""
+
+    def __init__(
+        self, segment: str, offset: int, reason: str, *, byte_position: int | None = None
+    ) -> None:
+        self.byte_position = byte_position
+        super().__init__(segment, offset, reason, self._describe(segment, offset, reason))
+
+    def _describe(self, segment: str, offset: int, reason: str) -> str:
+        where = "" if self.byte_position is None else f" (byte {self.byte_position})"
+        return f"corrupt record at offset {offset} in segment {segment}{where}: {reason}"
+
+
+class MissingSegmentError(CorruptRecordError):
+    """A segment file the log needs is gone (its index file says it should be there);
+    ``offset`` is the first offset it held. A ``CorruptRecordError`` without a byte position,
+    so code that handles damage handles it too."""
+
+    def __init__(self, segment: str, offset: int, reason: str) -> None:
+        super().__init__(segment, offset, reason)
+
+    def _describe(self, segment: str, offset: int, reason: str) -> str:
+        return f"segment {segment} (offsets from {offset}) is missing: {reason}"
 
 
 class LogUnavailableError(LogError):

@@ -26,12 +26,13 @@ from consumers.errors import SnapshotError
 from consumers.snapshots.base import Snapshot, SnapshotInfo
 from consumers.snapshots.format import (
     FILE_NAME,
+    decode_snapshot,
     encode_snapshot,
     file_name,
     read_info,
     read_snapshot,
 )
-from log import Position
+from log import LogIdentity, Position
 from log.directories import create_data_directory
 
 logger = logging.getLogger(__name__)
@@ -71,17 +72,19 @@ class DirectorySnapshotStore:
                 found.append((int(match.group(1)), entry))
         return sorted(found)
 
-    def _write_blocking(self, data_of: Callable[[int], bytes]) -> Path:
+    def _write_blocking(self, data_of: Callable[[int], bytes]) -> SnapshotInfo:
         create_data_directory(self.directory)
         while True:
             existing = self._generations()
             generation = existing[-1][0] + 1 if existing else 1
             final = self.directory / file_name(generation)
-            if self._claim(final, data_of(generation)):
+            data = data_of(generation)
+            if self._claim(final, data):
                 break
         _fsync_dir(self.directory)
         self._prune_blocking()
-        return final
+        # from the bytes written: a writer sharing the store may have pruned the file already
+        return decode_snapshot(data, final.name, str(final)).info
 
     def _claim(self, final: Path, data: bytes) -> bool:
         """Write ``data`` durably as ``final`` unless another writer took that name first
@@ -120,14 +123,16 @@ class DirectorySnapshotStore:
         cursors: Any,
         views: Mapping[str, bytes],
         digests: Mapping[str, str | None] | None = None,
+        *,
+        log_identity: LogIdentity | None = None,
     ) -> SnapshotInfo:
-        """Write a snapshot durably, then drop all but the newest ``keep``."""
+        """Write a snapshot durably, then drop all but the newest ``keep``; ``log_identity``
+        is recorded in it."""
 
         def data_of(generation: int) -> bytes:
-            return encode_snapshot(generation, position, cursors, views, digests)
+            return encode_snapshot(generation, position, cursors, views, digests, log_identity)
 
-        path = await anyio.to_thread.run_sync(self._write_blocking, data_of)
-        return await anyio.to_thread.run_sync(read_info, path)
+        return await anyio.to_thread.run_sync(self._write_blocking, data_of)
 
     def _valid_infos_blocking(self) -> list[SnapshotInfo]:
         infos = []

@@ -33,9 +33,17 @@ class FileLogConfig:
     retention_bytes: int | None = None
     retention_age_s: float | None = None
     readonly: bool = False
+    create: bool | None = None
+    """Create the directory when it is missing (None: a writer does, a readonly reader does not
+    and refuses a missing directory instead)."""
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
     index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES
     poll_interval_s: float = DEFAULT_POLL_INTERVAL_S
+
+    @property
+    def creates(self) -> bool:
+        """Whether opening creates a missing directory."""
+        return not self.readonly if self.create is None else self.create
 
     def __post_init__(self) -> None:
         if self.fsync not in FSYNC_POLICIES:
@@ -127,6 +135,7 @@ _PARSERS: dict[str, Callable[[str, Any], Any]] = {
     "retention_bytes": _optional(_parse_int),
     "retention_age_s": _optional(_parse_float),
     "readonly": _parse_bool,
+    "create": _optional(_parse_bool),
     "max_record_bytes": _parse_int,
     "index_interval_bytes": _parse_int,
     "poll_interval_s": _parse_float,

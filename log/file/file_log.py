@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
@@ -27,13 +28,17 @@ from log.file.config import (
 )
 from log.file.framing import MAX_KEY_BYTES
 from log.file.group_commit import CommitLimits, GroupCommitter
-from log.file.pins import PinStore
-from log.file.reader import SegmentCursor, scan_end
+from log.file.identity import ensure_identity, read_identity
+from log.file.layout import check_for_reading, refuse_missing
+from log.file.lock import writer_holds
+from log.file.pins import Pin, PinStore
+from log.file.reader import SegmentCursor, TornTail, scan_end, scan_tail
 from log.file.recovery import RecoveredTail
 from log.file.retention import RetentionPolicy, apply_retention
 from log.file.startup import OpenedDirectory, open_for_writing
 from log.file.watch import DirectoryWatch, open_watch
 from log.file.writer import SegmentedWriter, WriteStats
+from log.identity import LogIdentity
 from log.position import Position, Record, StartAt
 
 logger = logging.getLogger(__name__)
@@ -68,6 +73,7 @@ class FileLog(ClosesOnExit):
         self._retention = RetentionPolicy(config.retention_bytes, config.retention_age_s)
         self._closed = False
         self._opened = opened
+        self._identity: LogIdentity | None = None
         self._writer: SegmentedWriter | None = None
         self._committer: GroupCommitter | None = None
         if opened is not None:
@@ -98,11 +104,14 @@ class FileLog(ClosesOnExit):
         retention_bytes: int | None = None,
         retention_age_s: float | None = None,
         readonly: bool = False,
+        create: bool | None = None,
         max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
         index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
         poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
     ) -> FileLog:
-        """Open (creating it when writing) the log in ``directory``; see the README for options."""
+        """Open the log in ``directory``; see the README for options. A writer creates a
+        missing directory, a readonly reader only with ``create=True`` (else, like a directory
+        holding something other than a log, it is a ``NotALogError``)."""
         config = FileLogConfig.from_options(
             dict(
                 fsync=fsync,
@@ -112,6 +121,7 @@ class FileLog(ClosesOnExit):
                 retention_bytes=retention_bytes,
                 retention_age_s=retention_age_s,
                 readonly=readonly,
+                create=create,
                 max_record_bytes=max_record_bytes,
                 index_interval_bytes=index_interval_bytes,
                 poll_interval_s=poll_interval_s,
@@ -133,14 +143,19 @@ class FileLog(ClosesOnExit):
         """Open with an already parsed configuration."""
         directory = await anyio.to_thread.run_sync(directory.absolute)
         if config.readonly:
-            if not await anyio.to_thread.run_sync(directory.is_dir):
-                raise ConfigError("path", f"no log directory at {directory}")
+            await anyio.to_thread.run_sync(
+                functools.partial(check_for_reading, directory, create=config.creates)
+            )
             return cls(directory, config, None)
+        if not config.creates:
+            await anyio.to_thread.run_sync(refuse_missing, directory)
         opened = await anyio.to_thread.run_sync(
             open_for_writing, directory, config.index_interval_bytes
         )
         log = cls(directory, config, opened)
         try:
+            # under the writer lock: a new log (or one older than identities) gets its identity
+            log._identity = await anyio.to_thread.run_sync(ensure_identity, directory)
             await log.apply_retention()
         except BaseException:
             await log.close()
@@ -148,6 +163,14 @@ class FileLog(ClosesOnExit):
         return log
 
     # ---- properties
+
+    async def identity(self) -> LogIdentity | None:
+        """This log's identity (``log.file.identity``): a writer's is written when it opens;
+        a reader sees None until a writer has written one."""
+        self._check_open()
+        if self._identity is None:
+            self._identity = await anyio.to_thread.run_sync(read_identity, self.directory)
+        return self._identity
 
     @property
     def url(self) -> str:
@@ -208,6 +231,19 @@ class FileLog(ClosesOnExit):
         if self._committer is not None:
             return Position(((0, self._committer.committed_end),))
         return Position(((0, await anyio.to_thread.run_sync(scan_end, self.directory)),))
+
+    async def torn_tail(self) -> tuple[TornTail | None, bool | None]:
+        """What lies past the last whole record at the end of the newest segment (None:
+        nothing), and whether a writer holds the log now (None: cannot tell): while one does,
+        such bytes are an append in progress; without one, a write a crash cut short, which
+        the next writer's recovery cuts."""
+        self._check_open()
+        if self._committer is not None:
+            return None, True
+        tail = (await anyio.to_thread.run_sync(scan_tail, self.directory))[1]
+        if tail is None:
+            return None, None
+        return tail, await anyio.to_thread.run_sync(writer_holds, self.directory)
 
     def read(self, start: StartAt = "beginning", *, follow: bool = False) -> AsyncIterator[Record]:
         """Records from ``start`` (inclusive) in order; without ``follow`` stop at the end taken
@@ -304,13 +340,21 @@ class FileLog(ClosesOnExit):
 
     # ---- pins, retention, closing
 
-    async def pin(self, name: str, position: Position | None) -> None:
+    async def pin(
+        self, name: str, position: Position | None, *, owner: Mapping[str, str] | None = None
+    ) -> None:
         """Keep every record at or after ``position`` from retention under ``name`` (None
-        unpins). Pins are files in the directory, so any process may pin."""
+        unpins). Pins are files in the directory, so any process may pin; each file says whose
+        it is (``owner`` adds to what the log records itself: command, pid, host, time)."""
         self._check_open()
         if position is not None and not isinstance(position, Position):
             raise ConfigError("position", f"expected a Position or None, got {position!r}")
-        await anyio.to_thread.run_sync(self._pins.set, name, position)
+        await anyio.to_thread.run_sync(self._pins.set, name, position, owner)
+
+    async def pins(self) -> list[Pin]:
+        """Every pin of this log with its owner; ``ValueError`` naming an unreadable one."""
+        self._check_open()
+        return await anyio.to_thread.run_sync(self._pins.pins)
 
     async def apply_retention(self) -> list[int]:
         """Delete the sealed segments retention lets go now; return their base offsets. Also

@@ -7,6 +7,7 @@ never take it.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 from log.errors import LogLockedError
 
 LOCK_NAME = "LOCK"
+_PROC_LOCKS = Path("/proc/locks")
 
 
 class DirectoryLock:
@@ -44,3 +46,49 @@ class DirectoryLock:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def writer_holds(directory: Path) -> bool | None:
+    """Whether a writer holds the lock of the log in ``directory`` now, found without touching
+    the lock (taking it even briefly could turn a starting writer away): the kernel's lock
+    table (``/proc/locks``), else whether the pid the lock file names is alive. None: cannot
+    tell."""
+    path = directory / LOCK_NAME
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return None
+    held = _flock_held(stat)
+    if held is not None:
+        return held
+    try:
+        words = path.read_text("ascii", "replace").split()
+    except OSError:
+        return None
+    if len(words) != 2 or words[0] != "pid" or not words[1].isdigit():
+        return None
+    try:
+        os.kill(int(words[1]), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _flock_held(stat: os.stat_result) -> bool | None:
+    """Whether ``/proc/locks`` lists an flock on the file of ``stat`` (None: no table)."""
+    try:
+        table = _PROC_LOCKS.read_text("ascii", "replace")
+    except OSError:
+        return None
+    wanted = f"{os.major(stat.st_dev):02x}:{os.minor(stat.st_dev):02x}:{stat.st_ino}"
+    for line in table.splitlines():
+        fields = line.split()
+        with contextlib.suppress(ValueError):
+            at = fields.index("FLOCK")
+            if len(fields) > at + 4 and fields[at + 4] == wanted:
+                return True
+    return False

@@ -3,22 +3,27 @@
 The cursor needs no writer in its process: it finds segments by listing the directory, seeks
 with the sparse index (checking the frame it lands on), and re-reads a file when it grows, so
 it tails a log another process writes. An incomplete frame at the end of the newest segment is
-"not there yet". With ``tolerate_tail`` (readers that do not share a process with the writer)
-a damaged frame that runs to the end of the newest segment is treated the same way, since the
-writer's recovery will cut it. Anything else that fails a check becomes a
-``CorruptRecordError``, raised only after every good record before it was returned.
+"not there yet" (an append in progress, or a torn tail the next writer's recovery cuts). With
+``tolerate_tail`` (readers that do not share a process with the writer) a damaged frame that
+runs to the end of the newest segment is treated the same way. Either is damage, not a tail,
+when a whole record with a later offset follows it in the file (the test recovery makes): a
+length field gone bad never hides the records after it. Anything else that fails a check
+becomes a ``CorruptRecordError`` naming the segment file and byte position, and a segment file
+that is gone while its index remains (or whose offsets the next segment skips) a
+``MissingSegmentError``; both are raised only after every good record before them was returned.
 """
 
 from __future__ import annotations
 
 import bisect
 import os
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
 import crc32c
 
-from log.errors import ConfigError, CorruptRecordError
+from log.errors import ConfigError, CorruptRecordError, LogDamageError
 from log.file.framing import (
     FRAME_HEADER,
     HEADERS,
@@ -31,11 +36,23 @@ from log.file.framing import (
     next_good_frame,
 )
 from log.file.index import floor_entry, load_index
-from log.file.segment import index_path, list_segments, segment_path
+from log.file.segment import index_path, list_segment_files, missing_segment, segment_path
 from log.position import Record
 
 END_SCAN_TARGET = 2**62
 _OPEN_RETRIES = 3
+
+
+@dataclass(frozen=True, slots=True)
+class TornTail:
+    """Bytes past the last whole record at the end of the newest segment: an append in progress
+    (while a writer holds the log) or a write a crash cut short (the next writer's recovery cuts
+    it). ``offset`` is the offset the record there would have."""
+
+    segment: str
+    byte_position: int
+    size_bytes: int
+    offset: int
 
 
 class _Status(Enum):
@@ -59,7 +76,8 @@ class SegmentCursor:
         self._pos = 0
         self._scan_offset = 0 if start_offset is None else start_offset
         self._tail_checked: tuple[int, int] | None = None
-        self._error: CorruptRecordError | None = None
+        self._tail_probed: tuple[int, int, int] | None = None
+        self._error: LogDamageError | None = None
 
     @property
     def scanned_offset(self) -> int:
@@ -83,7 +101,7 @@ class SegmentCursor:
                     # Everything below the writer's committed end was written: a gap is damage.
                     reason = "record cut short or missing before the committed end"
                     self._error = CorruptRecordError(
-                        self._segment_name(), self._scan_offset, reason
+                        self._segment_name(), self._scan_offset, reason, byte_position=self._pos
                     )
                 break
         if self._error is not None and not records:
@@ -97,6 +115,7 @@ class SegmentCursor:
         self._target = self._scan_offset = offset
         self._need_bytes = 0
         self._tail_checked = None
+        self._tail_probed = None
         self._error = None
 
     def close(self) -> None:
@@ -110,7 +129,17 @@ class SegmentCursor:
 
     def _open_segment(self) -> bool:
         for _ in range(_OPEN_RETRIES):
-            bases = list_segments(self.directory)
+            bases, lost = list_segment_files(self.directory)
+            if lost:
+                # the segment of the start (from the beginning: one before the first left) is
+                # gone; a gap further on is found when the read reaches it
+                if self._target is None:
+                    if not bases or lost[0] < bases[0]:
+                        raise missing_segment(self.directory, lost[0])
+                elif self._target >= lost[0]:
+                    owner = _floor(sorted(bases + lost), self._target)
+                    if owner in lost:
+                        raise missing_segment(self.directory, owner)
             if not bases:
                 return False
             target = bases[0] if self._target is None else self._target
@@ -119,7 +148,7 @@ class SegmentCursor:
                     "start",
                     f"offset {target} was deleted by retention; the log starts at {bases[0]}",
                 )
-            base = bases[bisect.bisect_right(bases, target) - 1]
+            base = _floor(bases, target)
             try:
                 fd = os.open(segment_path(self.directory, base), os.O_RDONLY | os.O_CLOEXEC)
             except FileNotFoundError:
@@ -127,6 +156,29 @@ class SegmentCursor:
             self._seek(fd, base, target)
             return True
         return False
+
+    def open_newest(self) -> bool:
+        """Stand in the newest segment file (its last index entry that checks out) whatever
+        other segments are missing: where the end of the log is looked for. False: none."""
+        bases, _ = list_segment_files(self.directory)
+        if not bases:
+            return False
+        try:
+            fd = os.open(segment_path(self.directory, bases[-1]), os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return False
+        self._seek(fd, bases[-1], END_SCAN_TARGET)
+        return True
+
+    def torn_tail(self) -> TornTail | None:
+        """What lies past the last whole record where a read stopped at the end of the newest
+        segment (None: nothing, or the cursor is elsewhere)."""
+        if self._fd is None or self._error is not None or self._later_segments():
+            return None
+        size = os.fstat(self._fd).st_size
+        if self._pos >= size:
+            return None
+        return TornTail(self._segment_name(), self._pos, size - self._pos, self._scan_offset)
 
     def _seek(self, fd: int, base: int, target: int) -> None:
         size = os.fstat(fd).st_size
@@ -169,13 +221,15 @@ class SegmentCursor:
                     raise FrameInvalidError(f"offset {offset} where {expected} was expected")
             except FrameIncompleteError:
                 status = self._incomplete(data, p, size)
-                resumed = self._skip_damage_before_start(data, p)
-                if status is _Status.TAIL and resumed is not None:
-                    p, self._scan_offset = resumed
-                    continue
+                if status is _Status.TAIL:
+                    resumed = self._skip_damage_before_start(data, p, size)
+                    if resumed is not None:
+                        p, self._scan_offset = resumed
+                        continue
+                    status = self._tail_unless_damage(data, p, size, None)
                 break
             except FrameInvalidError as exc:
-                resumed = self._skip_damage_before_start(data, p)
+                resumed = self._skip_damage_before_start(data, p, size)
                 if resumed is not None:
                     p, self._scan_offset = resumed
                     continue
@@ -191,15 +245,48 @@ class SegmentCursor:
         self._pos += p
         return status
 
-    def _skip_damage_before_start(self, data: bytes, p: int) -> tuple[int, int] | None:
-        """Step over a damaged frame the caller did not ask for (it lies before the start)."""
+    def _skip_damage_before_start(self, data: bytes, p: int, size: int) -> tuple[int, int] | None:
+        """Step over a damaged frame the caller did not ask for (it lies before the start):
+        the chunk's position and offset of the next whole record, if one follows."""
         target = self._target or 0
         if self._scan_offset >= target:
             return None
-        resumed = next_good_frame(data, p, self._scan_offset, MAX_BODY_BYTES)
+        resumed = self._next_good_frame(data, p, size)
         if resumed is None or resumed[1] > target:
             return None
         return resumed
+
+    def _next_good_frame(self, data: bytes, p: int, size: int) -> tuple[int, int] | None:
+        """(chunk position, offset) of the first whole record with one of the next offsets
+        after the damaged frame at ``p`` of the chunk, searching on to the end of the file."""
+        found = next_good_frame(data, p, self._scan_offset, MAX_BODY_BYTES)
+        if found is not None or self._pos + len(data) >= size:
+            return found
+        assert self._fd is not None
+        rest = os.pread(self._fd, size - self._pos - p, self._pos + p)
+        found = next_good_frame(rest, 0, self._scan_offset, MAX_BODY_BYTES)
+        return None if found is None else (p + found[0], found[1])
+
+    def _tail_unless_damage(self, data: bytes, p: int, size: int, reason: str | None) -> _Status:
+        """At a frame that runs to the end of the file (an append in progress, a torn tail):
+        TAIL, unless a whole later record follows it (then it is damage, and the error is
+        set). The answer for one file size is kept, so polls of a still tail search once."""
+        probe = (self._base, self._pos + p, size)
+        if self._tail_probed == probe:
+            return _Status.TAIL
+        if self._next_good_frame(data, p, size) is None:
+            self._tail_probed = probe
+            return _Status.TAIL
+        if reason is None:
+            length = FRAME_HEADER.unpack_from(data, p)[0]
+            reason = f"frame length {length} runs past the end of the segment ({size} bytes)"
+        self._error = CorruptRecordError(
+            self._segment_name(),
+            self._scan_offset,
+            f"{reason}, yet whole records follow it",
+            byte_position=self._pos + p,
+        )
+        return _Status.STOP
 
     def _incomplete(self, data: bytes, p: int, size: int) -> _Status:
         if p + FRAME_HEADER.size <= len(data):
@@ -216,35 +303,52 @@ class SegmentCursor:
         length = FRAME_HEADER.unpack_from(data, p)[0]
         runs_to_end = length < MIN_BODY_BYTES or self._pos + p + FRAME_HEADER.size + length >= size
         if tolerate_tail and runs_to_end and not self._later_segments():
-            return _Status.TAIL
-        self._error = CorruptRecordError(self._segment_name(), self._scan_offset, reason)
+            return self._tail_unless_damage(data, p, size, reason)
+        self._error = CorruptRecordError(
+            self._segment_name(), self._scan_offset, reason, byte_position=self._pos + p
+        )
         return _Status.STOP
 
     def _later_segments(self) -> list[int]:
-        return [b for b in list_segments(self.directory) if b > self._base]
+        return [b for b in list_segment_files(self.directory)[0] if b > self._base]
 
     def _roll(self) -> bool:
         """At the end of this segment's data: move to the next segment if there is one."""
-        later = self._later_segments()
-        if not later:
+        bases, lost = list_segment_files(self.directory)
+        later = [b for b in bases if b > self._base]
+        lost = [b for b in lost if b > self._base]
+        # the next segment is gone when an index without its segment comes first
+        gone = bool(lost) and (not later or lost[0] < later[0])
+        if not later and not gone:
             return False
         assert self._fd is not None
         if self._tail_checked != (self._base, self._pos):
             # The writer finishes a segment before it creates the next: read this one again.
             self._tail_checked = (self._base, self._pos)
             return True
+        following = lost[0] if gone else later[0]
         if self._pos < os.fstat(self._fd).st_size:
             reason = "incomplete frame at the end of a sealed segment"
-        elif later[0] != self._scan_offset:
-            reason = f"segment ends before offset {later[0]}, where the next segment starts"
+        elif following != self._scan_offset:
+            reason = f"segment ends before offset {following}, where the next segment starts"
+        elif gone:
+            self._error = missing_segment(self.directory, following)
+            return False
         else:
             os.close(self._fd)
             self._fd = None
-            fd = os.open(segment_path(self.directory, later[0]), os.O_RDONLY | os.O_CLOEXEC)
-            self._fd, self._base, self._pos = fd, later[0], 0
+            fd = os.open(segment_path(self.directory, following), os.O_RDONLY | os.O_CLOEXEC)
+            self._fd, self._base, self._pos = fd, following, 0
             return True
-        self._error = CorruptRecordError(self._segment_name(), self._scan_offset, reason)
+        self._error = CorruptRecordError(
+            self._segment_name(), self._scan_offset, reason, byte_position=self._pos
+        )
         return False
+
+
+def _floor(starts: list[int], offset: int) -> int:
+    """The last of ``starts`` (ascending) at or before ``offset``."""
+    return starts[bisect.bisect_right(starts, offset) - 1]
 
 
 _FRAME_HEADER_BYTES = FRAME_HEADER.size
@@ -307,15 +411,47 @@ def _frame_has_offset(fd: int, pos: int, offset: int) -> bool:
         return False
 
 
-def scan_end(directory: Path) -> int:
-    """The offset after the last complete, valid record of the log in ``directory``."""
-    if not list_segments(directory):
-        return 0
+def scan_tail(directory: Path, *, with_tail: bool = True) -> tuple[int, TornTail | None]:
+    """The end of the log in ``directory`` (the offset after the last whole record of its
+    newest segment, damage in its middle stepped over) and the torn tail after it, if any
+    (looked for only ``with_tail``).
+
+    Where damage cannot be stepped over, or a segment is missing past the newest one left, the
+    end lies just past it, so that a read up to the end reaches it and raises there."""
+    _, lost = list_segment_files(directory)
+    lost_end = lost[-1] + 1 if lost else 0
     cursor = SegmentCursor(directory, END_SCAN_TARGET)
     try:
-        cursor.read(None, 1, tolerate_tail=True)
-    except CorruptRecordError:
-        pass  # the end is where the damage starts; readers raise there
+        if not cursor.open_newest():
+            return lost_end, None
+        try:
+            cursor.read(None, 1, tolerate_tail=True)
+        except LogDamageError:
+            return max(cursor.scanned_offset + 1, lost_end), None
+        end = max(cursor.scanned_offset, lost_end)
+        return end, cursor.torn_tail() if with_tail else None
     finally:
         cursor.close()
-    return cursor.scanned_offset
+
+
+def scan_end(directory: Path) -> int:
+    """The offset after the last whole record of the log in ``directory`` (``scan_tail``)."""
+    return scan_tail(directory, with_tail=False)[0]
+
+
+def resume_after(directory: Path, damage: LogDamageError) -> tuple[int, int | None] | None:
+    """Where a read that skips ``damage`` goes on: the offset of the next whole record after it
+    (in the same segment, else the next segment's first) and how many bytes of the damaged
+    segment that leaves out (None: a missing segment's, unknown); None when nothing follows."""
+    bases, _ = list_segment_files(directory)
+    if isinstance(damage, CorruptRecordError) and damage.byte_position is not None:
+        path = directory / damage.segment
+        data = path.read_bytes()[damage.byte_position :]
+        found = next_good_frame(data, 0, damage.offset, MAX_BODY_BYTES)
+        if found is not None:
+            return found[1], found[0]
+        base = int(path.stem)
+        later = [b for b in bases if b > base]
+        return (later[0], len(data)) if later else None
+    later = [b for b in bases if b > damage.offset]
+    return (later[0], None) if later else None

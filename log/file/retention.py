@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from log.file.segment import fsync_directory, index_path, list_segments, segment_path
+from log.file.segment import fsync_directory, list_segments, remove_segment, segment_path
 
 logger = logging.getLogger(__name__)
 
@@ -78,8 +77,7 @@ def apply_retention(
         return []
     expired = select_expired(describe_segments(directory), policy, pinned_offset, now_s)
     for base in expired:
-        os.unlink(segment_path(directory, base))
-        index_path(directory, base).unlink(missing_ok=True)
+        remove_segment(directory, base)
     if expired:
         fsync_directory(directory)
         logger.info("retention deleted %d segment(s) of %s", len(expired), directory)

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from cache.errors import SwaEsError
+from log.errors import MissingSegmentError
 from log.file.index import ENTRY, parse_index
 
 logger = logging.getLogger(__name__)
@@ -46,6 +47,45 @@ def list_segments(directory: Path) -> list[int]:
             bases.append(int(stem))
     bases.sort()
     return bases
+
+
+def list_segment_files(directory: Path) -> tuple[list[int], list[int]]:
+    """Base offsets of every segment in ``directory`` and of every index file whose segment
+    file is gone (a lost segment: the writer deletes a segment's index before the segment
+    itself, so none of its own deletions leaves one), each ascending."""
+    segments: list[int] = []
+    indexes: list[int] = []
+    for entry in os.scandir(directory):
+        name = entry.name
+        stem = name[: -len(SEGMENT_SUFFIX)]
+        if len(stem) != _NAME_DIGITS or not stem.isdigit():
+            continue
+        if name.endswith(SEGMENT_SUFFIX):
+            segments.append(int(stem))
+        elif name.endswith(INDEX_SUFFIX):
+            indexes.append(int(stem))
+    segments.sort()
+    present = set(segments)
+    return segments, sorted(base for base in indexes if base not in present)
+
+
+def missing_segment(directory: Path, base_offset: int) -> MissingSegmentError:
+    """The error of the segment at ``base_offset``, gone while its index remains."""
+    name = segment_path(directory, base_offset).name
+    return MissingSegmentError(
+        name,
+        base_offset,
+        f"its index {index_path(directory, base_offset).name} remains in {directory}; restore "
+        "the segment from a backup (if it was deleted on purpose, delete its index too: the "
+        "records in it are lost)",
+    )
+
+
+def remove_segment(directory: Path, base_offset: int) -> None:
+    """Delete a segment and its index: the index first, so an index never outlives its
+    segment (an index without one means a lost segment, ``list_orphan_indexes``)."""
+    index_path(directory, base_offset).unlink(missing_ok=True)
+    segment_path(directory, base_offset).unlink(missing_ok=True)
 
 
 def fsync_directory(directory: Path) -> None:

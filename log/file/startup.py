@@ -6,7 +6,6 @@ Blocking; runs in a worker thread.
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,8 +17,9 @@ from log.file.recovery import RecoveredTail, recover_active_segment
 from log.file.segment import (
     SegmentWriter,
     fsync_directory,
-    index_path,
-    list_segments,
+    list_segment_files,
+    missing_segment,
+    remove_segment,
     segment_path,
 )
 
@@ -42,8 +42,7 @@ def _drop_empty_trailing_segments(directory: Path, bases: list[int]) -> list[int
     """A crash right after a roll can leave an empty newest segment; the one before it is
     complete (it was synced before the roll), so it becomes the active one again."""
     while len(bases) > 1 and segment_path(directory, bases[-1]).stat().st_size == 0:
-        os.unlink(segment_path(directory, bases[-1]))
-        index_path(directory, bases[-1]).unlink(missing_ok=True)
+        remove_segment(directory, bases[-1])
         bases = bases[:-1]
     return bases
 
@@ -54,7 +53,11 @@ def open_for_writing(directory: Path, index_interval_bytes: int) -> OpenedDirect
     lock = DirectoryLock(directory)
     lock.acquire()
     try:
-        bases = _drop_empty_trailing_segments(directory, list_segments(directory)) or [0]
+        bases, lost = list_segment_files(directory)
+        if lost and (not bases or lost[-1] > bases[-1]):
+            # the newest records are gone: appending would give their offsets to new ones
+            raise missing_segment(directory, lost[-1])
+        bases = _drop_empty_trailing_segments(directory, bases) or [0]
         base = bases[-1]
         segment_path(directory, base).touch(exist_ok=True)
         scan, tail = recover_active_segment(directory, base, MAX_BODY_BYTES, index_interval_bytes)

@@ -27,9 +27,8 @@ from log.file.segment import (
     SegmentWriter,
     ShortWriteError,
     fsync_directory,
-    index_path,
     list_segments,
-    segment_path,
+    remove_segment,
 )
 
 _DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
@@ -225,8 +224,7 @@ class SegmentedWriter:
             self._active.close()
             for newer in list_segments(self.directory):
                 if newer > base:
-                    segment_path(self.directory, newer).unlink(missing_ok=True)
-                    index_path(self.directory, newer).unlink(missing_ok=True)
+                    remove_segment(self.directory, newer)
             fsync_directory(self.directory)
             self._active = SegmentWriter(self.directory, base, end)
         last_indexed_pos = self._active.rewind(end)

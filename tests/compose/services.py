@@ -132,6 +132,7 @@ def follow_service(workdir: Path, log_url: str, name: str, *extra: str) -> Servi
         "follow",
         "--log",
         log_url,
+        "--create-log",  # the writer may start after it
         "--snapshots",
         str(workdir / f"snapshots-{name}"),
         "--metrics-host",

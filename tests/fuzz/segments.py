@@ -8,9 +8,11 @@ wholly before the first damaged byte: they must always be read.
 The property (``check_damaged_log``): a read-only reader, and then the writer after its
 open-time recovery, each return a prefix of the original records at least ``intact`` long and
 then either stop cleanly or raise ``CorruptRecordError`` naming a segment file and the offset
-of the first record they could not return. Nothing else is raised, no read hangs, the memory a
-read allocates stays within a small multiple of the log's size, and the recovered writer still
-appends a record that reads back.
+of the first record they could not return (``MissingSegmentError``, one of them, for a segment
+deleted while its index remains). Nothing else is raised, no read hangs, the memory a read
+allocates stays within a small multiple of the log's size, and the recovered writer still
+appends a record that reads back; unless the newest segment is the one deleted, which the
+writer refuses to open over (appending would reuse its offsets), naming it.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import orjson
 import pytest
 
 from log import ConfigError, CorruptRecordError, Position
+from log.errors import MissingSegmentError
 from log.file import FileLog
 
 FRAME_OVERHEAD = 8 + 18  # u32 length + u32 crc, then u64 offset + f64 timestamp + u16 key length
@@ -223,10 +226,24 @@ def _check_prefix(case: DamagedLog, outcome: Outcome, start: int, who: str) -> i
     return read_to
 
 
+def all_bases(case: DamagedLog) -> list[int]:
+    """The base offsets of every segment left and of every one deleted with its index left."""
+    names = [*case.segments, *case.indexes]
+    return sorted({int(name.removesuffix(".log").removesuffix(".idx")) for name in names})
+
+
+def newest_lost(case: DamagedLog) -> bool:
+    """Whether the newest segment was deleted while its index remains."""
+    bases = all_bases(case)
+    return bool(bases) and f"{bases[-1]:020d}.log" not in case.segments
+
+
 def first_offset(case: DamagedLog) -> int:
-    """Where a read from the beginning starts: the first segment left (a log missing its first
-    segments reads like one whose retention deleted them)."""
-    return int(min(case.segments).removesuffix(".log")) if case.segments else 0
+    """Where a read from the beginning starts: the first segment left, or the first deleted
+    one whose index remains (where the read raises); a log missing its first segments and
+    their indexes reads like one whose retention deleted them."""
+    bases = all_bases(case)
+    return bases[0] if bases else 0
 
 
 async def check_damaged_log(case: DamagedLog, directory: Path) -> str:
@@ -245,6 +262,12 @@ async def check_damaged_log(case: DamagedLog, directory: Path) -> str:
         if head > 0:
             with pytest.raises(ConfigError, match=f"offset {head - 1} "):
                 await _read(reader, Position.of({0: head - 1}))
+    if newest_lost(case):
+        with pytest.raises(MissingSegmentError) as refused:
+            await FileLog.open(directory, fsync="never")
+        assert refused.value.offset == max(all_bases(case))
+        label = "clean" if outcome.error_offset is None else "corrupt-error"
+        return f"{label}:newest-segment-missing"
     async with await FileLog.open(directory, fsync="never") as writer:
         recovered = await _read(writer)
         writer_to = _check_prefix(case, recovered, first_offset(case), "writer")

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from log import ConfigError, LogLockedError, LogWriteError, Position, open_log
+from log.errors import NotALogError
 from log.file import FileLog
 from log.file.segment import list_segments, segment_path
 from tests.log.contract import read_all
@@ -83,10 +84,10 @@ async def test_readonly_log_refuses_appends(tmp_path: Path) -> None:
 
 
 async def test_readonly_needs_an_existing_directory(tmp_path: Path) -> None:
-    """Opening a missing directory readonly is a ConfigError naming the path."""
-    with pytest.raises(ConfigError) as info:
+    """Opening a missing directory readonly is a NotALogError naming the path."""
+    with pytest.raises(NotALogError) as info:
         await FileLog.open(tmp_path / "missing", readonly=True)
-    assert info.value.what == "path"
+    assert info.value.path == str(tmp_path / "missing")
 
 
 @pytest.mark.parametrize(

@@ -134,7 +134,7 @@ def _listening_addresses(port: int) -> set[str]:
 def test_servers_bind_loopback_unless_told_otherwise(tmp_path: Path) -> None:
     """``swa-es follow --metrics-port 0`` with no host listens on 127.0.0.1 only; serve, follow
     and bridge default to it, and so does the routing API; compose opts into 0.0.0.0 explicitly."""
-    args = ["follow", "--log", (tmp_path / "log").as_uri(), "--metrics-port", "0"]
+    args = ["follow", "--log", (tmp_path / "log").as_uri(), "--create-log", "--metrics-port", "0"]
     service = Service("follow-bind", args, tmp_path / "status.json", tmp_path).start()
     try:
         status = service.wait_for(
