@@ -12,6 +12,12 @@ class FollowerMetrics:
 
     Liveness records are not batches: ``heartbeats_read`` and ``offline_markers_read`` count
     those heard, ``liveness_stale_skipped`` those from another epoch or before the cursor.
+    ``lag_records`` and ``lag_s`` say how far the follower is behind the log's end, as of its
+    last look at the end (``consumers.lag``): records the log holds past its position, and how
+    long the log has held records it has not applied (both 0 when caught up).
+    ``snapshots_written`` and ``snapshot_failures`` count snapshot writes that succeeded and
+    failed; ``last_snapshot_at`` (epoch seconds) is when the last snapshot written or restored
+    was taken.
     """
 
     records_read: int = 0
@@ -35,6 +41,7 @@ class FollowerMetrics:
     lag_records: int = 0
     lag_s: float = 0.0
     snapshots_written: int = 0
+    snapshot_failures: int = 0
     last_snapshot_at: float | None = None
     restored_generation: int | None = None
 

@@ -9,10 +9,15 @@ or response objects); the other routes go through Starlette. The bodies it accep
 
 The connection protocol that serves the app (its bounds on heads, and the hot route answered
 without ASGI) is ``http_protocol``; the server that binds and runs both is ``http_server``.
+
+Every answer is counted in the registry's HTTP metrics (``http_metrics``: requests by route and
+status, durations, refusals by reason): here for what goes through ASGI, in the protocol for
+the hot route it answers itself.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
@@ -23,8 +28,9 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from swa_es.service.http_metrics import MATCH_ROUTE, HttpMetrics, http_metrics_of, route_of
 from swa_es.service.match_query import (
     BadRequestError,
     Query,
@@ -99,10 +105,14 @@ async def _error(
 class MatchEndpoint:
     """``POST /v1/match`` as a plain ASGI handler (the hot path of a router)."""
 
-    def __init__(self, parts: AppParts, routing: RoutingBackend) -> None:
+    def __init__(
+        self, parts: AppParts, routing: RoutingBackend, metrics: HttpMetrics | None = None
+    ) -> None:
         self._routing = routing
         self._health = parts.health
         self._limit_bytes = parts.max_request_bytes
+        self.metrics = http_metrics_of(parts.registry) if metrics is None else metrics
+        """Where the protocol counts the answers it sends itself (default: the registry's)."""
 
     @property
     def limit_bytes(self) -> int:
@@ -176,11 +186,14 @@ def head_bytes(target_bytes: int, headers: Iterable[tuple[bytes, bytes]]) -> int
 
 class ServiceApp:
     """The service's ASGI app: 431 for oversized heads, ``/v1/match`` straight to its handler,
-    everything else through Starlette."""
+    everything else through Starlette; each answer counted in ``metrics``."""
 
-    def __init__(self, framework: ASGIApp, match: MatchEndpoint | None) -> None:
+    def __init__(
+        self, framework: ASGIApp, match: MatchEndpoint | None, metrics: HttpMetrics
+    ) -> None:
         self._framework = framework
         self._match = match
+        self._metrics = metrics
 
     @property
     def match_endpoint(self) -> MatchEndpoint | None:
@@ -188,18 +201,41 @@ class ServiceApp:
         return self._match
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            target = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
-            size = head_bytes(target, scope["headers"])
-            if size > MAX_HEAD_BYTES:
-                response = PlainTextResponse(
-                    f"request head of {size} bytes exceeds {MAX_HEAD_BYTES}\n", status_code=431
+        if scope["type"] != "http":
+            await self._framework(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 0
+
+        async def counted_send(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self._answer(scope, receive, counted_send)
+        except Exception:
+            status = status or 500  # the server answers 500 for an app that raised
+            raise
+        finally:
+            if status:
+                self._metrics.answered(
+                    route_of(scope["path"]), status, time.perf_counter() - started
                 )
-                await response(scope, receive, send)
-                return
-            if self._match is not None and scope["path"] == "/v1/match":
-                await self._match(scope, receive, send)
-                return
+
+    async def _answer(self, scope: Scope, receive: Receive, send: Send) -> None:
+        target = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
+        size = head_bytes(target, scope["headers"])
+        if size > MAX_HEAD_BYTES:
+            response = PlainTextResponse(
+                f"request head of {size} bytes exceeds {MAX_HEAD_BYTES}\n", status_code=431
+            )
+            await response(scope, receive, send)
+            return
+        if self._match is not None and scope["path"] == MATCH_ROUTE:
+            await self._match(scope, receive, send)
+            return
         await self._framework(scope, receive, send)
 
 
@@ -225,8 +261,9 @@ def build_app(parts: AppParts) -> ASGIApp:
         Route("/metrics", metrics, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
     ]
+    http = http_metrics_of(parts.registry)
     match = None
     if parts.routing is not None:
         routes.append(Route("/v1/sources", sources, methods=["GET"]))
-        match = MatchEndpoint(parts, parts.routing)
-    return ServiceApp(Starlette(routes=routes), match)
+        match = MatchEndpoint(parts, parts.routing, http)
+    return ServiceApp(Starlette(routes=routes), match, http)

@@ -12,12 +12,17 @@ This module subclasses uvicorn's ``HttpToolsProtocol`` and reads its attributes 
 ``expect_100_continue``), which are not uvicorn's public API. It is tested with the uvicorn
 versions ``UVICORN_TESTED`` names; pyproject pins the same range, and a test fails on an installed
 version outside it.
+
+The hot route counts each answer it sends in the endpoint's HTTP metrics (``http_metrics``), as
+the app does for the others, and so do the refusals this protocol makes itself where it serves
+the routing API.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -26,6 +31,7 @@ from typing import Final
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from swa_es.service.http_app import MAX_HEAD_BYTES, MatchEndpoint, error_body, head_bytes
+from swa_es.service.http_metrics import MATCH_ROUTE
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +79,8 @@ class _FastRequest:
     query_string: bytes
     keep_alive: bool
     parts: list[bytes]
+    started: float
+    """``time.perf_counter()`` when its head was read."""
 
 
 class _BoundedHeadProtocol(HttpToolsProtocol):
@@ -119,7 +127,7 @@ class _BoundedHeadProtocol(HttpToolsProtocol):
         else:
             self._head_bytes = 0
         if self._head_bytes > MAX_HEAD_BYTES + HEAD_SLACK_BYTES:
-            self._refuse(431, f"request head exceeds {MAX_HEAD_BYTES} bytes")
+            self._refuse(431, f"request head exceeds {MAX_HEAD_BYTES} bytes", "head_too_large")
 
     def on_headers_complete(self) -> None:
         self._in_head = False
@@ -128,7 +136,7 @@ class _BoundedHeadProtocol(HttpToolsProtocol):
         version = self.parser.get_http_version()
         if version not in ("1.0", "1.1"):  # llhttp takes a line without a version as HTTP/0.9
             status = 400 if version == "0.9" else 505
-            self._refuse(status, f"HTTP/{version} is not served (use HTTP/1.1)")
+            self._refuse(status, f"HTTP/{version} is not served (use HTTP/1.1)", "bad_version")
             return
         if self._fast_match is not None and version == "1.1":
             self._fast = self._fast_request(self._fast_match)
@@ -167,7 +175,9 @@ class _BoundedHeadProtocol(HttpToolsProtocol):
             return None
         if head_bytes(len(path) + len(query_string), self.headers) > MAX_HEAD_BYTES:
             return None
-        return _FastRequest(content_type, query_string, self.parser.should_keep_alive(), [])
+        return _FastRequest(
+            content_type, query_string, self.parser.should_keep_alive(), [], time.perf_counter()
+        )
 
     def on_body(self, body: bytes) -> None:
         if self._refused:
@@ -192,10 +202,11 @@ class _BoundedHeadProtocol(HttpToolsProtocol):
 
     def _answer(self, fast: _FastRequest) -> None:
         """Send the answer to ``fast`` in one write, then what uvicorn does after a response."""
-        assert self._fast_match is not None
+        endpoint = self._fast_match
+        assert endpoint is not None
         keep_alive = fast.keep_alive
         try:
-            status, body = self._fast_match.respond(
+            status, body = endpoint.respond(
                 fast.content_type, b"".join(fast.parts), fast.query_string
             )
         except Exception:
@@ -212,6 +223,7 @@ class _BoundedHeadProtocol(HttpToolsProtocol):
         )
         if not keep_alive:
             self.transport.close()
+        endpoint.metrics.answered(MATCH_ROUTE, status, time.perf_counter() - fast.started)
         self.on_response_complete()
 
     def on_response_complete(self) -> None:
@@ -225,9 +237,12 @@ class _BoundedHeadProtocol(HttpToolsProtocol):
         self._disarm_head_deadline()
         super().connection_lost(exc)
 
-    def _refuse(self, status: int, reason: str) -> None:
-        """Answer ``status`` with ``reason`` and close, reading nothing more."""
+    def _refuse(self, status: int, reason: str, counted_as: str) -> None:
+        """Answer ``status`` with ``reason`` and close, reading nothing more; counted as a
+        refusal for ``counted_as`` where this protocol serves the routing API."""
         self._refused = True
+        if self._fast_match is not None:
+            self._fast_match.metrics.refused_early(status, counted_as)
         message = (reason + "\n").encode()
         self.transport.write(
             _response_bytes(status, b"text/plain; charset=utf-8", message, close=True)

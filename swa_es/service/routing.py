@@ -224,8 +224,11 @@ class FollowerRouting:
 
     def sources(self) -> SourceAnswers:
         """Per source: epoch, seq, state, liveness, blocks (and blocks per tier: ``"GPU"``, then
-        each lower tier reported), tombstones, lag and digest state."""
-        lag_records = self.follower.metrics.lag_records
+        each lower tier reported), tombstones, lag and digest state. The lag is the follower's
+        (``lag_records``, ``lag_s``: how far it is behind the log's end, every source's bound),
+        the same as its ``swa_es_follower_lag_records`` and ``_lag_seconds`` metrics."""
+        metrics = self.follower.metrics
+        lag_records, lag_s = metrics.lag_records, metrics.lag_s
         live = self.liveness()
         answers: SourceAnswers = {}
         for source in self.views.replicas.sources():
@@ -247,6 +250,7 @@ class FollowerRouting:
                 "digest": tree.state_digest(),
                 "digest_verifiable": meta is not None and meta.digest_verifiable,
                 "lag_records": lag_records,
+                "lag_s": lag_s,
             }
         return answers
 

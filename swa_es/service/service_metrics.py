@@ -1,30 +1,36 @@
 """What ``serve``, ``follow`` and ``bridge`` export at ``/metrics``, through prometheus_client.
 
-Each service registers one ``FamiliesCollector`` in its own ``CollectorRegistry``: at every
-scrape it reads the live counters (follower, replicas, publisher, bridge) and yields metric
-families; ``prometheus_client`` writes the exposition text.
+Each service registers one ``FamiliesCollector`` in its own registry (``registry_of``): at
+every scrape it reads the live counters (follower, replicas, sources, publisher, bridge) and
+yields metric families; ``prometheus_client`` writes the exposition text. Every family is
+built from its declaration in ``metric_table`` (name, type, unit, labels, help), and a live
+counters object is read field by field through it: a field with no declaration is an error,
+which the tests meet before a scrape does.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import fields
 from typing import Final
 
-from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from consumers import FollowerMetrics
-from consumers.views.stats import CHURN_COUNTS
 from swa_es.publish.metrics import PublisherMetrics
+from swa_es.service import metric_table as table
+from swa_es.service.http_metrics import ServiceRegistry
+from swa_es.service.metric_table import MetricSpec
+from swa_es.service.routing import STATES
 from swa_es.service.views import StandardViews
 
-FOLLOWER_GAUGES: Final = frozenset(
-    {"diverged_sources", "lag_records", "lag_s", "last_snapshot_at", "restored_generation"}
-)
-PUBLISHER_GAUGES: Final = frozenset({"queue_depth", "max_queue_batches"})
-BRIDGE_GAUGES: Final = frozenset({"unknown"})
+_FOLLOWER: Final = table.by_field(table.FOLLOWER)
+_PUBLISHER: Final = table.by_field(table.PUBLISHER)
+_BRIDGE: Final = table.by_field(table.BRIDGE_COUNTERS)
+_CHURN: Final = table.by_field(table.REPLICA_CHURN)
+_SNAPSHOT_AGE: Final = table.by_name(table.FOLLOWER)["swa_es_follower_snapshot_age_seconds"]
 
 
 class FamiliesCollector(Collector):
@@ -38,141 +44,121 @@ class FamiliesCollector(Collector):
         yield from self._families()
 
 
-def registry_of(families: Callable[[], Iterable[Metric]]) -> CollectorRegistry:
-    """A registry holding only ``families`` (no process or platform collectors)."""
-    registry = CollectorRegistry(auto_describe=False)
+def registry_of(families: Callable[[], Iterable[Metric]]) -> ServiceRegistry:
+    """A service's registry: ``families``, the build info and the HTTP server's own metrics
+    (no process or platform collectors)."""
+    registry = ServiceRegistry()
     registry.register(FamiliesCollector(families))
+    registry.register(FamiliesCollector(build_info_families))
     return registry
 
 
-def _counter(name: str, doc: str, value: float | None = None) -> CounterMetricFamily:
-    # prometheus_client adds the ``_total`` suffix itself; names here keep it for grep-ability.
-    return CounterMetricFamily(name.removesuffix("_total"), doc, value=value)
+Family = CounterMetricFamily | GaugeMetricFamily
 
 
-def _labelled_counter(name: str, doc: str, labels: list[str]) -> CounterMetricFamily:
-    return CounterMetricFamily(name.removesuffix("_total"), doc, labels=labels)
+def family(spec: MetricSpec, value: float | None = None) -> Family:
+    """An empty family of ``spec`` (labelled), or one holding ``value`` (unlabelled)."""
+    labels = list(spec.labels) if value is None else None
+    if spec.kind == "counter":
+        return CounterMetricFamily(
+            spec.family_name, spec.help, value=value, labels=labels, unit=spec.unit
+        )
+    if spec.kind == "gauge":
+        return GaugeMetricFamily(
+            spec.family_name, spec.help, value=value, labels=labels, unit=spec.unit
+        )
+    raise ValueError(f"{spec.name}: a {spec.kind} is not built from a value")
 
 
-def _scalar_families(
-    prefix: str, values: Mapping[str, float | int | None], gauges: frozenset[str]
-) -> list[Metric]:
-    families: list[Metric] = []
-    for name, value in values.items():
-        if value is None:
-            continue
-        if name in gauges:
-            families.append(GaugeMetricFamily(f"{prefix}_{name}", f"{name}", value=value))
-        else:
-            families.append(_counter(f"{prefix}_{name}_total", f"{name}", value))
-    return families
+def _declared(specs: Mapping[str, MetricSpec], name: str, where: str) -> MetricSpec:
+    spec = specs.get(name)
+    if spec is None:
+        raise KeyError(f"{where} field {name!r} has no metric declared in metric_table")
+    return spec
+
+
+def build_info_families() -> list[Metric]:
+    """``swa_es_build_info{version}``: 1."""
+    info = family(table.BUILD_INFO)
+    info.add_metric([package_version()], 1)
+    return [info]
+
+
+def package_version() -> str:
+    """The installed swa-es version ("unknown" when it runs uninstalled)."""
+    try:
+        return importlib.metadata.version("swa-es")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def follower_families(metrics: FollowerMetrics, views: StandardViews) -> list[Metric]:
-    """The follower's counters and gauges, plus per-source replica sizes and digests."""
-    values = {k: v for k, v in metrics.as_dict().items() if k != "snapshot_age_s"}
-    families = _scalar_families("swa_es_follower", values, FOLLOWER_GAUGES)
+    """The follower's counters and gauges, plus per-source replica sizes and churn."""
+    families: list[Metric] = []
+    for name, value in metrics.as_dict().items():
+        if value is None or name == "snapshot_age_s" or name in table.FOLLOWER_UNEXPORTED:
+            continue
+        families.append(family(_declared(_FOLLOWER, name, "FollowerMetrics"), value))
     age = metrics.snapshot_age_s
-    families.append(
-        GaugeMetricFamily(
-            "swa_es_follower_snapshot_age_seconds",
-            "seconds since the last snapshot was written or restored (-1: never)",
-            value=-1.0 if age is None else age,
-        )
-    )
+    families.append(family(_SNAPSHOT_AGE, -1.0 if age is None else age))
     families.extend(replica_families(views))
     return families
 
 
 def replica_families(views: StandardViews) -> list[Metric]:
     """Per-source replica gauges and churn counters."""
-    blocks = GaugeMetricFamily(
-        "swa_es_replica_blocks", "blocks held by the replica of a source", labels=["source"]
-    )
-    tombstones = GaugeMetricFamily(
-        "swa_es_replica_tombstones", "tombstoned blocks of a source's replica", labels=["source"]
-    )
-    diverged = GaugeMetricFamily(
-        "swa_es_replica_diverged", "1 when a source's replica is diverged", labels=["source"]
-    )
-    digest = GaugeMetricFamily(
-        "swa_es_replica_digest_info",
-        "the replica's state digest, as a label",
-        labels=["source", "digest"],
-    )
-    churn = {
-        name: _labelled_counter(
-            f"swa_es_replica_{name}_total", f"{name} per source (churn)", ["source"]
-        )
-        for name in CHURN_COUNTS
-    }
-    removed_by = _labelled_counter(
-        "swa_es_replica_removed_by_total",
-        "blocks removed per source, by tier (medium) and reason (evicted, demoted, unsaid)",
-        ["source", "medium", "reason"],
-    )
+    blocks = family(table.REPLICA_BLOCKS)
+    tombstones = family(table.REPLICA_TOMBSTONES)
+    diverged = family(table.REPLICA_DIVERGED)
+    churn = {name: family(spec) for name, spec in _CHURN.items()}
+    removed = family(table.REPLICA_REMOVED)
     for source in views.stats.sources():
         stats = views.stats.get(source)
         blocks.add_metric([source], stats.blocks)
         tombstones.add_metric([source], stats.tombstones)
         diverged.add_metric([source], 0 if stats.diverged is None else 1)
-        tree = views.replicas.get(source)
-        held = None if tree is None else tree.state_digest()
-        if held is not None:
-            digest.add_metric([source, held], 1)
-        for name in CHURN_COUNTS:
-            churn[name].add_metric([source], getattr(stats.churn, name))
+        for name, counter in churn.items():
+            counter.add_metric([source], getattr(stats.churn, name))
         for medium, by_reason in sorted(stats.churn.removed_by.items()):
             for reason, count in sorted(by_reason.items()):
-                removed_by.add_metric([source, medium, reason], count)
-    return [blocks, tombstones, diverged, digest, *churn.values(), removed_by]
+                removed.add_metric([source, medium, reason], count)
+    return [blocks, tombstones, diverged, *churn.values(), removed]
+
+
+def source_families(
+    states: Mapping[str, str], heard_s: Callable[[str], float | None]
+) -> list[Metric]:
+    """Each source's state (``states``: source -> the state it is answered in) and the seconds
+    since it was last heard (``heard_s``; None, never heard, exports 0)."""
+    state = family(table.SOURCE_STATE)
+    heard = family(table.SOURCE_LAST_HEARD)
+    for source, current in states.items():
+        for name in STATES:
+            state.add_metric([source, name], 1.0 if name == current else 0.0)
+        heard.add_metric([source], heard_s(source) or 0.0)
+    return [state, heard]
 
 
 def publisher_families(
-    metrics: PublisherMetrics, requests: int, cache_tokens: tuple[int, int], digest: str
+    metrics: PublisherMetrics, requests: int, cache_tokens: tuple[int, int]
 ) -> list[Metric]:
-    """A primary's request count, publisher counters, cache size and digest."""
+    """A primary's request count and cache size, and its publisher's counters."""
     source = metrics.source
-    served = _labelled_counter("swa_es_primary_requests_total", "requests served", ["source"])
+    served = family(table.PRIMARY_REQUESTS)
     served.add_metric([source], requests)
-    tokens = GaugeMetricFamily(
-        "swa_es_primary_cache_tokens", "tokens the tree holds per pool", labels=["source", "pool"]
-    )
+    tokens = family(table.PRIMARY_CACHE_TOKENS)
     tokens.add_metric([source, "full"], cache_tokens[0])
     tokens.add_metric([source, "swa"], cache_tokens[1])
-    info = GaugeMetricFamily(
-        "swa_es_primary_digest_info",
-        "the primary's state digest and epoch, as labels",
-        labels=["source", "digest", "epoch"],
-    )
-    info.add_metric([source, digest, metrics.epoch], 1)
-    families: list[Metric] = [served, tokens, info]
-    families.extend(publisher_counter_families(metrics))
-    return families
+    return [served, tokens, *publisher_counter_families(metrics)]
 
 
 def publisher_counter_families(metrics: PublisherMetrics) -> list[Metric]:
     """A publisher's counters and gauges, labelled by source."""
-    source = metrics.source
-    failed = GaugeMetricFamily(
-        "swa_es_publisher_failed", "1 once the append task died", labels=["source"]
-    )
-    failed.add_metric([source], int(metrics.failed))
-    families: list[Metric] = [failed]
+    families: list[Metric] = []
     for name, value in vars_of(metrics).items():
-        if name in ("source", "epoch", "failed"):
-            continue
-        family: Metric
-        if name in PUBLISHER_GAUGES:
-            family = GaugeMetricFamily(
-                f"swa_es_publisher_{name}", f"publisher {name}", labels=["source"]
-            )
-        else:
-            family = _labelled_counter(
-                f"swa_es_publisher_{name}_total", f"publisher {name}", ["source"]
-            )
-        family.add_metric([source], value)
-        families.append(family)
+        exported = family(_declared(_PUBLISHER, name, "PublisherMetrics"))
+        exported.add_metric([metrics.source], value)
+        families.append(exported)
     return families
 
 
@@ -182,23 +168,16 @@ def bridge_families(
     publisher: PublisherMetrics | None,
     tier_pages: Mapping[tuple[str, str], int] | None = None,
 ) -> list[Metric]:
-    """A bridge's counters (``swa_es_bridge_*``), plus its current publisher's; ``tier_pages``
-    (the tier book's pages by (medium, outcome)) as ``swa_es_bridge_tier_pages_total``."""
+    """A bridge's counters (``swa_es_bridge_*``: ``counters`` by field name), plus its current
+    publisher's; ``tier_pages`` (the tier book's pages by (medium, outcome)) as
+    ``swa_es_bridge_tier_pages_total``."""
     families: list[Metric] = []
     for name, value in counters.items():
-        family: Metric
-        if name in BRIDGE_GAUGES:
-            family = GaugeMetricFamily(f"swa_es_bridge_{name}", f"bridge {name}", labels=["source"])
-        else:
-            family = _labelled_counter(f"swa_es_bridge_{name}_total", f"bridge {name}", ["source"])
-        family.add_metric([source], value)
-        families.append(family)
+        exported = family(_declared(_BRIDGE, name, "bridge counter"))
+        exported.add_metric([source], value)
+        families.append(exported)
     if tier_pages is not None:
-        pages = _labelled_counter(
-            "swa_es_bridge_tier_pages_total",
-            "bridge tier pages by medium and outcome",
-            ["source", "medium", "outcome"],
-        )
+        pages = family(table.BRIDGE_TIER_PAGES)
         for (medium, outcome), value in sorted(tier_pages.items()):
             pages.add_metric([source, medium, outcome], value)
         families.append(pages)
@@ -208,9 +187,9 @@ def bridge_families(
 
 
 def vars_of(metrics: PublisherMetrics) -> dict[str, int]:
-    """The numeric fields of a ``PublisherMetrics``."""
+    """The numeric fields of a ``PublisherMetrics`` (``failed`` as 0 or 1)."""
     return {
         f.name: int(getattr(metrics, f.name))
         for f in fields(metrics)
-        if isinstance(getattr(metrics, f.name), int | bool)
+        if f.name not in table.PUBLISHER_UNEXPORTED
     }

@@ -69,8 +69,11 @@ def metrics_move(workdir: Path, log_url: str) -> None:
         ):
             assert second[name] > first[name] > 0, name
         assert second['swa_es_replica_blocks{source="worker-0"}'] > 0
-        split = [v for k, v in second.items() if k.startswith("swa_es_replica_removed_by_total{")]
-        assert sum(split) == second['swa_es_replica_removed_total{source="worker-0"}']
+        removed = [k for k in second if k.startswith("swa_es_replica_removed_total{")]
+        assert all('medium="' in k and 'reason="' in k for k in removed), removed
+        assert second["swa_es_follower_lag_records"] >= 0
+        assert second["swa_es_follower_lag_seconds"] >= 0
+        assert [v for k, v in second.items() if k.startswith("swa_es_build_info{")] == [1.0]
         primary_status = primary.wait_for(
             "metrics port", lambda s: bool(s["metrics_port"]), STARTUP_TIMEOUT_S
         )
