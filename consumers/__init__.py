@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from cache.events.replica_store import ReplicaConsistencyError
 from consumers.cursor import Cursors, SourceCursor, Verdict
-from consumers.errors import ConsumerError, SnapshotError, ViewStateError
+from consumers.errors import ConsumerError, ForeignSnapshotError, SnapshotError, ViewStateError
 from consumers.follower import Follower
 from consumers.metrics import FollowerMetrics
 from consumers.snapshots import (
@@ -63,6 +63,7 @@ __all__ = [
     "Verdict",
     "ConsumerError",
     "SnapshotError",
+    "ForeignSnapshotError",
     "ReplicaConsistencyError",
     "ViewStateError",
 ]

@@ -20,7 +20,9 @@ the lane resumes after it. The lane's cursors (``ReplayCursors``) mirror the tru
 cursors.
 
 Snapshots hold the views, the cursors, the log position and every source's digest together, so
-a restarted follower loads the newest valid one and replays only the tail.
+a restarted follower loads the newest valid one and replays only the tail. They record the
+log's identity too (``log.identity``): a snapshot of another log, or of this one before it was
+wiped, is refused with a ``ForeignSnapshotError`` (``consumers.snapshots.provenance``).
 
 When the log no longer holds the records the follower needs (retention deleted the start of a
 partition that a fresh follower would replay, or the records after its snapshot's position),
@@ -57,10 +59,12 @@ from cache.events import (
 from cache.events.liveness import LIVENESS_PREFIX, Liveness, decode_liveness
 from cache.events.replica_store import ReplayCursors, ReplicaConsistencyError, apply_records
 from consumers.cursor import Clock, Cursors, Verdict
-from consumers.errors import ConsumerError, ViewStateError
+from consumers.errors import ConsumerError, SnapshotError, ViewStateError
+from consumers.lag import LagClock
 from consumers.metrics import FollowerMetrics
 from consumers.progress import ADVANCE_EVERY_RECORDS, LoggedProgress, ReplayProgress
-from consumers.snapshots import Snapshot, SnapshotInfo, SnapshotStorage
+from consumers.snapshots import Snapshot, SnapshotInfo, SnapshotStorage, check_snapshot_of
+from consumers.snapshots.pinning import pin_for_store
 from consumers.views.replica import ReplicaSet
 from consumers.views.view import DigestView, LaneCounter, LaneRole, View, WireView, lane_role
 from log import (
@@ -72,11 +76,11 @@ from log import (
     Position,
     Record,
     StartAt,
+    identity_of,
 )
 
 logger = logging.getLogger(__name__)
 
-PIN_NAME = "snapshots"
 _RETENTION_RACES = 5
 
 
@@ -128,11 +132,12 @@ class Follower:
     ``snapshots=None``: no snapshots, and ``restore()`` replays from the beginning. Otherwise a
     snapshot is written every ``snapshot_every_batches`` applied batches or every
     ``snapshot_every_s`` seconds (when something was applied), keeping the store's ``keep``
-    newest (``keep_snapshots`` overrides it). ``progress`` is told how a replay (``restore``,
-    ``catch_up``) advances (default: log lines). ``on_applied`` is called with each applied
-    batch (as its ``WireBatch``; for measurements). ``source_timeout_s``: a source unheard
-    that long is offline (None: only its own offline marker makes it so); ``clock`` is the
-    monotonic clock liveness is measured on.
+    newest (``keep_snapshots`` overrides it); ``write_snapshots=False`` only reads the store
+    (``restore`` loads from it, nothing is written to it and the log is not pinned).
+    ``progress`` is told how a replay (``restore``, ``catch_up``) advances (default: log
+    lines). ``on_applied`` is called with each applied batch (as its ``WireBatch``; for
+    measurements). ``source_timeout_s``: a source unheard that long is offline (None: only its
+    own offline marker makes it so); ``clock`` is the monotonic clock liveness is measured on.
     """
 
     def __init__(
@@ -150,6 +155,7 @@ class Follower:
         on_applied: Callable[[WireBatch], None] | None = None,
         source_timeout_s: float | None = None,
         clock: Clock = time.monotonic,
+        write_snapshots: bool = True,
     ) -> None:
         _check_views(views)
         if snapshot_every_batches < 1 or not snapshot_every_s > 0:
@@ -161,6 +167,7 @@ class Follower:
         self.log = log
         self.views = list(views)
         self.store = snapshots
+        self._write_snapshots = write_snapshots
         self.metrics = FollowerMetrics()
         self.source_timeout_s = source_timeout_s
         self._clock = clock
@@ -174,6 +181,7 @@ class Follower:
         self._snapshot_every_s = snapshot_every_s
         self._max_record_bytes = max_record_bytes
         self._lag_refresh_s = lag_refresh_s
+        self._lag = LagClock()
         self._progress: ReplayProgress = LoggedProgress() if progress is None else progress
         self._on_applied = on_applied
         self._offsets: dict[int, int] = {}
@@ -330,7 +338,7 @@ class Follower:
                     view.apply(events)
             except ReplicaConsistencyError as exc:
                 failure = failure or exc
-        self._count_applied(1, batch.event_count, batch.ts)
+        self._count_applied(1, batch.event_count)
         if failure is not None:
             self._inconsistent(batch.source, failure.reason)
         elif (digest := batch.digest) is not None:
@@ -340,15 +348,12 @@ class Follower:
         if self._on_applied is not None:
             self._on_applied(batch)
 
-    def _count_applied(self, batches: int, events: int, last_ts: float | None) -> None:
+    def _count_applied(self, batches: int, events: int) -> None:
         """The bookkeeping of ``batches`` applied batches (one by ``_apply`` or a run of the
-        fast lane), the last written at ``last_ts``."""
+        fast lane)."""
         metrics = self.metrics
         metrics.batches_applied += batches
         metrics.events_applied += events
-        if last_ts is not None:
-            lag_s = time.time() - last_ts
-            metrics.lag_s = lag_s if lag_s > 0.0 else 0.0
         self._batches_since_snapshot += batches
 
     def _inconsistent(self, source: str, reason: str) -> None:
@@ -401,9 +406,9 @@ class Follower:
         """Apply ``records[at:]`` in the lane while it can; return how many it consumed. Each
         counts as ``_handle`` would count it (the last may have failed to fit its replica)."""
         limit = len(records) - at
-        if self.store is not None:  # stop exactly where a snapshot falls due, as _handle does
+        if self._writes_snapshots:  # stop exactly where a snapshot falls due, as _handle does
             limit = min(limit, max(1, self._snapshot_every_batches - self._batches_since_snapshot))
-        consumed, pages, last_ts, advanced, failure, churn = apply_records(
+        consumed, pages, _, advanced, failure, churn = apply_records(
             replicas.store, payloads, at, limit, self._max_record_bytes, self._lane
         )
         if not consumed:
@@ -414,7 +419,7 @@ class Follower:
         self._offsets[last.partition] = last.offset + 1
         self.cursors.advance(advanced)
         self.metrics.records_read += consumed
-        self._count_applied(consumed, pages, last_ts)
+        self._count_applied(consumed, pages)
         if failure is not None:
             source, reason = failure
             self._inconsistent(source, reason)
@@ -424,7 +429,7 @@ class Follower:
     # --- reading --------------------------------------------------------------------------
 
     def _snapshot_due(self) -> bool:
-        if self.store is None or self._batches_since_snapshot == 0:
+        if not self._writes_snapshots or self._batches_since_snapshot == 0:
             return False
         if self._batches_since_snapshot >= self._snapshot_every_batches:
             return True
@@ -464,7 +469,7 @@ class Follower:
             if progress is not None and done % ADVANCE_EVERY_RECORDS == 0:
                 progress.advanced(done)
             if self.store is not None and self._snapshot_due():
-                await self.snapshot()
+                await self._scheduled_snapshot()
 
     async def _overtaken(self, start: StartAt) -> bool:
         """Whether the log now starts past where this follower stands, having read from
@@ -537,14 +542,21 @@ class Follower:
                     if progress is not None:
                         _advance(progress, before, done)
                     if self.store is not None and self._snapshot_due():
-                        await self.snapshot()
+                        await self._scheduled_snapshot()
 
     def _lag_to(self, end: Position) -> int:
         return sum(max(0, end.get(p) - self._offsets.get(p, 0)) for p in end.partitions())
 
+    def _observe_lag(self, end: Position) -> None:
+        """Update ``metrics.lag_records`` and ``metrics.lag_s`` from the log's ``end`` seen
+        now (``consumers.lag``)."""
+        metrics = self.metrics
+        metrics.lag_records, metrics.lag_s = self._lag.observe(self._clock(), end, self._offsets)
+
     async def refresh_lag(self) -> int:
-        """Ask the log for its end and update ``metrics.lag_records``; return it."""
-        self.metrics.lag_records = self._lag_to(await self.log.end())
+        """Ask the log for its end and update ``metrics.lag_records`` and ``metrics.lag_s``;
+        return the records behind."""
+        self._observe_lag(await self.log.end())
         return self.metrics.lag_records
 
     async def catch_up(self, *, description: str = "catch-up") -> int:
@@ -556,7 +568,7 @@ class Follower:
             await self._read(follow=False, progress=self._progress)
         finally:
             self._progress.finished(self.metrics.records_read - before)
-        self.metrics.lag_records = self._lag_to(end)
+        self._observe_lag(end)
         return self.metrics.records_read - before
 
     async def _tick_forever(self) -> None:
@@ -568,7 +580,7 @@ class Follower:
             except LogUnavailableError as exc:
                 logger.warning("cannot read the log's end for the lag metric: %s", exc)
             if self._snapshot_due():
-                await self.snapshot()
+                await self._scheduled_snapshot()
 
     async def run(
         self, follow: bool = True, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -599,21 +611,54 @@ class Follower:
             digests[source] = None if source in diverged or not known else known[0]
         return digests
 
+    @property
+    def _writes_snapshots(self) -> bool:
+        """Whether this follower writes snapshots: it has a store and was not made read-only."""
+        return self.store is not None and self._write_snapshots
+
     async def snapshot(self) -> SnapshotInfo:
         """Write a snapshot of every view, the cursors and the position now; pin the log."""
         if self.store is None:
             raise ConsumerError("this follower has no snapshot store")
+        if not self._write_snapshots:
+            raise ConsumerError("this follower only reads its snapshot store")
         async with self._snapshot_lock:
             views = {view.name: view.snapshot() for view in self.views}
             position, cursors = self.position, self.cursors.to_obj()
             self._batches_since_snapshot = 0
             self._last_snapshot_mono = time.monotonic()
-            info = await self.store.write(position, cursors, views, self.source_digests())
-            self.metrics.snapshots_written += 1
-            self.metrics.last_snapshot_at = info.created_at
-            await self.log.pin(PIN_NAME, await self.store.oldest_kept_position())
+            try:
+                info = await self.store.write(
+                    position,
+                    cursors,
+                    views,
+                    self.source_digests(),
+                    log_identity=await identity_of(self.log),
+                )
+                self.metrics.snapshots_written += 1
+                self.metrics.last_snapshot_at = info.created_at
+                await pin_for_store(self.log, self.store, await self.store.oldest_kept_position())
+            except Exception:
+                self.metrics.snapshot_failures += 1
+                raise
         logger.info("wrote snapshot %s at position %s", info.name, info.position)
         return info
+
+    async def _scheduled_snapshot(self) -> None:
+        """A snapshot fallen due: one that cannot be written (a full disk, an unreachable
+        snapshot topic) is counted (``snapshot_failures``) and logged, and the follower goes on
+        following; the next is tried when due again (an explicit ``snapshot()`` raises)."""
+        try:
+            await self.snapshot()
+        except (SnapshotError, LogError, OSError) as exc:
+            logger.warning(
+                "cannot write a snapshot (%d failed so far); following on, next try in %d "
+                "batches or %g s: %s",
+                self.metrics.snapshot_failures,
+                self._snapshot_every_batches,
+                self._snapshot_every_s,
+                exc,
+            )
 
     def _reset(self) -> None:
         for view in self.views:
@@ -642,6 +687,8 @@ class Follower:
         names = [view.name for view in self.views]
         older_than: int | None = None
         while (found := await self.store.newest_valid(names, older_than=older_than)) is not None:
+            # a snapshot of another log (or of this one before it was wiped) is refused
+            await check_snapshot_of(self.log, self.store.url, found.info)
             try:
                 self._load(found)
             except (ViewStateError, ValueError) as exc:

@@ -19,6 +19,9 @@ Liveness (``cache.events.liveness``): the epoch's publisher appends a heartbeat 
 ``engine_timeout_s`` the bridge appends an offline marker for it and its heartbeats stop, until
 the engine is heard again (checked after any restart it shows was handled, so an old run's
 blocks are never declared alive again). A clean stop of the bridge ends with an offline marker.
+While nothing at all is heard (no connection to the engine's endpoint, or a connection that has
+delivered nothing yet), a warning naming the endpoint is logged every ``silence_warning_s``, so
+a bridge pointed where no engine publishes says so.
 
 It must run on the asyncio backend (pyzmq's asyncio sockets).
 """
@@ -56,6 +59,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_REPLAY_TIMEOUT_S = 5.0
 DEFAULT_IDLE_PROBE_S = 2.0
 DEFAULT_ENGINE_TIMEOUT_S = 10.0
+DEFAULT_SILENCE_WARNING_S = 10.0
 _SUB_HWM = 1_000_000
 
 
@@ -86,6 +90,7 @@ class Bridge:
         max_queue_batches: int = 1024,
         heartbeat_s: float | None = None,
         engine_timeout_s: float | None = DEFAULT_ENGINE_TIMEOUT_S,
+        silence_warning_s: float | None = DEFAULT_SILENCE_WARNING_S,
     ) -> None:
         if type(source) is not str or not source:
             raise ValueError(f"source: expected a non-empty str, got {source!r}")
@@ -116,6 +121,14 @@ class Bridge:
         self._connected = False
         self._engine_online = True
         self._same_run = False  # since the engine went offline: its replay proved the same run
+        # what an operator is told of an engine never heard (see the module docstring)
+        self.silence_warning_s = silence_warning_s
+        self.connected_once = False
+        """Whether the SUB socket ever connected to ``endpoint``."""
+        self.heard_at: float | None = None
+        """When (time.monotonic) a live message or a replay answer last arrived (None: never)."""
+        self._silence_since = time.monotonic()
+        self._silence_warned: float | None = None
         self.metrics = BridgeMetrics()
         self.mirror = MirrorCache()
         self.tracker = StreamTracker()
@@ -210,9 +223,10 @@ class Bridge:
                 if self._dealer is not None:
                     await self._catch_up(self._expected(), until=None)
                 self._check_engine()
+                self._warn_if_silent()
                 continue
             self.metrics.received += 1
-            self._engine_heard = time.monotonic()
+            self._engine_heard = self.heard_at = time.monotonic()
             await self._note_reconnects()
             try:
                 frame = parse_live(parts)
@@ -224,6 +238,39 @@ class Bridge:
             self._check_engine()
 
     # --- liveness -----------------------------------------------------------------------------
+
+    def _warn_if_silent(self) -> None:
+        """Every ``silence_warning_s`` while the engine's endpoint is not connected and nothing
+        was heard for that long, and once for a connection that delivered nothing yet: a
+        warning naming the endpoint."""
+        period = self.silence_warning_s
+        now = time.monotonic()
+        quiet_s = now - (self._silence_since if self.heard_at is None else self.heard_at)
+        if period is None or quiet_s < period:
+            return
+        if self._connected:
+            if self.heard_at is not None or self._silence_warned is not None:
+                return  # an idle engine that has spoken, or told once already
+            logger.warning(
+                "bridge %r: connected to %s, but no KV event received in %.0f s (is the engine "
+                "publishing there, in the --format expected?)",
+                self.source,
+                self.endpoint,
+                quiet_s,
+            )
+        else:
+            if self._silence_warned is not None and now - self._silence_warned < period:
+                return
+            replay = "" if self.replay_endpoint is None else f" (replay {self.replay_endpoint})"
+            logger.warning(
+                "bridge %r: nothing heard from the engine for %.0f s: no connection to %s%s; "
+                "is the engine running and publishing its KV events there?",
+                self.source,
+                quiet_s,
+                self.endpoint,
+                replay,
+            )
+        self._silence_warned = now
 
     def _check_engine(self) -> None:
         """Declare the engine offline in the log once unheard for ``engine_timeout_s``; online
@@ -291,7 +338,7 @@ class Bridge:
         while await monitor.poll(0):
             event = parse_monitor_message(await monitor.recv_multipart())
             if event["event"] == zmq.EVENT_CONNECTED:
-                self._connected = True
+                self._connected = self.connected_once = True
                 self._engine_heard = time.monotonic()
             elif event["event"] == zmq.EVENT_DISCONNECTED:
                 self._connected = False
@@ -387,7 +434,7 @@ class Bridge:
             await self._dealer.send_multipart([b"", encode_seq(start)])
             while True:
                 parts = await self._dealer.recv_multipart()
-                self._engine_heard = time.monotonic()
+                self._engine_heard = self.heard_at = time.monotonic()
                 try:
                     frame = parse_replay(parts)
                 except FrameError as exc:
@@ -402,10 +449,11 @@ class Bridge:
             # A late answer must not be read as the next one: start a fresh socket.
             self.metrics.replay_timeouts += 1
             logger.warning(
-                "bridge %r: replay from %d timed out after %.1f s",
+                "bridge %r: replay from %d timed out after %.1f s (no answer from %s)",
                 self.source,
                 start,
                 self.replay_timeout_s,
+                self.replay_endpoint,
             )
             self._dealer.close(linger=0)
             self._dealer = self._new_dealer()

@@ -28,7 +28,7 @@ from swa_es.cli import settings
 from swa_es.cli.exit_codes import EXIT_FAILED, EXIT_OK
 from swa_es.cli.live_view import Frame, WorkerRow, show_live
 from swa_es.cli.settings import Command
-from swa_es.cli.shared_options import OPEN_TIMEOUT, SEED
+from swa_es.cli.shared_options import LOG, OPEN_TIMEOUT, RUN_DURATION, SEED
 from swa_es.engine.engine import CacheConfig, SyntheticEngine, synthetic_engine
 from swa_es.engine.primary import PrimaryProgress, run_primary
 from swa_es.options import field_of, nested, option
@@ -47,14 +47,7 @@ def default_data_dir() -> Path:
 class DemoConfig:
     """``swa-es demo`` (each field an option or a group of them)."""
 
-    log_url: str | None = option(
-        "log",
-        v.log_url,
-        "log URL instead of DATA/log, e.g. kafka://localhost:9092/demo",
-        default=None,
-        metavar="URL",
-        shown_default="DATA/log",
-    )
+    log_url: str | None = field_of(LOG, default=None, shown_default="DATA/log")
     open_timeout_s: float = field_of(OPEN_TIMEOUT)
     data_dir: Path = option(
         "data",
@@ -65,11 +58,15 @@ class DemoConfig:
         shown_default="the user cache dir's swa-es/demo",
     )
     workers: int = option("workers", v.positive_int, "simulated workers", default=2, metavar="N")
-    duration_s: float = option(
-        "duration", v.positive_float, "seconds to serve", default=10.0, metavar="S"
-    )
+    duration_s: float = field_of(RUN_DURATION, default=10.0)
     refresh_s: float = option(
-        "refresh", v.positive_float, "live view refresh period in seconds", default=0.5, metavar="S"
+        "refresh-s",
+        v.positive_float,
+        "live view refresh period in seconds",
+        default=0.5,
+        metavar="S",
+        old_flags=("refresh",),
+        old_variables=("refresh",),
     )
     cache: CacheConfig = nested(CacheConfig)
     seed: int = field_of(SEED)

@@ -1,8 +1,9 @@
 """Which optional extra of the ``swa-es`` distribution brings which third-party module.
 
-The core install (``pip install swa-es``) holds the log, the follower and the codec; torch, Kafka,
-the engine bridge and the HTTP services are extras, so a follower or a bridge need not install
-torch. A command that meets a missing one says which extra to install instead of a traceback.
+The core install (the wheel ``tools/build_wheel.sh`` builds, with no extra) holds the log, the
+follower and the codec; torch, Kafka, the engine bridge and the HTTP services are extras, so a
+follower or a bridge need not install torch. A command that meets a missing one says which
+extra to install instead of a traceback.
 """
 
 from __future__ import annotations
@@ -22,17 +23,23 @@ EXTRA_OF_MODULE: Final[dict[str, str]] = {
     "httpx": "client",
     "prometheus_client": "service",
 }
-"""Top-level module name -> the extra (``pip install 'swa-es[EXTRA]'``) that installs it."""
+"""Top-level module name -> the extra of the swa-es wheel that installs it."""
+
+
+def install_hint(extra: str) -> str:
+    """How to install ``extra``: swa-es is not on a package index, so the hint names the wheel
+    built from the repository (README, "Install from this repository")."""
+    return (
+        f"install the swa-es wheel with the '{extra}' extra "
+        f'(pip install "$(ls dist/swa_es-*.whl)[{extra}]" after bash tools/build_wheel.sh)'
+    )
 
 
 class MissingExtraError(SwaEsError):
     """A command needs a module of an optional extra that is not installed."""
 
     def __init__(self, module: str, extra: str) -> None:
-        super().__init__(
-            f"needs {module}, which is not installed: pip install 'swa-es[{extra}]' "
-            "(or 'swa-es[all]')"
-        )
+        super().__init__(f"needs {module}, which is not installed: {install_hint(extra)}")
         self.module = module
         self.extra = extra
 

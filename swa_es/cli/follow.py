@@ -1,8 +1,10 @@
 """``swa-es follow``: a long-running follower with snapshots, ``/metrics`` and ``/healthz``.
 
 It restores the newest valid snapshot (or replays from the beginning), then applies live
-records until ``--duration`` or SIGTERM/SIGINT; on the way out it writes a last snapshot and
-its final status (per-source replica digests, states, counters). A source unheard for
+records until ``--duration-s`` or SIGTERM/SIGINT (exit 0; SIGINT: 130); on the way out it writes
+a last snapshot and its final status (per-source replica digests, states, counters). On stderr
+it says what it reads, writes and listens on (the bound ports, also for port 0) when it starts,
+when it is restored and ready, and sums up its run when it stops. A source unheard for
 ``--source-timeout-s`` (no batch, no heartbeat), or one that marked itself offline, is answered
 as offline; while the follower lags the log by more than ``--degraded-lag-records`` the others
 are degraded. The snapshot store is a directory or a
@@ -18,17 +20,23 @@ import time
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import anyio
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 
 from cache.events import DEFAULT_MAX_RECORD_BYTES
-from consumers import Follower
+from consumers import Follower, SnapshotInfo
 from swa_es.cli import settings
-from swa_es.cli.exit_codes import EXIT_OK
 from swa_es.cli.progress import terminal_progress
+from swa_es.cli.service_report import (
+    ServiceReport,
+    check_snapshot_directory,
+    check_status_file,
+    listening,
+)
 from swa_es.cli.settings import Command
 from swa_es.cli.shared_options import (
     RUN_DURATION,
@@ -44,10 +52,10 @@ from swa_es.options import values as v
 from swa_es.options.values import SettingError
 from swa_es.service.event_loop import fast_loop_options
 from swa_es.service.http_app import AppParts
-from swa_es.service.http_server import start_http_server
-from swa_es.service.log_access import open_reader, open_snapshots
-from swa_es.service.routing import STATES, FollowerRouting
-from swa_es.service.service_metrics import follower_families, registry_of
+from swa_es.service.http_server import HttpServer, start_http_server
+from swa_es.service.log_access import open_reader, open_snapshots, redact
+from swa_es.service.routing import FollowerRouting
+from swa_es.service.service_metrics import follower_families, registry_of, source_families
 from swa_es.service.signals import cancel_on_signal
 from swa_es.service.status_file import write_status, write_status_every
 from swa_es.service.views import StandardViews
@@ -59,6 +67,13 @@ class FollowConfig:
     ``egress`` is ``None`` without ``--zmq-publish``)."""
 
     log: LogAccess = nested(LogAccess)
+    create_log: bool = option(
+        "create-log",
+        v.boolean,
+        "create the FileLog directory when it is missing and wait for a writer (without it a "
+        "missing directory, a typo, is an error)",
+        default=False,
+    )
     duration_s: float | None = field_of(RUN_DURATION)
     source_timeout_s: float = option(
         "source-timeout-s",
@@ -86,11 +101,13 @@ class FollowConfig:
         metavar="N",
     )
     snapshot_every_s: float = option(
-        "snapshot-every",
+        "snapshot-every-s",
         v.positive_float,
         "snapshot every S seconds if something was applied",
         default=30.0,
         metavar="S",
+        old_flags=("snapshot-every",),
+        old_variables=("snapshot-every",),
     )
     keep_snapshots: int = option(
         "keep-snapshots", v.positive_int, "snapshots kept", default=3, metavar="K"
@@ -162,10 +179,17 @@ def run(config: FollowConfig) -> int:
 class FollowerService:
     """A follower and what it reports."""
 
-    def __init__(self, config: FollowConfig, follower: Follower, views: StandardViews) -> None:
+    def __init__(
+        self,
+        config: FollowConfig,
+        follower: Follower,
+        views: StandardViews,
+        report: ServiceReport | None = None,
+    ) -> None:
         self.config = config
         self.follower = follower
         self.views = views
+        self.report = ServiceReport("follow") if report is None else report
         self.routing = FollowerRouting(
             follower, views, degraded_lag_records=config.degraded_lag_records
         )
@@ -204,22 +228,11 @@ class FollowerService:
 
     def metric_families(self) -> list[Metric]:
         """What ``/metrics`` exports: the follower's families and each source's state."""
-        state = GaugeMetricFamily(
-            "swa_es_source_state",
-            "1 for the state each source is in (exact, degraded, offline, unknown)",
-            labels=["source", "state"],
-        )
-        heard = GaugeMetricFamily(
-            "swa_es_source_last_heard_seconds",
-            "seconds since the follower last heard from a source (a batch or a heartbeat)",
-            labels=["source"],
-        )
         live = self.routing.liveness()
-        for source, current in self.routing.source_states().items():
-            for name in STATES:
-                state.add_metric([source, name], 1.0 if name == current else 0.0)
-            heard.add_metric([source], live.heard_s(source) or 0.0)
-        return [*follower_families(self.follower.metrics, self.views), state, heard]
+        return [
+            *follower_families(self.follower.metrics, self.views),
+            *source_families(self.routing.source_states(), live.heard_s),
+        ]
 
     def health(self) -> tuple[bool, str]:
         """``/healthz``: ready once restored; diverged sources are named but not fatal."""
@@ -228,29 +241,66 @@ class FollowerService:
         diverged = self.follower.diverged()
         return True, "ok" + (f"; diverged: {', '.join(sorted(diverged))}" if diverged else "")
 
-    async def follow(self) -> None:
-        """Restore, then follow until the duration or a signal; snapshot on the way out."""
+    async def follow(self, started: Callable[[], None] = lambda: None) -> None:
+        """Restore, then follow until the duration or a signal; snapshot on the way out
+        (``started`` is called once the signals are caught)."""
         c = self.config
         async with anyio.create_task_group() as background:
             following = anyio.CancelScope(
                 deadline=anyio.current_time() + (c.duration_s or math.inf)
             )
-            background.start_soon(cancel_on_signal, following)
+            await background.start(cancel_on_signal, following, self.report.stop)
+            started()
             if c.status_file is not None:
                 background.start_soon(
                     write_status_every, c.status_file, self.status, c.status_every_s
                 )
             with following:
-                await self.follower.restore()
+                began = anyio.current_time()
+                info = await self.follower.restore()
                 self.restored = True
+                self.report.say(self._restored_line(info, anyio.current_time() - began))
                 for hook in self.on_restored:
                     hook()
+                self.report.say(
+                    f"ready: following the log from position {_position(self.follower)}"
+                )
                 await self.follower.run(follow=True)
             background.cancel_scope.cancel()
         if self.follower.store is not None and self.restored:
             await self.follower.snapshot()
         if c.status_file is not None:
             await write_status(c.status_file, self.status())
+
+    def _restored_line(self, info: SnapshotInfo | None, took_s: float) -> str:
+        replayed = f"replayed {self.follower.metrics.records_read} records in {took_s:.1f} s"
+        if info is None:
+            where = "no snapshot" if self.follower.store is not None else "no --snapshots"
+            return f"restored ({where}: the whole log), {replayed}"
+        return (
+            f"restored snapshot {info.where} at position {_position_text(info.position.offsets)}"
+            f", {replayed}"
+        )
+
+    def counts(self) -> str:
+        """The counts of the exit summary."""
+        m = self.follower.metrics
+        sources = self.views.replicas.sources()
+        diverged = len(self.follower.diverged())
+        return (
+            f"{m.records_read} records read, {m.batches_applied} batches applied, "
+            f"{len(sources)} source{'' if len(sources) == 1 else 's'} ({diverged} diverged), "
+            f"{m.undecodable} undecodable, "
+            f"{m.snapshots_written} snapshots written, position {_position(self.follower)}"
+        )
+
+
+def _position_text(offsets: dict[int, int]) -> str:
+    return ",".join(f"{p}:{o}" for p, o in sorted(offsets.items())) or "0"
+
+
+def _position(follower: Follower) -> str:
+    return _position_text(follower.position.offsets)
 
 
 def follower_views(config: FollowConfig) -> StandardViews:
@@ -261,6 +311,16 @@ def follower_views(config: FollowConfig) -> StandardViews:
 
 async def follow(config: FollowConfig) -> int:
     """Restore, follow until the duration or a signal, snapshot, report; the exit status."""
+    report = ServiceReport("follow")
+    check_status_file(config.status_file)
+    check_snapshot_directory(config.snapshots)
+    with report.failing():
+        await _follow(config, report)
+    return report.stopped(limit_reason="--duration-s reached")
+
+
+async def _follow(config: FollowConfig, report: ServiceReport) -> None:
+    """``follow``'s run, telling ``report`` what it does."""
     if config.zmq_snapshot is not None and config.egress is None:
         raise SettingError("--zmq-snapshot", "answers for the stream out: give --zmq-publish too")
     views = follower_views(config)
@@ -271,7 +331,7 @@ async def follow(config: FollowConfig) -> int:
                 config.snapshots, config.log.open_timeout_s, keep=config.keep_snapshots
             )
             stack.push_async_callback(store.close)
-        log = await open_reader(config.log.url, config.log.open_timeout_s, create=True)
+        log = await open_reader(config.log.url, config.log.open_timeout_s, create=config.create_log)
         await stack.enter_async_context(log)
         follower = Follower(
             log,
@@ -283,15 +343,17 @@ async def follow(config: FollowConfig) -> int:
             progress=terminal_progress(),
             source_timeout_s=config.source_timeout_s,
         )
-        service = FollowerService(config, follower, views)
+        service = FollowerService(config, follower, views, report)
+        report.counts = service.counts
         registry = registry_of(service.metric_families)
-        service.metrics_port = await start_http_server(
+        metrics = await start_http_server(
             stack,
             AppParts(registry, service.health),
             host=config.metrics.host,
             port=config.metrics.port,
         )
-        service.http_port = await start_http_server(
+        service.metrics_port = None if metrics is None else metrics.port
+        routing = await start_http_server(
             stack,
             AppParts(
                 registry,
@@ -301,7 +363,10 @@ async def follow(config: FollowConfig) -> int:
             ),
             host=config.http_host,
             port=config.http_port,
+            host_flag="--http-host",
+            port_flag="--http-port",
         )
+        service.http_port = None if routing is None else routing.port
         if config.egress is not None:
             from swa_es.egress.bootstrap import follower_state, replica_lookup
             from swa_es.egress.stream import ZmqEgress
@@ -327,5 +392,24 @@ async def follow(config: FollowConfig) -> int:
                 )
                 snapshots = SnapshotServer(egress, config.zmq_snapshot, capture)
                 await stack.enter_async_context(snapshots)
-        await service.follow()
-    return EXIT_OK
+        await service.follow(partial(report.started, _started(config, routing, metrics)))
+
+
+def _started(
+    config: FollowConfig, routing: HttpServer | None, metrics: HttpServer | None
+) -> list[str]:
+    """What the start line says: what it reads and writes, and where it listens."""
+    store = (
+        "no --snapshots" if config.snapshots is None else f"snapshots in {redact(config.snapshots)}"
+    )
+    egress = config.egress
+    return [
+        f"following {redact(config.log.url)}",
+        store,
+        *listening("routing API", None if routing is None else routing.url),
+        *listening("metrics", None if metrics is None else metrics.url),
+        *listening("stream out", None if egress is None else egress.publish_endpoint),
+        *listening("stream replay", None if egress is None else egress.replay_endpoint),
+        *listening("snapshot requests", config.zmq_snapshot),
+        *([] if config.status_file is None else [f"status file {config.status_file}"]),
+    ]

@@ -1,8 +1,13 @@
 """``swa-es route``: rebuild the views from a log and answer one prefix query.
 
-It prints one JSON object: per source the longest cached prefix of the tokens
-(``full_tokens``) and the longest one usable under the SWA rule (``swa_tokens``; ``null`` for a
-diverged source), and ``best``, the source a router would send the request to.
+It prints one JSON object with the routing API's field names (docs/routing.md): per source the
+longest cached prefix of the tokens (``cached_tokens``), the longest one usable under the SWA
+rule (``usable_tokens``; both ``null`` for a source whose state is unknown) and its ``state``
+(``exact``, ``offline`` for a source that marked itself offline, as a stopped ``serve`` does,
+``unknown``), and ``best``, the source with the longest usable prefix.
+
+It only reads: with ``--snapshots`` it restores from the newest snapshot there and replays the
+tail, writing into the store (and pinning the log) only with ``--write-snapshots``.
 """
 
 from __future__ import annotations
@@ -19,11 +24,14 @@ from consumers import Follower, PrefixMatch
 from swa_es.cli import settings
 from swa_es.cli.exit_codes import EXIT_OK
 from swa_es.cli.progress import terminal_progress
+from swa_es.cli.service_report import check_snapshot_directory
 from swa_es.cli.settings import Command
-from swa_es.cli.shared_options import SNAPSHOTS, LogAccess
+from swa_es.cli.shared_options import SNAPSHOTS, WRITE_SNAPSHOTS, LogAccess
 from swa_es.options import field_of, nested, option
 from swa_es.options import values as v
+from swa_es.options.values import SettingError
 from swa_es.service.log_access import open_reader, open_snapshots
+from swa_es.service.routing import EXACT, UNKNOWN, FollowerRouting
 from swa_es.service.views import StandardViews
 
 
@@ -33,6 +41,7 @@ class RouteConfig:
 
     log: LogAccess = nested(LogAccess)
     snapshots: str | None = field_of(SNAPSHOTS)
+    write_snapshots: bool = field_of(WRITE_SNAPSHOTS)
     tokens: tuple[int, ...] = option(
         "tokens", v.token_list, "token ids: '1,2,3', '1 2 3' or '0..512'", metavar="IDS"
     )
@@ -55,8 +64,9 @@ def add_parser(subparsers: Any) -> None:
         subparsers,
         COMMAND,
         help="answer a prefix query from the log's views",
-        description="Restore views from the log (and a snapshot store), then print per source the "
-        "cached and SWA-usable prefix length of --tokens.",
+        description="Restore views from the log (and a snapshot store, which it only reads "
+        "unless --write-snapshots), then print per source the cached and SWA-usable prefix "
+        "length of --tokens and its state.",
         run=run,
     )
 
@@ -82,13 +92,20 @@ def best_source(matches: dict[str, PrefixMatch]) -> str | None:
     return ranked[0][2]
 
 
-def answer(tokens: tuple[int, ...], matches: dict[str, PrefixMatch]) -> dict[str, Any]:
-    """The JSON document of one query."""
+def answer(
+    tokens: tuple[int, ...], matches: dict[str, PrefixMatch], states: dict[str, str]
+) -> dict[str, Any]:
+    """The JSON document of one query (``states``: each source's state, as the routing API
+    names it)."""
     return {
         "tokens": len(tokens),
         "best": best_source(matches),
         "sources": {
-            source: {"full_tokens": m.full_tokens, "swa_tokens": m.swa_tokens, "known": m.known}
+            source: {
+                "cached_tokens": m.full_tokens,
+                "usable_tokens": m.swa_tokens,
+                "state": states.get(source, EXACT if m.known else UNKNOWN),
+            }
             for source, m in sorted(matches.items())
         },
     }
@@ -96,6 +113,10 @@ def answer(tokens: tuple[int, ...], matches: dict[str, PrefixMatch]) -> dict[str
 
 async def route(config: RouteConfig, out: TextIO) -> int:
     """Restore views (snapshot + tail, or the whole log), query, print; the exit status."""
+    if config.write_snapshots and config.snapshots is None:
+        raise SettingError("--write-snapshots", "writes into --snapshots, which is not given")
+    if config.write_snapshots:
+        check_snapshot_directory(config.snapshots)
     views = StandardViews.create()
     async with AsyncExitStack() as stack:
         store = None
@@ -104,8 +125,15 @@ async def route(config: RouteConfig, out: TextIO) -> int:
             stack.push_async_callback(store.close)
         log = await open_reader(config.log.url, config.log.open_timeout_s)
         await stack.enter_async_context(log)
-        follower = Follower(log, views.all, snapshots=store, progress=terminal_progress())
+        follower = Follower(
+            log,
+            views.all,
+            snapshots=store,
+            progress=terminal_progress(),
+            write_snapshots=config.write_snapshots,
+        )
         await follower.restore()
     matches = views.prefix.match(config.tokens, extra_key=config.extra_key)
-    out.write(orjson.dumps(answer(config.tokens, matches)).decode() + "\n")
+    states = FollowerRouting(follower, views).source_states()
+    out.write(orjson.dumps(answer(config.tokens, matches, states)).decode() + "\n")
     return EXIT_OK

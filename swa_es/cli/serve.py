@@ -1,11 +1,13 @@
 """``swa-es serve``: one primary worker loop publishing its cache's events to a log.
 
-It serves the synthetic workload (any ``Engine`` would do) until ``--duration`` or
+It serves the synthetic workload (any ``Engine`` would do) until ``--duration-s`` or
 ``--requests`` is reached, or SIGTERM/SIGINT arrives; then it flushes the publisher, writes its
 final status (``flushed: true`` and the primary's digest, which a follower that caught up must
 match), appends an offline marker (followers answer the source as offline from then on) and
-exits 0. While idle it appends a heartbeat every ``--heartbeat-s``. ``--metrics-port`` serves
-``/metrics`` and ``/healthz`` meanwhile.
+exits 0 (130 after SIGINT). While idle it appends a heartbeat every ``--heartbeat-s``.
+``--metrics-port`` serves ``/metrics`` and ``/healthz`` meanwhile. It says on stderr where it
+appends and listens when it starts, and sums up its run when it stops; its result (requests
+served and the primary's digest) is its one line on stdout.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ import logging
 import math
 import os
 import time
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +27,13 @@ import anyio
 from prometheus_client.core import Metric
 
 from swa_es.cli import settings
-from swa_es.cli.exit_codes import EXIT_OK
+from swa_es.cli.service_report import ServiceReport, check_status_file, listening
 from swa_es.cli.settings import Command
 from swa_es.cli.shared_options import (
     HEARTBEAT,
     RUN_DURATION,
     SEED,
+    SOURCE,
     STATUS_EVERY,
     STATUS_FILE,
     LogAccess,
@@ -42,9 +47,9 @@ from swa_es.publish.config import PublisherConfig
 from swa_es.publish.publisher import Publisher
 from swa_es.service.http_app import AppParts
 from swa_es.service.http_server import start_http_server
-from swa_es.service.log_access import open_log_within
+from swa_es.service.log_access import open_log_within, redact
 from swa_es.service.service_metrics import publisher_families, registry_of
-from swa_es.service.signals import cancel_on_signal
+from swa_es.service.signals import Stop, cancel_on_signal
 from swa_es.service.status_file import write_status, write_status_every
 
 logger = logging.getLogger(__name__)
@@ -57,9 +62,7 @@ class ServeConfig:
     log: LogAccess = nested(LogAccess)
     cache: CacheConfig = nested(CacheConfig)
     seed: int = field_of(SEED)
-    source: str = option(
-        "source", v.text_value, "source id, the record key", default="worker-0", metavar="ID"
-    )
+    source: str = field_of(SOURCE, default="worker-0")
     duration_s: float | None = field_of(RUN_DURATION)
     max_requests: int | None = option(
         "requests",
@@ -93,7 +96,7 @@ def add_parser(subparsers: Any) -> None:
         COMMAND,
         help="one primary worker loop publishing to a log",
         description="Serve the synthetic workload on one cache and publish its events. Stops "
-        "after --duration / --requests, or on SIGTERM/SIGINT, after flushing.",
+        "after --duration-s / --requests, or on SIGTERM/SIGINT, after flushing.",
         run=run,
     )
 
@@ -106,10 +109,13 @@ def run(config: ServeConfig) -> int:
 class PrimaryService:
     """One primary: an engine, its publisher, progress, and what it reports."""
 
-    def __init__(self, config: ServeConfig, engine: Engine, publisher: Publisher) -> None:
+    def __init__(
+        self, config: ServeConfig, engine: Engine, publisher: Publisher, stop: Stop | None = None
+    ) -> None:
         self.config = config
         self.engine = engine
         self.publisher = publisher
+        self.stop = Stop() if stop is None else stop
         self.progress = PrimaryProgress()
         self.flushed = False
         self.metrics_port: int | None = None
@@ -133,10 +139,7 @@ class PrimaryService:
         """What ``/metrics`` exports."""
         cache = self.engine.cache
         return publisher_families(
-            self.publisher.metrics,
-            self.progress.requests,
-            cache.total_size(),
-            cache.state_digest(),
+            self.publisher.metrics, self.progress.requests, cache.total_size()
         )
 
     def health(self) -> tuple[bool, str]:
@@ -145,12 +148,14 @@ class PrimaryService:
             return False, "publisher failed"
         return True, "ok"
 
-    async def serve(self) -> None:
-        """Serve until the limits or a signal, then flush."""
+    async def serve(self, started: Callable[[], None] = lambda: None) -> None:
+        """Serve until the limits or a signal, then flush (``started`` is called once the
+        signals are caught)."""
         c = self.config
         async with anyio.create_task_group() as background:
             serving = anyio.CancelScope(deadline=anyio.current_time() + (c.duration_s or math.inf))
-            background.start_soon(cancel_on_signal, serving)
+            await background.start(cancel_on_signal, serving, self.stop)
+            started()
             if c.status_file is not None:
                 background.start_soon(
                     write_status_every, c.status_file, self.status, c.status_every_s
@@ -169,29 +174,70 @@ class PrimaryService:
         if c.status_file is not None:
             await write_status(c.status_file, self.status())
 
+    def counts(self) -> str:
+        """The counts of the exit summary."""
+        metrics = self.publisher.metrics
+        return (
+            f"{self.progress.requests} requests as {self.config.source}, "
+            f"{metrics.batches_published} batches appended "
+            f"({metrics.discarded_batches} discarded), "
+            f"digest {self.engine.cache.state_digest()}"
+        )
+
+    def limit_reason(self) -> str:
+        """Which limit ended the run when no signal did."""
+        limit = self.config.max_requests
+        return (
+            "--requests reached"
+            if limit and self.progress.requests >= limit
+            else "--duration-s reached"
+        )
+
 
 async def serve(config: ServeConfig) -> int:
     """Serve until the limits or a signal, flush, report; the exit status."""
     engine = synthetic_engine(config.cache, config.seed)
-    async with AsyncExitStack() as stack:
-        log = await open_log_within(config.log.url, config.log.open_timeout_s)
-        await stack.enter_async_context(log)
-        publisher_config = PublisherConfig(heartbeat_s=config.heartbeat_s, offline_on_close=True)
-        publisher = await stack.enter_async_context(
-            Publisher(engine.cache, log, config.source, config=publisher_config)
-        )
-        service = PrimaryService(config, engine, publisher)
-        service.metrics_port = await start_http_server(
-            stack,
-            AppParts(registry_of(service.metric_families), service.health),
-            host=config.metrics.host,
-            port=config.metrics.port,
-        )
-        await service.serve()
+    report = ServiceReport("serve")
+    service: PrimaryService | None = None
+    check_status_file(config.status_file)
+
+    def families() -> list[Metric]:
+        return [] if service is None else service.metric_families()
+
+    def health() -> tuple[bool, str]:
+        return (False, "starting") if service is None else service.health()
+
+    with report.failing():
+        async with AsyncExitStack() as stack:
+            # listen first: a port it cannot have fails before anything is appended
+            metrics = await start_http_server(
+                stack,
+                AppParts(registry_of(families), health),
+                host=config.metrics.host,
+                port=config.metrics.port,
+            )
+            log = await open_log_within(config.log.url, config.log.open_timeout_s)
+            await stack.enter_async_context(log)
+            publisher_config = PublisherConfig(
+                heartbeat_s=config.heartbeat_s, offline_on_close=True
+            )
+            publisher = await stack.enter_async_context(
+                Publisher(engine.cache, log, config.source, config=publisher_config)
+            )
+            service = PrimaryService(config, engine, publisher, report.stop)
+            report.counts = service.counts
+            service.metrics_port = None if metrics is None else metrics.port
+            started = [
+                f"serving as source {config.source}, appending to {redact(config.log.url)}",
+                *listening("metrics", None if metrics is None else metrics.url),
+                *([] if config.status_file is None else [f"status file {config.status_file}"]),
+            ]
+            await service.serve(partial(report.started, started))
+    assert service is not None
     logger.info("served %d requests as %s", service.progress.requests, config.source)
     print(
         f"serve {config.source}: {service.progress.requests} requests, "
         f"digest {engine.cache.state_digest()}",
         flush=True,
     )
-    return EXIT_OK
+    return report.stopped(limit_reason=service.limit_reason())

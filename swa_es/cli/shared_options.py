@@ -14,25 +14,28 @@ from swa_es.options import Opt, field_of, option
 from swa_es.options import values as v
 
 OPEN_TIMEOUT: Final = Opt(
-    "open-timeout",
+    "open-timeout-s",
     v.positive_float,
     "seconds to wait for the log to open",
     default=20.0,
     metavar="S",
+    old_flags=("open-timeout",),
+    old_variables=("open-timeout",),
+)
+LOG: Final = Opt(
+    "log",
+    v.log_url,
+    "log URL (file:///dir, kafka://host:port/topic) or a directory (a FileLog there)",
+    metavar="URL",
 )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LogAccess:
-    """The log a command reads or appends to, and how long it may take to open (``LOG`` is a
-    positional argument of the commands that only read it)."""
+    """The log a command reads or appends to, and how long it may take to open (the commands
+    that only read it also take it as their first argument, ``LOG``, as they used to)."""
 
-    url: str = option(
-        "log",
-        v.log_url,
-        "log URL (file:///dir, kafka://host:port/topic) or a directory (a FileLog there)",
-        metavar="URL",
-    )
+    url: str = field_of(LOG)
     open_timeout_s: float = field_of(OPEN_TIMEOUT)
 
 
@@ -60,13 +63,16 @@ class MetricsEndpoint:
 SEED: Final = Opt(
     "seed", v.non_negative_int, "workload seed (demo worker i uses seed+i)", 0, metavar="N"
 )
+SOURCE: Final = Opt("source", v.text_value, "source id, the record key", metavar="ID")
 RUN_DURATION: Final = Opt(
-    "duration",
+    "duration-s",
     v.positive_float,
     "seconds to run, then flush and exit",
     default=None,
     metavar="S",
     shown_default="no limit",
+    old_flags=("duration",),
+    old_variables=("duration",),
 )
 HEARTBEAT: Final = Opt(
     "heartbeat-s",
@@ -85,15 +91,28 @@ STATUS_FILE: Final = Opt(
     shown_default="off",
 )
 STATUS_EVERY: Final = Opt(
-    "status-every", v.positive_float, "status file period in seconds", 1.0, metavar="S"
+    "status-every-s",
+    v.positive_float,
+    "status file period in seconds",
+    1.0,
+    metavar="S",
+    old_flags=("status-every",),
+    old_variables=("status-every",),
 )
 SNAPSHOTS: Final = Opt(
     "snapshots",
     v.snapshot_store,
     "snapshot store, a directory or kafka://HOST:PORT/TOPIC?group=NAME (a compacted topic "
-    "shared by followers on any machine): follow and route restore from it first, follow "
-    "writes there",
+    "shared by followers on any machine): follow, route and restore restore from it first; "
+    "follow and snapshot write there (route and restore only with --write-snapshots)",
     default=None,
     metavar="STORE",
     shown_default="none",
+)
+WRITE_SNAPSHOTS: Final = Opt(
+    "write-snapshots",
+    v.boolean,
+    "also write snapshots into --snapshots while replaying (every 1,000 batches, as a "
+    "follower does) and pin the log for them; without it the store and the log are only read",
+    default=False,
 )

@@ -1,9 +1,11 @@
 """``swa-es snapshot`` and ``swa-es restore``: rebuild the views from a snapshot store and the log.
 
 Both restore what they can (the newest valid snapshot, else the whole log) and catch up;
-``snapshot`` then writes a fresh snapshot. Each prints one JSON object: the snapshot written or
-restored, the log positions that were gone (retention), and every source's digest. The store is
-a directory or a ``kafka://`` snapshot topic (``--snapshots``).
+``snapshot`` then writes a fresh snapshot. ``restore`` only reads the store unless
+``--write-snapshots`` (then it snapshots as a follower does while it replays, and pins the
+log). Each prints one JSON object: the snapshot written or restored, the log positions that were
+gone (retention), and every source's digest. The store is a directory or a ``kafka://``
+snapshot topic (``--snapshots``).
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ from consumers import Follower, SnapshotInfo
 from swa_es.cli import settings
 from swa_es.cli.exit_codes import EXIT_OK
 from swa_es.cli.progress import terminal_progress
+from swa_es.cli.service_report import check_snapshot_directory
 from swa_es.cli.settings import Command
-from swa_es.cli.shared_options import LogAccess
-from swa_es.options import nested, option
-from swa_es.options import values as v
+from swa_es.cli.shared_options import SNAPSHOTS, WRITE_SNAPSHOTS, LogAccess
+from swa_es.options import REQUIRED, field_of, nested
 from swa_es.service.log_access import open_reader, open_snapshots
 from swa_es.service.views import StandardViews
 
@@ -35,23 +37,25 @@ class SnapshotConfig:
     """``swa-es snapshot`` and ``swa-es restore`` (each field an option or a group of them)."""
 
     log: LogAccess = nested(LogAccess)
-    snapshots: str = option(
-        "snapshots",
-        v.snapshot_store,
-        "snapshot store: a directory or a kafka:// URL",
-        metavar="STORE",
-    )
+    snapshots: str = field_of(SNAPSHOTS, default=REQUIRED)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RestoreConfig(SnapshotConfig):
+    """``swa-es restore``: ``snapshot``'s options, and whether to write snapshots meanwhile."""
+
+    write_snapshots: bool = field_of(WRITE_SNAPSHOTS)
 
 
 COMMANDS: dict[Action, Command] = {
-    action: Command(action, SnapshotConfig, positional=("log",))
-    for action in ("snapshot", "restore")
+    "snapshot": Command("snapshot", SnapshotConfig, positional=("log",)),
+    "restore": Command("restore", RestoreConfig, positional=("log",)),
 }
 
 
 _HELP: dict[Action, str] = {
     "snapshot": "catch up on a log and write a snapshot of its views",
-    "restore": "restore views from the newest snapshot plus the log tail",
+    "restore": "restore views from the newest snapshot plus the log tail (read-only)",
 }
 
 
@@ -101,12 +105,21 @@ def summary(
 
 async def rebuild(config: SnapshotConfig, out: TextIO, action: Action = "snapshot") -> int:
     """Restore (newest snapshot + tail, else the whole log); for ``snapshot`` write a new one."""
+    writes = action == "snapshot" or (isinstance(config, RestoreConfig) and config.write_snapshots)
+    if writes:
+        check_snapshot_directory(config.snapshots)
     views = StandardViews.create()
     log = await open_reader(config.log.url, config.log.open_timeout_s)
     async with log:
         store = await open_snapshots(config.snapshots, config.log.open_timeout_s)
         try:
-            follower = Follower(log, views.all, snapshots=store, progress=terminal_progress())
+            follower = Follower(
+                log,
+                views.all,
+                snapshots=store,
+                progress=terminal_progress(),
+                write_snapshots=writes,
+            )
             info = await follower.restore()
             if action == "snapshot":
                 info = await follower.snapshot()

@@ -14,7 +14,7 @@ token ids or block hashes; msgpack batches) and return typed answers: per source
         stale = reply.as_of.lag_records > 1000
 
 This package imports nothing of the server side; it needs the ``client`` extra
-(``pip install 'swa-es[client]'``: httptools, msgpack, and httpx for the async client).
+(the swa-es wheel's ``client`` extra: httptools, msgpack, and httpx for the async client).
 """
 
 from swa_es.client.answers import (

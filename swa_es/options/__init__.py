@@ -57,6 +57,12 @@ class Opt(Generic[T]):
     ``shown_default`` when the value itself says too little (``None`` meaning "no limit"), or,
     for a ``REQUIRED`` option of an optional group, what its absence means (``off``). One
     ``Opt`` is one row of the configuration table, whichever configs declare a field with it.
+
+    ``old_flags``: earlier spellings of the flag (``duration`` for ``duration-s``), still
+    accepted on the command line but not shown; ``old_variables``: option names whose
+    ``SWA_ES_*`` variable is still read (after the new one). ``origin``: the ``Opt`` this one
+    is a variant of (``field_of`` with another default): the same option, with this command's
+    default.
     """
 
     name: str
@@ -65,11 +71,39 @@ class Opt(Generic[T]):
     default: T | _Required | None = REQUIRED
     metavar: str | None = None
     shown_default: str | None = None
+    old_flags: tuple[str, ...] = ()
+    old_variables: tuple[str, ...] = ()
+    origin: Opt[T] | None = None
+
+    @property
+    def declaration(self) -> Opt[T]:
+        """The option as declared once (itself, or what it is a variant of)."""
+        return self if self.origin is None else self.origin
+
+    @property
+    def required(self) -> bool:
+        """Whether a value must be given (no default)."""
+        return isinstance(self.default, _Required)
+
+    def variant(self, default: T | _Required | None, shown_default: str | None) -> Opt[T]:
+        """The same option with another default (one command's)."""
+        return dataclasses.replace(
+            self, default=default, shown_default=shown_default, origin=self.declaration
+        )
 
 
-def field_of(opt: Opt[Any]) -> Any:
-    """A dataclass field filled by ``opt`` (its default is the option's): how several config
-    classes declare one shared option."""
+_UNCHANGED: Final = object()
+
+
+def field_of(opt: Opt[Any], *, default: Any = _UNCHANGED, shown_default: Any = _UNCHANGED) -> Any:
+    """A dataclass field filled by ``opt``: how several config classes declare one shared
+    option. Its default is the option's, or ``default`` (with ``shown_default``) where this
+    config's differs: still the one option, meaning the same in every command."""
+    if default is not _UNCHANGED or shown_default is not _UNCHANGED:
+        opt = opt.variant(
+            opt.default if default is _UNCHANGED else default,
+            None if shown_default is _UNCHANGED else shown_default,
+        )
     metadata = {OPTION_KEY: opt}
     if isinstance(opt.default, _Required):
         return dataclasses.field(metadata=metadata)
@@ -84,10 +118,14 @@ def option(
     default: T | _Required | None = REQUIRED,
     metavar: str | None = None,
     shown_default: str | None = None,
+    old_flags: tuple[str, ...] = (),
+    old_variables: tuple[str, ...] = (),
 ) -> Any:
     """A dataclass field filled by a new option (see ``Opt``); ``field_of(Opt(...))`` where
     several config classes share the option."""
-    return field_of(Opt(name, parse, help, default, metavar, shown_default))
+    return field_of(
+        Opt(name, parse, help, default, metavar, shown_default, old_flags, old_variables)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,3 +164,12 @@ def declared_fields(config_type: type[Any]) -> Iterator[Declared]:
                 f"{config_type.__name__}.{item.name} needs exactly one of option() and nested()"
             )
         yield Declared(item.name, opt, group)
+
+
+def opt_of(config_type: type[Any], field_name: str) -> Opt[Any]:
+    """The ``Opt`` filling ``config_type``'s field ``field_name`` (to declare it elsewhere too,
+    with ``field_of``); ``KeyError`` when that field is no option."""
+    for declared in declared_fields(config_type):
+        if declared.name == field_name and declared.opt is not None:
+            return declared.opt
+    raise KeyError(f"{config_type.__name__}.{field_name} is no option")

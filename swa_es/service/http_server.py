@@ -3,11 +3,13 @@
 
 ``HttpServer`` is an async context manager owning the uvicorn server task; it binds before it
 returns (``port=0`` picks a free port, read back from ``port``). ``start_http_server`` is how a
-command serves its ``AppParts`` for as long as its exit stack lives.
+command serves its ``AppParts`` for as long as its exit stack lives; an address it cannot
+listen on is a ``ListenError`` naming the command's flag and value.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import socket
 from contextlib import AsyncExitStack, nullcontext
@@ -19,6 +21,7 @@ import uvicorn
 from anyio.abc import TaskGroup
 from starlette.types import ASGIApp
 
+from swa_es.service.errors import ListenError
 from swa_es.service.http_app import AppParts, MatchEndpoint, ServiceApp, build_app
 from swa_es.service.http_protocol import protocol_class
 
@@ -84,6 +87,11 @@ class HttpServer:
         """The address served."""
         return self._host
 
+    @property
+    def url(self) -> str:
+        """``http://HOST:PORT`` of the bound address."""
+        return http_url(self._host, self.port)
+
     def _hot_match(self) -> MatchEndpoint | None:
         if self._hot_route and isinstance(self._app, ServiceApp):
             return self._app.match_endpoint
@@ -125,11 +133,34 @@ class HttpServer:
         await group.__aexit__(None, None, None)
 
 
+def http_url(host: str, port: int) -> str:
+    """``http://HOST:PORT`` (an IPv6 host in brackets)."""
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+_HOST_ERRNOS = frozenset({errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT})
+
+
 async def start_http_server(
-    stack: AsyncExitStack, parts: AppParts, *, host: str, port: int | None
-) -> int | None:
-    """Serve ``parts`` until ``stack`` closes; the bound port (None: ``port`` None, off)."""
+    stack: AsyncExitStack,
+    parts: AppParts,
+    *,
+    host: str,
+    port: int | None,
+    host_flag: str = "--metrics-host",
+    port_flag: str = "--metrics-port",
+) -> HttpServer | None:
+    """Serve ``parts`` until ``stack`` closes; the running server (None: ``port`` None, off).
+
+    An address it cannot listen on is a ``ListenError`` naming the flag at fault and its value
+    (``host_flag`` for a host that is no local address, else ``port_flag``)."""
     if port is None:
         return None
-    server = await stack.enter_async_context(HttpServer(build_app(parts), host=host, port=port))
-    return server.port
+    try:
+        return await stack.enter_async_context(HttpServer(build_app(parts), host=host, port=port))
+    except OSError as exc:
+        address = f"{host}:{port}"
+        reason = (exc.strerror or str(exc)).lower()
+        if isinstance(exc, socket.gaierror) or exc.errno in _HOST_ERRNOS:
+            raise ListenError(f"{host_flag} {host}", reason, address) from exc
+        raise ListenError(f"{port_flag} {port}", reason, address) from exc

@@ -19,6 +19,7 @@ from consumers import (
     Stats,
 )
 from consumers.snapshots.format import read_info, read_snapshot
+from consumers.snapshots.pinning import snapshot_pin_name
 from log import EventLog, Position
 from tests.consumers.primary_model import PrimaryModel, record
 
@@ -237,9 +238,10 @@ async def test_file_log_retention_keeps_what_the_oldest_snapshot_needs(tmp_path:
     model = PrimaryModel("w")
     opened = file_log.FileLog.open(tmp_path / "log", segment_bytes=2048, retention_bytes=1)
     async with await opened as log:
-        await log.pin("snapshots", Position.of({0: 0}))  # as before the first snapshot
-        await _write_stream(log, model, 200)
         store = SnapshotStore(tmp_path / "snap", keep=2)
+        # as before the first snapshot
+        await log.pin(snapshot_pin_name(store), Position.of({0: 0}))
+        await _write_stream(log, model, 200)
         follower, _, _, _ = _follower(log, store, snapshot_every_batches=50)
         await follower.catch_up()
         deleted = await log.apply_retention()

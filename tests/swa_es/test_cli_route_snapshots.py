@@ -48,8 +48,9 @@ def test_route_answers_what_the_primary_would_match(
     assert main(["route", str(directory / "log"), "--tokens", text]) == 0
     answer = last_json(capsys.readouterr().out)
     match = answer["sources"]["worker-0"]
-    assert match["swa_tokens"] == expected_swa
-    assert match["full_tokens"] >= expected_swa > 0
+    assert match["usable_tokens"] == expected_swa
+    assert match["cached_tokens"] >= expected_swa > 0
+    assert match["state"] == "offline"  # serve marked itself offline when it stopped
     assert answer["best"] == "worker-0"
 
 

@@ -16,6 +16,7 @@ from swa_es.cli import follow, inspect, main, serve, settings
 from swa_es.cli.demo import DemoConfig
 from swa_es.cli.main import commands
 from swa_es.cli.settings import Command, build_config, env_name
+from swa_es.cli.shared_options import LOG
 from swa_es.egress.config import EgressConfig
 from swa_es.options import FieldError, nested, option, values
 from swa_es.options.values import SettingError
@@ -87,10 +88,13 @@ def test_required_log_is_reported() -> None:
 
 
 def test_positional_settings_are_named_in_upper_case() -> None:
-    """A bad positional LOG is reported as LOG, not --log."""
+    """A bad positional LOG is reported as LOG, a bad --log as --log."""
+    with pytest.raises(SettingError) as caught:
+        build_config(inspect.COMMAND, {settings.positional_dest(LOG): "gopher://x"}, {})
+    assert caught.value.what == "LOG"
     with pytest.raises(SettingError) as caught:
         build_config(inspect.COMMAND, {"log": "gopher://x"}, {})
-    assert caught.value.what == "LOG"
+    assert caught.value.what == "--log"
 
 
 def test_a_directory_path_means_a_file_log(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ import anyio
 from cache import SWAKVAllocator, SWARadixCache
 from log import open_log
 from swa_es import Publisher
-from swa_es.cli.extras import EXTRA_OF_MODULE
+from swa_es.cli.extras import EXTRA_OF_MODULE, install_hint
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -115,14 +115,13 @@ def test_a_command_names_the_extra_it_needs(tmp_path: Path) -> None:
     )
     assert serve.returncode == 1
     assert serve.stderr.strip() == (
-        "swa-es serve: error: needs torch, which is not installed: "
-        "pip install 'swa-es[cache]' (or 'swa-es[all]')"
+        "swa-es serve: error: needs torch, which is not installed: " + install_hint("cache")
     )
     bridge = run_child(
         cli, "bridge", "--zmq", "tcp://127.0.0.1:1", "--source", "e", blocked=("zmq", "msgpack")
     )
     assert bridge.returncode == 1
-    assert "pip install 'swa-es[bridge]'" in bridge.stderr
+    assert install_hint("bridge") in bridge.stderr
     assert "Traceback" not in serve.stderr + bridge.stderr
     listed = run_child(cli, "--help")
     assert listed.returncode == 0
