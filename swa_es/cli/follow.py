@@ -17,8 +17,8 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable
-from contextlib import AsyncExitStack
+from collections.abc import Callable, Iterator
+from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -50,6 +50,7 @@ from swa_es.egress.config import EgressConfig
 from swa_es.options import field_of, nested, option
 from swa_es.options import values as v
 from swa_es.options.values import SettingError
+from swa_es.service.errors import ListenError
 from swa_es.service.event_loop import fast_loop_options
 from swa_es.service.http_app import AppParts
 from swa_es.service.http_server import HttpServer, start_http_server
@@ -368,6 +369,7 @@ async def _follow(config: FollowConfig, report: ServiceReport) -> None:
         )
         service.http_port = None if routing is None else routing.port
         if config.egress is not None:
+            stack.enter_context(_endpoint_flags(config))
             from swa_es.egress.bootstrap import follower_state, replica_lookup
             from swa_es.egress.stream import ZmqEgress
 
@@ -393,6 +395,22 @@ async def _follow(config: FollowConfig, report: ServiceReport) -> None:
                 snapshots = SnapshotServer(egress, config.zmq_snapshot, capture)
                 await stack.enter_async_context(snapshots)
         await service.follow(partial(report.started, _started(config, routing, metrics)))
+
+
+@contextmanager
+def _endpoint_flags(config: FollowConfig) -> Iterator[None]:
+    """An endpoint that cannot be bound, as an error naming the flag that gave it."""
+    from swa_es.egress.stream import EndpointBindError
+
+    flags = {config.zmq_snapshot: "--zmq-snapshot"}
+    if config.egress is not None:
+        flags[config.egress.replay_endpoint] = "--zmq-replay"
+        flags[config.egress.publish_endpoint] = "--zmq-publish"
+    try:
+        yield
+    except EndpointBindError as exc:
+        flag = flags.get(exc.endpoint, "--zmq-*")
+        raise ListenError(f"{flag} {exc.endpoint}", exc.reason, exc.endpoint) from exc
 
 
 def _started(

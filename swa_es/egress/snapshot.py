@@ -40,7 +40,7 @@ from anyio.abc import TaskGroup
 
 from cache.events import EventBatch
 from swa_es.egress import sglang_snapshot
-from swa_es.egress.stream import ZmqEgress
+from swa_es.egress.stream import ZmqEgress, bind_socket
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ class SnapshotServer:
         router = self._context.socket(zmq.ROUTER)
         router.setsockopt(zmq.LINGER, 0)
         router.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        router.bind(self.endpoint)
+        bind_socket(router, self.endpoint)
         self._router = router
         group = anyio.create_task_group()
         await group.__aenter__()

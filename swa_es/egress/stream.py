@@ -63,6 +63,26 @@ class EgressError(SwaEsError):
     """The stream out cannot run on this log (for example, several partitions)."""
 
 
+class EndpointBindError(EgressError):
+    """A socket of the stream out could not bind ``endpoint``; ``reason`` says why (the
+    command line names the flag that gave the endpoint)."""
+
+    def __init__(self, endpoint: str, reason: str) -> None:
+        self.endpoint = endpoint
+        self.reason = reason
+        super().__init__(f"cannot bind {endpoint}: {reason}")
+
+
+def bind_socket(socket: zmq.asyncio.Socket, endpoint: str) -> None:
+    """Bind ``socket`` to ``endpoint``; on failure close it (nothing leaks from a failed start)
+    and raise ``EndpointBindError``."""
+    try:
+        socket.bind(endpoint)
+    except zmq.ZMQError as exc:
+        socket.close(linger=0)
+        raise EndpointBindError(endpoint, exc.strerror or str(exc)) from exc
+
+
 @dataclass(frozen=True, slots=True)
 class StreamStart:
     """Where a stream run starts: the log offset of its first live record, and the state
@@ -192,14 +212,19 @@ class ZmqEgress:
             )
         pub = self._context.socket(zmq.PUB)
         pub.setsockopt(zmq.LINGER, 0)
-        pub.bind(self.config.publish_endpoint)
+        bind_socket(pub, self.config.publish_endpoint)
         self._pub = pub
         if self.config.replay_endpoint is not None:
             router = self._context.socket(zmq.ROUTER)
             router.setsockopt(zmq.LINGER, 0)
             router.setsockopt(zmq.ROUTER_MANDATORY, 1)
             router.setsockopt(zmq.SNDHWM, _REPLAY_SNDHWM)
-            router.bind(self.config.replay_endpoint)
+            try:
+                bind_socket(router, self.config.replay_endpoint)
+            except EndpointBindError:
+                pub.close(linger=0)
+                self._pub = None
+                raise
             self._router = router
         if not self._deferred:
             self.begin(StreamStart(end.get(0)))

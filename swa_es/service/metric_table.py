@@ -16,7 +16,7 @@ no label whose value changes as the service runs (a digest, a position) but for 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -89,32 +89,27 @@ class MetricSpec:
         return found
 
 
-def _counter(
-    name: str,
-    text: str,
-    services: tuple[Service, ...],
-    field: str | None = None,
-    *,
-    labels: tuple[str, ...] = (),
-    unit: str = "",
-    alert: str = "",
-    alert_for: str = "5m",
-) -> MetricSpec:
-    return MetricSpec(name, "counter", text, services, labels, unit, field, alert, alert_for)
+def _spec_of(kind: Kind) -> Callable[..., MetricSpec]:
+    """A declarer of ``kind`` metrics, taking what ``MetricSpec`` takes but its kind."""
+
+    def declare(
+        name: str,
+        text: str,
+        services: tuple[Service, ...],
+        field: str | None = None,
+        *,
+        labels: tuple[str, ...] = (),
+        unit: str = "",
+        alert: str = "",
+        alert_for: str = "5m",
+    ) -> MetricSpec:
+        return MetricSpec(name, kind, text, services, labels, unit, field, alert, alert_for)
+
+    return declare
 
 
-def _gauge(
-    name: str,
-    text: str,
-    services: tuple[Service, ...],
-    field: str | None = None,
-    *,
-    labels: tuple[str, ...] = (),
-    unit: str = "",
-    alert: str = "",
-    alert_for: str = "5m",
-) -> MetricSpec:
-    return MetricSpec(name, "gauge", text, services, labels, unit, field, alert, alert_for)
+_counter: Final = _spec_of("counter")
+_gauge: Final = _spec_of("gauge")
 
 
 _SRC: Final = ("source",)
@@ -511,7 +506,8 @@ HTTP_REFUSALS: Final = MetricSpec(
     "swa_es_http_refusals_total",
     "counter",
     "Requests refused, by reason: bad_body, too_large, unsupported_type, restoring, "
-    "wrong_method, head_too_large, bad_version.",
+    "wrong_method, head_too_large, bad_version, slow_head, slow_body, "
+    "too_many_connections.",
     EVERY_SERVICE,
     labels=("reason",),
 )

@@ -110,6 +110,23 @@ def test_a_busy_port_names_the_flag_and_the_value(
     assert line.startswith(f"swa-es serve: error: --metrics-port {busy_port}: address already")
 
 
+def test_a_busy_zmq_endpoint_names_the_flag_and_the_value(
+    log_dir: Path, busy_port: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A stream-out endpoint already bound by another socket is one error line naming its
+    flag and the endpoint, exit 1 (ZMQ's "Address already in use" alone named neither)."""
+    endpoint = f"tcp://127.0.0.1:{busy_port}"
+    endpoints = {
+        "--zmq-publish": ["--zmq-publish", endpoint],
+        "--zmq-replay": ["--zmq-publish", "tcp://127.0.0.1:0", "--zmq-replay", endpoint],
+    }
+    for flag, options in endpoints.items():
+        assert main(["follow", "--log", str(log_dir), *options]) == EXIT_FAILED
+        line = capsys.readouterr().err.strip().splitlines()[-1]
+        assert line.startswith(f"swa-es follow: error: {flag} {endpoint}: "), line
+        assert line.endswith(f"({endpoint})"), line
+
+
 def test_a_status_file_that_cannot_be_written_names_the_flag(
     log_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
