@@ -196,6 +196,11 @@ class ServiceApp:
         self._metrics = metrics
 
     @property
+    def metrics(self) -> HttpMetrics:
+        """Where its answers are counted."""
+        return self._metrics
+
+    @property
     def match_endpoint(self) -> MatchEndpoint | None:
         """The ``/v1/match`` handler (None: no routing API)."""
         return self._match

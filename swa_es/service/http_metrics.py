@@ -45,6 +45,14 @@ REFUSAL_REASONS: Final = {
     505: "bad_version",
 }
 """The refusal an answer's status means (``/healthz``'s 503 is its answer, not a refusal)."""
+SLOW_HEAD: Final = "slow_head"
+"""A request head not complete in time (the connection protocol's 408)."""
+SLOW_BODY: Final = "slow_body"
+"""A request body not complete in time after its head (the connection protocol's 408)."""
+TOO_MANY_CONNECTIONS: Final = "too_many_connections"
+"""A connection past the server's cap (the connection protocol's 503 as it opens)."""
+CONNECTION_REFUSALS: Final = (SLOW_HEAD, SLOW_BODY, TOO_MANY_CONNECTIONS)
+"""The refusals the connection protocol makes by itself, beyond ``REFUSAL_REASONS``."""
 _BOUNDS_S: Final = HTTP_DURATION_BUCKETS_S
 _LE: Final = [repr(float(bound)) for bound in _BOUNDS_S] + ["+Inf"]
 
@@ -99,8 +107,9 @@ class HttpMetrics:
             series.refusal.value += 1
 
     def refused_early(self, status: int, reason: str) -> None:
-        """Count a request the connection refused before it reached a route (a head too large,
-        an HTTP version not served): its status under ``OTHER_ROUTE`` and its ``reason``."""
+        """Count a request the connection refused before it reached a route (a head too large
+        or too slow, an HTTP version not served, a body too slow, a connection past the cap):
+        its status under ``OTHER_ROUTE`` and its ``reason``."""
         self._requests.setdefault((OTHER_ROUTE, str(status)), _Count()).value += 1
         self._refusals.setdefault(reason, _Count()).value += 1
 

@@ -5,7 +5,11 @@ protocol itself.
 Hostile clients are bounded: a request head still unfinished ``HEAD_SLACK_BYTES`` past
 ``MAX_HEAD_BYTES`` gets 431 (and the protocol never buffers much more of one), and a connection
 that has not delivered a complete request head ``HEAD_TIMEOUT_S`` after it opened (or after its
-previous response) is closed, however slowly it trickles bytes.
+previous response) is answered 408 and closed, however slowly it trickles bytes. A request whose
+body is not complete ``BODY_TIMEOUT_S`` after its head is answered 408 and closed; a connection
+idle after a response is closed after uvicorn's keep-alive timeout; a connection past
+``MAX_CONNECTIONS`` open at once is answered 503 and closed as it opens. ``HttpLimits`` holds
+these bounds (a server can set its own).
 
 This module subclasses uvicorn's ``HttpToolsProtocol`` and reads its attributes (``cycle``,
 ``pipeline``, ``flow``, ``server_state``, ``parser``, ``url``, ``headers``,
@@ -15,7 +19,7 @@ version outside it.
 
 The hot route counts each answer it sends in the endpoint's HTTP metrics (``http_metrics``), as
 the app does for the others, and so do the refusals this protocol makes itself where it serves
-the routing API.
+an app of ``build_app``.
 """
 
 from __future__ import annotations
@@ -31,7 +35,13 @@ from typing import Final
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from swa_es.service.http_app import MAX_HEAD_BYTES, MatchEndpoint, error_body, head_bytes
-from swa_es.service.http_metrics import MATCH_ROUTE
+from swa_es.service.http_metrics import (
+    MATCH_ROUTE,
+    SLOW_BODY,
+    SLOW_HEAD,
+    TOO_MANY_CONNECTIONS,
+    HttpMetrics,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -42,11 +52,41 @@ HEAD_SLACK_BYTES: Final = 1024
 """How far past ``MAX_HEAD_BYTES`` an unfinished head may grow before the connection is cut."""
 HEAD_TIMEOUT_S: Final = 10.0
 """How long a connection has to deliver a complete request head."""
+BODY_TIMEOUT_S: Final = 10.0
+"""How long a request's body may take to arrive after its head."""
+KEEP_ALIVE_TIMEOUT_S: Final = 5.0
+"""How long a connection may stay idle after a response (uvicorn's default)."""
+MAX_CONNECTIONS: Final = 512
+"""How many connections a server keeps open at once."""
+
+
+@dataclass(frozen=True, slots=True)
+class HttpLimits:
+    """The bounds a server puts on its connections (defaults: the module's constants)."""
+
+    head_timeout_s: float = HEAD_TIMEOUT_S
+    """A request head must be complete this long after the connection opened or the previous
+    response ended; else 408 (nothing received yet: closed silently) and closed."""
+    body_timeout_s: float = BODY_TIMEOUT_S
+    """A request body must be complete this long after its head; else 408 and closed."""
+    keep_alive_timeout_s: float = KEEP_ALIVE_TIMEOUT_S
+    """A connection idle this long after a response is closed (uvicorn's ``timeout_keep_alive``)."""
+    max_connections: int = MAX_CONNECTIONS
+    """Connections open at once; one more is answered 503 and closed as it opens."""
+
+    def __post_init__(self) -> None:
+        for name in ("head_timeout_s", "body_timeout_s", "keep_alive_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"HttpLimits.{name} must be positive, not {getattr(self, name)}")
+        if self.max_connections < 1:
+            raise ValueError(
+                f"HttpLimits.max_connections must be at least 1, not {self.max_connections}"
+            )
 
 
 _STATUS_LINES: Final = {
     status: b"HTTP/1.1 %d %s\r\n" % (status, HTTPStatus(status).phrase.encode("ascii"))
-    for status in (200, 400, 413, 415, 431, 500, 503, 505)
+    for status in (200, 400, 408, 413, 415, 431, 500, 503, 505)
 }
 _MATCH_PATH: Final = b"/v1/match"
 
@@ -84,14 +124,17 @@ class _FastRequest:
 
 
 class _BoundedHeadProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with two bounds on request heads, and the routing API's
-    hot route answered in the protocol itself.
+    """uvicorn's httptools protocol with bounds on heads, bodies and connections, and the
+    routing API's hot route answered in the protocol itself.
 
-    Bounds: a head still unfinished after ``MAX_HEAD_BYTES + HEAD_SLACK_BYTES`` gets 431 and the
-    connection is closed (the parser itself has no limit), and a head must be complete
-    ``HEAD_TIMEOUT_S`` after the connection opened or the previous response ended (uvicorn's own
-    idle timer restarts on every byte, so a client trickling a head would otherwise hold the
-    connection forever).
+    Bounds (``_limits``, an ``HttpLimits``; each refusal counted in ``_metrics``): a head still
+    unfinished after ``MAX_HEAD_BYTES + HEAD_SLACK_BYTES`` gets 431 and the connection is closed
+    (the parser itself has no limit); a head must be complete ``head_timeout_s`` after the
+    connection opened or the previous response ended, else 408 (uvicorn's own idle timer stops
+    at the first byte, so a client trickling a head would otherwise hold the connection
+    forever); a body must be complete ``body_timeout_s`` after its head, else 408 (uvicorn has
+    no such timer: a stalled body held the connection forever); a connection opened while
+    ``max_connections`` are open gets 503. Each closes the connection.
 
     Hot route: a subclass made by ``protocol_class`` answers a plain ``POST /v1/match``
     (HTTP/1.1, a ``Content-Length`` within the limit, no ``Expect``, nothing before it still
@@ -101,7 +144,11 @@ class _BoundedHeadProtocol(HttpToolsProtocol):
     goes. Every other request takes the ASGI path, which answers the same way.
     """
 
+    _limits: HttpLimits = HttpLimits()
+    _metrics: HttpMetrics | None = None
     _head_deadline: asyncio.TimerHandle | None = None
+    _body_deadline: asyncio.TimerHandle | None = None
+    _head_begun = False
     _in_head = True
     _head_bytes = 0
     _heads_ended = 0
@@ -111,6 +158,13 @@ class _BoundedHeadProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        if len(self.connections) > self._limits.max_connections:
+            self._refuse(
+                503,
+                f"more than {self._limits.max_connections} connections open",
+                TOO_MANY_CONNECTIONS,
+            )
+            return
         self._arm_head_deadline()
 
     def data_received(self, data: bytes) -> None:
@@ -120,7 +174,15 @@ class _BoundedHeadProtocol(HttpToolsProtocol):
         was_in_head = self._in_head
         self._heads_ended = 0
         super().data_received(data)
-        if not self._in_head or self.transport.is_closing():
+        if self.transport.is_closing():
+            return
+        if not self._in_head:
+            # A body still to come (armed here, not per request: a body that arrives with its
+            # head costs no timer).
+            if self._body_deadline is None:
+                self._body_deadline = self.loop.call_later(
+                    self._limits.body_timeout_s, self._body_timed_out
+                )
             return
         if was_in_head and self._heads_ended == 0:
             self._head_bytes += len(data)
@@ -129,8 +191,13 @@ class _BoundedHeadProtocol(HttpToolsProtocol):
         if self._head_bytes > MAX_HEAD_BYTES + HEAD_SLACK_BYTES:
             self._refuse(431, f"request head exceeds {MAX_HEAD_BYTES} bytes", "head_too_large")
 
+    def on_message_begin(self) -> None:
+        self._head_begun = True
+        super().on_message_begin()
+
     def on_headers_complete(self) -> None:
         self._in_head = False
+        self._head_begun = False
         self._heads_ended += 1
         self._disarm_head_deadline()
         version = self.parser.get_http_version()
@@ -192,6 +259,9 @@ class _BoundedHeadProtocol(HttpToolsProtocol):
             return
         self._in_head = True  # what comes next is the next request's head
         self._head_bytes = 0
+        if self._body_deadline is not None:
+            self._body_deadline.cancel()
+            self._body_deadline = None
         fast, self._fast = self._fast, None
         if fast is not None:
             self._answer(fast)
@@ -235,14 +305,17 @@ class _BoundedHeadProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_head_deadline()
+        if self._body_deadline is not None:
+            self._body_deadline.cancel()
+            self._body_deadline = None
         super().connection_lost(exc)
 
     def _refuse(self, status: int, reason: str, counted_as: str) -> None:
         """Answer ``status`` with ``reason`` and close, reading nothing more; counted as a
         refusal for ``counted_as`` where this protocol serves the routing API."""
         self._refused = True
-        if self._fast_match is not None:
-            self._fast_match.metrics.refused_early(status, counted_as)
+        if self._metrics is not None:
+            self._metrics.refused_early(status, counted_as)
         message = (reason + "\n").encode()
         self.transport.write(
             _response_bytes(status, b"text/plain; charset=utf-8", message, close=True)
@@ -251,7 +324,9 @@ class _BoundedHeadProtocol(HttpToolsProtocol):
 
     def _arm_head_deadline(self) -> None:
         self._disarm_head_deadline()
-        self._head_deadline = self.loop.call_later(HEAD_TIMEOUT_S, self._head_timed_out)
+        self._head_deadline = self.loop.call_later(
+            self._limits.head_timeout_s, self._head_timed_out
+        )
 
     def _disarm_head_deadline(self) -> None:
         if self._head_deadline is not None:
@@ -260,8 +335,28 @@ class _BoundedHeadProtocol(HttpToolsProtocol):
 
     def _head_timed_out(self) -> None:
         self._head_deadline = None
-        if self._in_head and not self.transport.is_closing():
+        if not self._in_head or self.transport.is_closing():
+            return
+        if self._head_begun:
+            timeout_s = self._limits.head_timeout_s
+            self._refuse(408, f"request head not complete within {timeout_s} s", SLOW_HEAD)
+        else:
+            self.transport.close()  # nothing sent since: an idle connection, not a refusal
+
+    def _body_timed_out(self) -> None:
+        self._body_deadline = None
+        if self._in_head or self.transport.is_closing():
+            return
+        cycle = self.cycle
+        if self._fast is None and (self.pipeline or cycle is None or cycle.response_started):
+            # an answer is already being written on this connection: close without another
+            self._refused = True
+            if self._metrics is not None:
+                self._metrics.refused_early(408, SLOW_BODY)
             self.transport.close()
+            return
+        timeout_s = self._limits.body_timeout_s
+        self._refuse(408, f"request body not complete within {timeout_s} s", SLOW_BODY)
 
 
 class _HeadWithBody:
@@ -300,12 +395,18 @@ class _HeadWithBody:
         return self._transport.is_closing()
 
 
-def protocol_class(match: MatchEndpoint | None) -> type[_BoundedHeadProtocol]:
-    """The protocol serving an app whose ``/v1/match`` handler is ``match`` (None: none)."""
-    if match is None:
-        return _BoundedHeadProtocol
+def protocol_class(
+    match: MatchEndpoint | None,
+    metrics: HttpMetrics | None = None,
+    limits: HttpLimits | None = None,
+) -> type[_BoundedHeadProtocol]:
+    """The protocol serving an app whose ``/v1/match`` handler is ``match`` (None: none, every
+    request through ASGI), counting its refusals in ``metrics`` (None: ``match``'s, if any),
+    under ``limits`` (None: the defaults)."""
 
-    class _MatchingProtocol(_BoundedHeadProtocol):
+    class _ServingProtocol(_BoundedHeadProtocol):
         _fast_match = match
+        _metrics = metrics if metrics is not None or match is None else match.metrics
+        _limits = HttpLimits() if limits is None else limits
 
-    return _MatchingProtocol
+    return _ServingProtocol

@@ -23,7 +23,7 @@ from starlette.types import ASGIApp
 
 from swa_es.service.errors import ListenError
 from swa_es.service.http_app import AppParts, MatchEndpoint, ServiceApp, build_app
-from swa_es.service.http_protocol import protocol_class
+from swa_es.service.http_protocol import HttpLimits, protocol_class
 
 logger = logging.getLogger(__name__)
 
@@ -61,14 +61,22 @@ class HttpServer:
 
     ``hot_route`` (default on): the connection protocol itself answers a plain
     ``POST /v1/match`` of an app made by ``build_app``; off, every request goes through ASGI
-    (the answers are the same bytes; the benchmark compares the two).
+    (the answers are the same bytes; the benchmark compares the two). ``limits``: the bounds
+    on its connections (timeouts, how many at once; default ``HttpLimits()``).
     """
 
     def __init__(
-        self, app: ASGIApp, *, host: str = "127.0.0.1", port: int = 0, hot_route: bool = True
+        self,
+        app: ASGIApp,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        hot_route: bool = True,
+        limits: HttpLimits | None = None,
     ) -> None:
         self._app = app
         self._hot_route = hot_route
+        self._limits = HttpLimits() if limits is None else limits
         self._host = host
         self._requested_port = port
         self._port: int | None = None
@@ -100,13 +108,15 @@ class HttpServer:
     async def __aenter__(self) -> Self:
         sock = bind_listener(self._host, self._requested_port)
         self._port = int(sock.getsockname()[1])
+        metrics = self._app.metrics if isinstance(self._app, ServiceApp) else None
         config = uvicorn.Config(
             self._app,
             lifespan="off",
             log_level="warning",
             access_log=False,
-            http=protocol_class(self._hot_match()),
+            http=protocol_class(self._hot_match(), metrics, self._limits),
             ws="none",
+            timeout_keep_alive=self._limits.keep_alive_timeout_s,  # type: ignore[arg-type]
             timeout_graceful_shutdown=2,
         )
         server = _QuietServer(config)
