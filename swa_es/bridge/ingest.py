@@ -23,6 +23,10 @@ While nothing at all is heard (no connection to the engine's endpoint, or a conn
 delivered nothing yet), a warning naming the endpoint is logged every ``silence_warning_s``, so
 a bridge pointed where no engine publishes says so.
 
+Where the engine's sockets are CURVE servers, ``curve`` makes both of the bridge's sockets
+CURVE clients (``swa_es.bridge.curve``); an engine publishing without CURVE belongs on ``ipc://``
+or loopback on its own host.
+
 It must run on the asyncio backend (pyzmq's asyncio sockets).
 """
 
@@ -40,6 +44,7 @@ from anyio.abc import TaskGroup, TaskStatus
 from zmq.utils.monitor import parse_monitor_message
 
 from log import EventLog
+from swa_es.bridge.curve import CurveClient
 from swa_es.bridge.formats import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     EngineCleared,
@@ -72,7 +77,7 @@ class Bridge:
     or an engine restart are not left unnoticed while the engine is quiet.
     ``run()`` reads until cancelled; leaving the context flushes every batch appended so far.
     ``heartbeat_s`` (None: none) and ``engine_timeout_s`` (None: never declared offline): see
-    the module docstring.
+    the module docstring. ``curve``: the engine's sockets are CURVE servers (None: plain).
     """
 
     def __init__(
@@ -91,6 +96,7 @@ class Bridge:
         heartbeat_s: float | None = None,
         engine_timeout_s: float | None = DEFAULT_ENGINE_TIMEOUT_S,
         silence_warning_s: float | None = DEFAULT_SILENCE_WARNING_S,
+        curve: CurveClient | None = None,
     ) -> None:
         if type(source) is not str or not source:
             raise ValueError(f"source: expected a non-empty str, got {source!r}")
@@ -132,6 +138,7 @@ class Bridge:
         self.metrics = BridgeMetrics()
         self.mirror = MirrorCache()
         self.tracker = StreamTracker()
+        self.curve = curve
         self._context = zmq.asyncio.Context()
         self._sub: zmq.asyncio.Socket | None = None
         self._sub_monitor: zmq.asyncio.Socket | None = None
@@ -161,6 +168,8 @@ class Bridge:
         sub = self._context.socket(zmq.SUB)
         sub.setsockopt(zmq.RCVHWM, _SUB_HWM)
         sub.setsockopt(zmq.LINGER, 0)
+        if self.curve is not None:
+            self.curve.apply(sub)
         sub.subscribe(b"")
         self._sub_monitor = sub.get_monitor_socket(zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECTED)
         sub.connect(self.endpoint)
@@ -187,6 +196,8 @@ class Bridge:
         dealer = self._context.socket(zmq.DEALER)
         dealer.setsockopt(zmq.LINGER, 0)
         dealer.setsockopt(zmq.RCVHWM, 0)
+        if self.curve is not None:
+            self.curve.apply(dealer)
         dealer.connect(self.replay_endpoint)
         return dealer
 

@@ -16,16 +16,26 @@ from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import anyio
 from prometheus_client.core import Metric
 
+from swa_es.bridge.curve import curve_client
 from swa_es.bridge.ingest import Bridge
 from swa_es.cli import settings
 from swa_es.cli.service_report import ServiceReport, listening
 from swa_es.cli.settings import Command
-from swa_es.cli.shared_options import HEARTBEAT, RUN_DURATION, SOURCE, LogAccess, MetricsEndpoint
+from swa_es.cli.shared_options import (
+    HEARTBEAT,
+    RUN_DURATION,
+    SOURCE,
+    HttpAccess,
+    HttpBounds,
+    LogAccess,
+    MetricsEndpoint,
+)
 from swa_es.engine.engine import CacheConfig
 from swa_es.options import field_of, nested, opt_of, option
 from swa_es.options import values as v
@@ -53,6 +63,8 @@ class BridgeConfig:
         metavar="S",
     )
     metrics: MetricsEndpoint = nested(MetricsEndpoint)
+    http_access: HttpAccess = nested(HttpAccess)
+    http_bounds: HttpBounds = nested(HttpBounds)
     endpoint: str = option(
         "zmq",
         v.zmq_endpoint,
@@ -85,6 +97,24 @@ class BridgeConfig:
         metavar="S",
         old_flags=("replay-timeout",),
         old_variables=("replay-timeout",),
+    )
+    curve_server_key: str | None = option(
+        "zmq-curve-server-key",
+        v.text_value,
+        "the engine's CURVE public key (z85, or a file holding it) where its sockets are CURVE "
+        "servers; needs --zmq-curve-client-key-file",
+        default=None,
+        metavar="KEY",
+        shown_default="off",
+    )
+    curve_client_key_file: Path | None = option(
+        "zmq-curve-client-key-file",
+        v.path,
+        "the bridge's own CURVE key pair (a NAME.key_secret file as "
+        "zmq.auth.create_certificates writes) for --zmq-curve-server-key",
+        default=None,
+        metavar="PATH",
+        shown_default="off",
     )
 
 
@@ -130,6 +160,7 @@ async def bridge(config: BridgeConfig) -> int:
                     heartbeat_s=config.heartbeat_s,
                     engine_timeout_s=config.engine_timeout_s,
                     silence_warning_s=config.engine_timeout_s,
+                    curve=curve_client(config.curve_server_key, config.curve_client_key_file),
                 )
             )
             report.counts = partial(received, config, engine)
@@ -138,6 +169,8 @@ async def bridge(config: BridgeConfig) -> int:
                 AppParts(registry_of(_families(config, engine)), _health(engine)),
                 host=config.metrics.host,
                 port=config.metrics.port,
+                security=config.http_access.security(),
+                limits=config.http_bounds.limits(),
             )
             if server is not None:
                 print(f"bridge {config.source}: metrics on port {server.port}", flush=True)

@@ -23,6 +23,12 @@ its position ``P`` (synchronously: the follower applies a record and advances it
 without yielding between the two), and every record below ``P`` has stream seq at most
 ``seq_of(P) - 1``. A live message the client buffered before the cut is skipped, one after it
 applied; the stream goes on meanwhile.
+
+Requests are bounded: at most ``snapshot_max_pending`` wait to be answered (one is answered at
+a time), and each client is held to ``--zmq-client-requests-per-s`` (``ZmqEgress.allowed``);
+beyond either a request gets the protocol's refusal at once (cut -2, or sglang's ``error``),
+counted in the stream out's ``refusals``. The socket shares the stream out's context, so it is
+a CURVE server admitting the same client keys where the stream out is.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ import anyio
 import zmq
 import zmq.asyncio
 from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from cache.events import EventBatch
 from swa_es.egress import sglang_snapshot
@@ -86,20 +93,22 @@ class SnapshotServer:
         self.endpoint = endpoint
         self.capture = capture
         self.metrics = SnapshotMetrics()
-        self._context = zmq.asyncio.Context()
         self._router: zmq.asyncio.Socket | None = None
         self._group: TaskGroup | None = None
 
     async def __aenter__(self) -> Self:
-        router = self._context.socket(zmq.ROUTER)
-        router.setsockopt(zmq.LINGER, 0)
+        router = self.egress.socket(zmq.ROUTER)
         router.setsockopt(zmq.ROUTER_MANDATORY, 1)
         bind_socket(router, self.endpoint)
         self._router = router
         group = anyio.create_task_group()
         await group.__aenter__()
         self._group = group
-        group.start_soon(self._serve)
+        pending_send, pending = anyio.create_memory_object_stream[_Request](
+            self.egress.config.snapshot_max_pending
+        )
+        group.start_soon(self._receive, pending_send)
+        group.start_soon(self._serve, pending)
         return self
 
     async def __aexit__(
@@ -114,7 +123,7 @@ class SnapshotServer:
             await group.__aexit__(None, None, None)
         if self._router is not None:
             self._router.close(linger=0)
-        self._context.term()
+            self._router = None
 
     def answer(self, request: bytes) -> list[bytes]:
         """vLLM #57789's reply frames (after the envelope) to one request."""
@@ -164,18 +173,65 @@ class SnapshotServer:
         offset, state = captured
         return self.egress.seq_of(offset) - 1, state
 
-    async def _serve(self) -> None:
+    def refusal(self, request: bytes, reason: str) -> list[list[bytes]]:
+        """The protocol's refusal of ``request`` (the caller counts it): cut -2, or sglang's
+        ``error``."""
+        logger.warning("snapshot: refused a request: %s", reason)
+        if request.startswith(SGLANG_PREFIX):
+            return [[kind, payload] for kind, payload in sglang_snapshot.error(reason)]
+        return [[encode_cut(CUT_UNAVAILABLE), self.egress.epoch]]
+
+    async def _receive(self, pending: MemoryObjectSendStream[_Request]) -> None:
+        """Read requests; queue those within bounds, refuse the others at once."""
         router = self._router
         assert router is not None
-        while True:
-            parts = await router.recv_multipart()
-            identity, request = parts[0], parts[-1]
-            envelope = [identity, b""] if len(parts) > 2 else [identity]
-            try:
-                if request.startswith(SGLANG_PREFIX):
-                    for kind, payload in self.answer_sglang(request):
-                        await router.send_multipart([*envelope, kind, payload])
+        async with pending:
+            while True:
+                frames = await router.recv_multipart(copy=False)
+                parts = [frame.bytes for frame in frames]
+                identity, request = parts[0], parts[-1]
+                envelope = [identity, b""] if len(parts) > 2 else [identity]
+                queued = _Request(envelope, request)
+                refused: list[list[bytes]] | None = None
+                if not self.egress.allowed(frames[-1], identity, "snapshot"):
+                    refused = self.refusal(request, "too many requests from this client")
                 else:
-                    await router.send_multipart([*envelope, *self.answer(request)])
-            except zmq.ZMQError as exc:  # the client went away (ROUTER_MANDATORY)
-                logger.info("snapshot: reply to a departed client dropped: %s", exc)
+                    try:
+                        pending.send_nowait(queued)
+                    except anyio.WouldBlock:
+                        self.egress.refusals["snapshot", "busy"] += 1
+                        refused = self.refusal(
+                            request,
+                            f"busy: {self.egress.config.snapshot_max_pending} requests waiting "
+                            "(--zmq-snapshot-max-pending)",
+                        )
+                if refused is not None:
+                    await self._send(queued.envelope, refused)
+
+    async def _serve(self, pending: MemoryObjectReceiveStream[_Request]) -> None:
+        """Answer the queued requests, one at a time."""
+        async with pending:
+            async for queued in pending:
+                request = queued.request
+                if request.startswith(SGLANG_PREFIX):
+                    replies = [[kind, payload] for kind, payload in self.answer_sglang(request)]
+                else:
+                    replies = [self.answer(request)]
+                await self._send(queued.envelope, replies)
+
+    async def _send(self, envelope: list[bytes], replies: list[list[bytes]]) -> None:
+        router = self._router
+        assert router is not None
+        try:
+            for reply in replies:
+                await router.send_multipart([*envelope, *reply])
+        except zmq.ZMQError as exc:  # the client went away (ROUTER_MANDATORY)
+            logger.info("snapshot: reply to a departed client dropped: %s", exc)
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    """A snapshot request waiting for its answer: the reply's envelope, the request frame."""
+
+    envelope: list[bytes]
+    request: bytes

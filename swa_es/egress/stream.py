@@ -13,7 +13,13 @@ is the batch in the engine's format (``encode``). A record that does not decode 
 The ROUTER socket answers a replay request (8-byte big-endian start seq) as the engine's
 publisher does: every message of the run from that seq on that the log still holds, then the
 end marker (seq -1): ``(seq, payload)`` messages for sglang, ``(topic, seq, payload)`` for vLLM
-(whose end marker has an empty topic). Any seq still in the log is served, not a fixed ring.
+(whose end marker has an empty topic). Any seq still in the log is served, not a fixed ring,
+within bounds: a request from more than ``replay_max_records`` messages before the stream's head,
+or one beyond the client's rate (``ClientRate``), gets the end marker alone (the protocol's
+"nothing to replay"), counted in ``refusals``.
+
+With a ``CurveServer`` both sockets (and the snapshot socket, which shares the context) are
+CURVE servers, admitting only the listed client keys.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -37,7 +44,9 @@ from cache.events.liveness import decode_liveness, is_liveness
 from log import EventLog, Position, Record
 from swa_es.bridge.wire import END_SEQ_FRAME, FrameError, decode_seq, encode_seq
 from swa_es.egress.config import EgressConfig, EngineFormat, TombstonePolicy, policy_error
+from swa_es.egress.curve import CurveServer
 from swa_es.egress.encode import encode_engine_batch
+from swa_es.egress.limits import ClientRate, client_of
 from swa_es.egress.residency import BlockLookup, ResidencyStream
 
 logger = logging.getLogger(__name__)
@@ -120,6 +129,7 @@ class ZmqEgress:
     (``swa_es.egress.residency``); ``applied`` is the follower's next log offset to apply: a
     live record is then encoded only once the follower has applied it, so a restore's block is
     in the replica unless a later record removed it (whose removal then follows on the stream).
+    ``curve``: the sockets are CURVE servers (None: plain).
     """
 
     def __init__(
@@ -130,6 +140,7 @@ class ZmqEgress:
         deferred: bool = False,
         lookup: BlockLookup | None = None,
         applied: Callable[[], int] | None = None,
+        curve: CurveServer | None = None,
     ) -> None:
         self.log = log
         self.config = config
@@ -147,7 +158,14 @@ class ZmqEgress:
         self._start: StreamStart | None = None
         self._state: list[_Message] = []
         self._started = anyio.Event()
-        self._context = zmq.asyncio.Context()
+        self.curve = curve
+        self.rate = ClientRate(config.client_requests_per_s)
+        self.refusals: Counter[tuple[str, str]] = Counter()
+        """Requests refused by (socket, reason), this socket's and the snapshot socket's
+        (``refusal_counts`` adds CURVE's)."""
+        self.context = zmq.asyncio.Context()
+        """The ZMQ context of the stream out's sockets, which the snapshot socket shares (its
+        ZAP handler is the one ``curve`` runs)."""
         self._pub: zmq.asyncio.Socket | None = None
         self._router: zmq.asyncio.Socket | None = None
         self._group: TaskGroup | None = None
@@ -210,22 +228,21 @@ class ZmqEgress:
                 "the ZMQ stream out numbers batches by log offset and needs a single-partition "
                 f"log; this one has partitions {sorted(end.partitions())}"
             )
-        pub = self._context.socket(zmq.PUB)
-        pub.setsockopt(zmq.LINGER, 0)
-        bind_socket(pub, self.config.publish_endpoint)
-        self._pub = pub
-        if self.config.replay_endpoint is not None:
-            router = self._context.socket(zmq.ROUTER)
-            router.setsockopt(zmq.LINGER, 0)
-            router.setsockopt(zmq.ROUTER_MANDATORY, 1)
-            router.setsockopt(zmq.SNDHWM, _REPLAY_SNDHWM)
-            try:
+        if self.curve is not None:
+            self.curve.start(self.context)
+        try:
+            pub = self.socket(zmq.PUB)
+            bind_socket(pub, self.config.publish_endpoint)
+            self._pub = pub
+            if self.config.replay_endpoint is not None:
+                router = self.socket(zmq.ROUTER)
+                router.setsockopt(zmq.ROUTER_MANDATORY, 1)
+                router.setsockopt(zmq.SNDHWM, _REPLAY_SNDHWM)
                 bind_socket(router, self.config.replay_endpoint)
-            except EndpointBindError:
-                pub.close(linger=0)
-                self._pub = None
-                raise
-            self._router = router
+                self._router = router
+        except BaseException:
+            self._close()
+            raise
         if not self._deferred:
             self.begin(StreamStart(end.get(0)))
         group = anyio.create_task_group()
@@ -246,10 +263,49 @@ class ZmqEgress:
         if group is not None:
             group.cancel_scope.cancel()
             await group.__aexit__(None, None, None)
+        self._close()
+
+    def _close(self) -> None:
         for socket in (self._pub, self._router):
             if socket is not None:
                 socket.close(linger=0)
-        self._context.term()
+        self._pub = self._router = None
+        if self.curve is not None:
+            self.curve.stop()
+        self.context.term()
+
+    def socket(self, kind: int) -> zmq.asyncio.Socket:
+        """A new socket of ``kind`` in the stream out's context, a CURVE server where
+        ``curve`` is on (not yet bound)."""
+        socket = self.context.socket(kind)
+        socket.setsockopt(zmq.LINGER, 0)
+        if self.curve is not None:
+            self.curve.apply(socket)
+        return socket
+
+    def refusal_counts(self) -> dict[tuple[str, str], int]:
+        """Every refusal so far by (socket, reason): ``refusals``, and CURVE keys not listed
+        (``("curve", "unlisted_key")``) where CURVE is on."""
+        counts = dict(self.refusals)
+        if self.curve is not None:
+            counts["curve", "unlisted_key"] = self.curve.allowed.refused
+        return counts
+
+    def allowed(self, frame: zmq.Frame, identity: bytes, what: str) -> bool:
+        """Whether the client that sent ``frame`` is within its request rate (a refusal is
+        logged and counted as ``(what, "rate")``)."""
+        client = client_of(frame, identity)
+        if self.rate.allow(client):
+            return True
+        self.refusals[what, "rate"] += 1
+        logger.warning(
+            "egress: refused a %s request from %s: more than %.3g requests/s "
+            "(--zmq-client-requests-per-s)",
+            what,
+            client.decode("ascii", "replace"),
+            self.rate.per_s,
+        )
+        return False
 
     def begin(self, start: StreamStart) -> None:
         """Start the run: ``start.state`` at seqs ``0..k-1``, then the log from
@@ -288,8 +344,8 @@ class ZmqEgress:
         router = self._router
         assert router is not None
         while True:
-            parts = await router.recv_multipart()
-            identity, request = parts[0], parts[-1]
+            frames = await router.recv_multipart(copy=False)
+            identity, request = frames[0].bytes, frames[-1].bytes
             try:
                 start = decode_seq(request, "replay request")
                 if start < 0:
@@ -301,9 +357,42 @@ class ZmqEgress:
             self.metrics.replay_requests += 1
             await self._started.wait()
             try:
-                await self._replay(router, identity, start)
+                if await self._refuse(frames[-1], identity, start):
+                    await router.send_multipart(self._closing(identity))
+                else:
+                    await self._replay(router, identity, start)
             except zmq.ZMQError as exc:  # the client went away (ROUTER_MANDATORY)
                 logger.info("egress: replay to a departed client stopped: %s", exc)
+
+    async def _head(self) -> int:
+        """The stream seq the next live message will have."""
+        assert self._start is not None
+        return self.seq_of((await self.log.end()).get(0))
+
+    async def _refuse(self, frame: zmq.Frame, identity: bytes, start: int) -> bool:
+        """Whether a replay from ``start`` is refused: beyond the client's rate, or from
+        further back than ``replay_max_records`` before the stream's head (logged)."""
+        if not self.allowed(frame, identity, "replay"):
+            return True
+        head = await self._head()
+        if head - start > self.config.replay_max_records:
+            self.refusals["replay", "too_far"] += 1
+            logger.warning(
+                "egress: refused a replay from seq %d: %d messages before the head (seq %d), "
+                "more than --zmq-replay-max-records %d; take a snapshot instead",
+                start,
+                head - start,
+                head,
+                self.config.replay_max_records,
+            )
+            return True
+        return False
+
+    def _closing(self, identity: bytes) -> list[bytes]:
+        """The end marker of a replay to ``identity``."""
+        if self.wire_format is EngineFormat.VLLM:
+            return [identity, b"", b"", END_SEQ_FRAME, b""]
+        return [identity, b"", END_SEQ_FRAME, b""]
 
     def _reply(self, identity: bytes, message: _Message) -> list[bytes]:
         seq = encode_seq(message.seq)
@@ -354,9 +443,4 @@ class ZmqEgress:
                     continue
                 await router.send_multipart(self._reply(identity, logged))
                 self.metrics.replayed += 1
-        closing = (
-            [identity, b"", b"", END_SEQ_FRAME, b""]
-            if self.wire_format is EngineFormat.VLLM
-            else [identity, b"", END_SEQ_FRAME, b""]
-        )
-        await router.send_multipart(closing)
+        await router.send_multipart(self._closing(identity))
