@@ -1,9 +1,10 @@
 """What a service (``serve``, ``follow``, ``bridge``) tells its operator on stderr, one line
 each: on start what it listens on and what it reads and writes, milestones (``follow``: restored,
-ready), and one summary line on exit (why it stopped, after how long, its counts); and the exit
-status a stop maps to (SIGINT: 130, like every command; SIGTERM or its own limit: 0). And the
-checks, before a command starts, of the paths it will write (``--status-file``, a snapshot
-directory), so that a bad one is an error naming the flag and the path at once.
+and ready when its ``/readyz`` turns 200), and one summary line on exit (why it stopped, after
+how long, its counts); and the exit status a stop maps to (SIGINT: 130, like every command;
+SIGTERM or its own limit: 0). And the checks, before a command starts, of the paths it will
+write (``--status-file``, a snapshot directory), so that a bad one is an error naming the flag
+and the path at once.
 """
 
 from __future__ import annotations
