@@ -70,6 +70,14 @@ class DemoConfig:
     )
     cache: CacheConfig = nested(CacheConfig)
     seed: int = field_of(SEED)
+    route: bool = option(
+        "route",
+        v.boolean,
+        "instead, route one workload across the workers by asking a follower's /v1/match over "
+        "HTTP, report each engine's actual reuse to /v1/feedback, and show the incorrect-routing "
+        "rate with the index exact, then with worker-0's events withheld (see docs/routing.md)",
+        default=False,
+    )
 
     @property
     def own_log_url(self) -> str:
@@ -101,6 +109,13 @@ def add_parser(subparsers: Any) -> None:
 def run(config: DemoConfig) -> int:
     """Run the demo and print the verdict; exit 1 when a replica differs."""
     console = Console(highlight=False)
+    if config.route:
+        from swa_es.cli.demo_routing import run_routed
+
+        def say(line: str) -> None:
+            console.print(line, soft_wrap=True)
+
+        return anyio.run(run_routed, config.workers, config.cache, config.seed, say)
 
     async def main() -> int:
         ok = await run_demo(config, console)
