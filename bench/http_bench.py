@@ -10,6 +10,9 @@ once. Rows:
 - ``in_process``: ``PrefixIndex.match`` called directly with the prompt's list of ids;
 - ``json``: http.client with the JSON body ``{"token_ids": [...]}``, the reply parsed by orjson;
 - ``binary``: ``swa_es.client.RoutingClient.match`` (little-endian u32 body, typed answers);
+  also against a server asking for a bearer token (``binary_1conn_bearer_token``: the server
+  started with a token file, the client sending ``Authorization: Bearer``), beside the row
+  without;
 - ``binary_httpx``: the same binary body sent by ``httpx.Client`` (to weigh the client library);
 - ``hashes``: ``RoutingClient.match_hashes`` (the prompt's block hashes, i64 body);
 - ``batch16``: ``RoutingClient.match_batch`` with 16 prompts in one msgpack body;
@@ -34,9 +37,11 @@ import http.client
 import importlib.util
 import json
 import os
+import secrets
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,15 +110,19 @@ def latency(samples_s: list[float], elapsed_s: float) -> dict[str, float]:
 def serve(args: argparse.Namespace) -> None:
     """Serve the routing API on a free port; print {"port", "pid"}; stop when stdin closes."""
     from swa_es.service.http_app import AppParts, build_app
+    from swa_es.service.http_auth import BearerTokens, HttpSecurity
     from swa_es.service.http_server import HttpServer
     from swa_es.service.routing import FollowerRouting
 
     views = loaded_views(args.sources, prompt(args.prompt_tokens))
     follower = Follower(MemoryLog(), views.all)
     parts = AppParts(registry_of(list), lambda: (True, "ok"), FollowerRouting(follower, views))
+    tokens = None if args.token_file is None else BearerTokens(path=args.token_file)
+    security = HttpSecurity(tokens)
 
     async def run() -> None:
-        async with HttpServer(build_app(parts), hot_route=not args.asgi_route) as server:
+        app = build_app(parts)
+        async with HttpServer(app, hot_route=not args.asgi_route, security=security) as server:
             print(json.dumps({"port": server.port, "pid": os.getpid()}), flush=True)
             await anyio.to_thread.run_sync(sys.stdin.read)
 
@@ -124,8 +133,9 @@ def serve(args: argparse.Namespace) -> None:
 # --- the client processes ---------------------------------------------------------------------
 
 
-def make_sender(form: str, url: str, tokens: list[int]) -> Any:
-    """A callable sending one request of ``form`` and reading its answer."""
+def make_sender(form: str, url: str, tokens: list[int], token: str | None = None) -> Any:
+    """A callable sending one request of ``form`` and reading its answer (``token``: the bearer
+    token the server asks for; only the ``RoutingClient`` forms send one)."""
     from swa_es.client import HashedPrompt, Prompt, RoutingClient
 
     host, port = url.split("//", 1)[1].split(":")
@@ -155,7 +165,7 @@ def make_sender(form: str, url: str, tokens: list[int]) -> Any:
             orjson.loads(reply.content)
 
         return send_httpx
-    routing = RoutingClient(url, timeout_s=30)
+    routing = RoutingClient(url, timeout_s=30, token=token)
     if form == "binary":
         return lambda: routing.match(tokens)
     if form == "hashes":
@@ -174,7 +184,7 @@ def worker(spec: dict[str, Any]) -> None:
     print("ready", flush=True)
     for line in sys.stdin:
         count = int(line)
-        send = make_sender(spec["form"], spec["url"], tokens)
+        send = make_sender(spec["form"], spec["url"], tokens, spec.get("token"))
         for _ in range(WARMUP_REQUESTS):
             send()
         print("warm", flush=True)
@@ -243,10 +253,11 @@ class HttpRow:
         connections: int,
         server: tuple[str, int, str, str],
         prompt_tokens: int,
+        token: str | None = None,
     ) -> None:
         self.name, self.form, self.connections = name, form, connections
         url, self.pid, self.loop, self.route = server
-        spec = {"form": form, "url": url, "prompt_tokens": prompt_tokens}
+        spec = {"form": form, "url": url, "prompt_tokens": prompt_tokens, "token": token}
         command = [sys.executable, __file__, "--worker", json.dumps(spec)]
         self.workers = [
             subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -336,6 +347,7 @@ class InProcessRow:
 ROWS = [
     ("json_1conn", "json", 1, "uvloop", "protocol"),
     ("binary_1conn", "binary", 1, "uvloop", "protocol"),
+    ("binary_1conn_bearer_token", "binary", 1, "uvloop", "protocol_token"),
     ("binary_httpx_1conn", "binary_httpx", 1, "uvloop", "protocol"),
     ("hashes_1conn", "hashes", 1, "uvloop", "protocol"),
     ("batch16_1conn", "batch16", 1, "uvloop", "protocol"),
@@ -348,17 +360,21 @@ ROWS = [
     ("binary_{n}conn_asgi_route", "binary", None, "uvloop", "asgi"),
 ]
 """(name, form, connections (None: ``--connections``), the server's event loop, and its route
-for ``/v1/match``: ``protocol`` as ``swa-es follow`` serves it, ``asgi`` for every request
-through ASGI)."""
+for ``/v1/match``: ``protocol`` as ``swa-es follow`` serves it, ``protocol_token`` the same on
+a server asking for a bearer token (``--http-token-file``), ``asgi`` for every request through
+ASGI)."""
 
 
 def start_server(
-    args: argparse.Namespace, loop: str, route: str
+    args: argparse.Namespace, loop: str, route: str, token_file: Path
 ) -> tuple[subprocess.Popen[str], str, int]:
-    """A server process on ``loop`` serving ``route`` (see ``ROWS``): (process, base URL, pid)."""
+    """A server process on ``loop`` serving ``route`` (see ``ROWS``; ``protocol_token``: asking
+    for the token in ``token_file``): (process, base URL, pid)."""
     command = [sys.executable, __file__, "--serve", "--loop", loop]
     if route == "asgi":
         command.append("--asgi-route")
+    if route == "protocol_token":
+        command += ["--token-file", str(token_file)]
     command += ["--sources", str(args.sources), "--prompt-tokens", str(args.prompt_tokens)]
     server = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert server.stdout is not None
@@ -373,6 +389,11 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
     baseline = InProcessRow(args)
     servers: dict[tuple[str, str], tuple[subprocess.Popen[str], str, int]] = {}
     rows: list[HttpRow] = []
+    scratch = tempfile.TemporaryDirectory(prefix="http_bench_")
+    token = secrets.token_urlsafe(32)
+    token_file = Path(scratch.name) / "tokens"
+    token_file.write_text(f"# the benchmark's router\n{token}\n")
+    token_file.chmod(0o600)
     try:
         for name, form, connections, loop, route in ROWS:
             if args.only and form not in args.only:
@@ -380,11 +401,16 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
             if loop == "uvloop" and not HAVE_UVLOOP:
                 continue
             if (loop, route) not in servers:
-                servers[loop, route] = start_server(args, loop, route)
+                servers[loop, route] = start_server(args, loop, route, token_file)
             _, url, pid = servers[loop, route]
             count = args.connections if connections is None else connections
             row = HttpRow(
-                name.format(n=count), form, count, (url, pid, loop, route), args.prompt_tokens
+                name.format(n=count),
+                form,
+                count,
+                (url, pid, loop, route),
+                args.prompt_tokens,
+                token if route == "protocol_token" else None,
             )
             rows.append(row)
         per_round = max(1, args.requests // args.rounds)
@@ -399,6 +425,7 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
             if server.stdin is not None:
                 server.stdin.close()
             server.wait(timeout=30)
+        scratch.cleanup()
     results = [baseline.result()]
     results += [row.result() for row in rows]
     for result in results:
@@ -451,6 +478,7 @@ if __name__ == "__main__":
     parser.add_argument("--json-out", type=Path, help="also write the JSON result here")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--asgi-route", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--token-file", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--worker", metavar="SPEC", help=argparse.SUPPRESS)
     arguments = parser.parse_args()
     if arguments.serve:

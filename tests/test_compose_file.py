@@ -1,10 +1,15 @@
 """Static checks of compose.yaml and the Dockerfile: services, images, env, healthchecks,
-volumes, and that every SWA_ES_* variable the stack sets is one the CLI knows."""
+volumes, that every SWA_ES_* variable the stack sets is one the CLI knows, and that the stack's
+Prometheus (docker/prometheus) scrapes every swa-es service with the alert rules of deploy/."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
-from pathlib import Path
+import shutil
+import subprocess
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
@@ -135,3 +140,131 @@ def test_bridge_service_reads_the_sglang_engine_with_known_settings(
     assert env["SWA_ES_LOG"] == compose["services"]["primary-0"]["environment"]["SWA_ES_LOG"]
     unknown = set(env) - known_variables("bridge")
     assert not unknown, f"bridge sets variables swa-es bridge does not read: {unknown}"
+
+
+PROMETHEUS_DIR = ROOT / "docker" / "prometheus"
+DEPLOY_PROMETHEUS = ROOT / "deploy" / "prometheus"
+JOB_OF_COMMAND = {"serve": "swa-es-serve", "follow": "swa-es-follow", "bridge": "swa-es-bridge"}
+"""The scrape job of each swa-es command: deploy/prometheus/prometheus.yml's job names."""
+
+
+def bind_mounts(service: dict[str, Any]) -> dict[str, tuple[Path, str]]:
+    """Container path -> (host path, options) of a service's bind mounts (``./HOST:PATH:OPT``)."""
+    mounts = {}
+    for volume in service.get("volumes", []):
+        host, target, *options = volume.split(":")
+        if host.startswith("."):
+            mounts[target] = ((ROOT / host).resolve(), ",".join(options))
+    return mounts
+
+
+def prometheus_flag(flag: str) -> str:
+    """The value of ``--FLAG=VALUE`` in docker/prometheus/Dockerfile's entry point."""
+    entrypoint = re.search(
+        r"^ENTRYPOINT (\[.*\])$", (PROMETHEUS_DIR / "Dockerfile").read_text(), re.M
+    )
+    assert entrypoint is not None, "docker/prometheus/Dockerfile has no ENTRYPOINT"
+    for arg in json.loads(entrypoint.group(1)):
+        if arg.startswith(f"--{flag}="):
+            return str(arg.split("=", 1)[1])
+    raise AssertionError(f"docker/prometheus/Dockerfile's entry point sets no --{flag}")
+
+
+def test_prometheus_service_runs_debians_package_on_the_stacks_base(
+    compose: dict[str, Any],
+) -> None:
+    """The prometheus service runs an image of Debian's package built on the swa-es image's
+    base, starts with the stack (no profile), publishes on 127.0.0.1 only and is healthy once
+    Prometheus says it is ready."""
+    service = compose["services"]["prometheus"]
+    swa_es = compose["services"]["primary-0"]
+    assert service["image"] == "swa-es-prometheus:local"
+    assert service["build"]["context"] == "docker/prometheus"
+    assert service["build"]["args"]["BASE_IMAGE"] == swa_es["build"]["args"]["BASE_IMAGE"]
+    dockerfile = (PROMETHEUS_DIR / "Dockerfile").read_text()
+    assert "FROM ${BASE_IMAGE}" in dockerfile
+    assert "apt-get install -y --no-install-recommends prometheus" in dockerfile
+    assert "profiles" not in service
+    assert service["ports"] and all(p.startswith("127.0.0.1:") for p in service["ports"])
+    port = prometheus_flag("web.listen-address").rsplit(":", 1)[1]
+    assert any(p.endswith(f":{port}") for p in service["ports"])
+    assert f"/dev/tcp/127.0.0.1/{port}" in " ".join(service["healthcheck"]["test"])
+    assert "/-/ready" in " ".join(service["healthcheck"]["test"])
+
+
+def test_prometheus_loads_the_scrape_config_and_the_operators_alert_rules(
+    compose: dict[str, Any],
+) -> None:
+    """The config the entry point names is docker/prometheus/prometheus.yml, and each rule file
+    it loads is mounted, read-only, from deploy/prometheus (the file operators get)."""
+    mounts = bind_mounts(compose["services"]["prometheus"])
+    config_path = prometheus_flag("config.file")
+    assert mounts[config_path] == ((PROMETHEUS_DIR / "prometheus.yml").resolve(), "ro")
+    config = yaml.safe_load((PROMETHEUS_DIR / "prometheus.yml").read_text())
+    rule_files = config["rule_files"]
+    assert (
+        rule_files
+        == yaml.safe_load((DEPLOY_PROMETHEUS / "prometheus.yml").read_text())["rule_files"]
+    )
+    for rule_file in rule_files:
+        in_container = str(PurePosixPath(config_path).parent / rule_file)
+        assert mounts[in_container] == ((DEPLOY_PROMETHEUS / rule_file).resolve(), "ro")
+
+
+def test_prometheus_scrapes_every_swa_es_service(compose: dict[str, Any]) -> None:
+    """Each swa-es service is a target of its command's job (the job names of
+    deploy/prometheus/prometheus.yml, so the alert rules apply): a follower on its routing
+    port, a primary and the bridge on their metrics port (the bridge found by DNS, a target
+    only while it runs); every target is a service of the stack."""
+    config = yaml.safe_load((PROMETHEUS_DIR / "prometheus.yml").read_text())
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    deploy = yaml.safe_load((DEPLOY_PROMETHEUS / "prometheus.yml").read_text())
+    assert set(jobs) == {job["job_name"] for job in deploy["scrape_configs"]}
+    static = {
+        job_name: {t for group in job.get("static_configs", []) for t in group["targets"]}
+        for job_name, job in jobs.items()
+    }
+    by_dns = {
+        job_name: {(n, sd["port"]) for sd in job.get("dns_sd_configs", []) for n in sd["names"]}
+        for job_name, job in jobs.items()
+    }
+    expected: dict[str, set[str]] = {job: set() for job in jobs}
+    for name, service in compose["services"].items():
+        if service.get("image") != "${SWA_ES_IMAGE:-swa-es:local}":
+            continue
+        (command,) = service["command"]
+        env = service["environment"]
+        job = JOB_OF_COMMAND[command]
+        if command == "follow":
+            expected[job].add(f"{name}:{env['SWA_ES_HTTP_PORT']}")
+        elif "profiles" in service:
+            assert (name, int(env["SWA_ES_METRICS_PORT"])) in by_dns[job], (name, by_dns)
+        else:
+            expected[job].add(f"{name}:{env['SWA_ES_METRICS_PORT']}")
+    assert static == expected
+
+
+def test_promtool_accepts_the_stacks_prometheus_config(
+    compose: dict[str, Any], tmp_path: Path
+) -> None:
+    """``promtool check config`` (rules included) on the files laid out as the container sees
+    them (Debian's promtool; CI installs it)."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        reason = "promtool not installed (Debian: apt-get install prometheus)"
+        if os.environ.get("SWA_ES_REQUIRE_PROMTOOL") == "1":
+            pytest.fail(f"SWA_ES_REQUIRE_PROMTOOL=1 but {reason}")
+        pytest.skip(reason)
+    for target, (host, _) in bind_mounts(compose["services"]["prometheus"]).items():
+        laid_out = tmp_path / target.lstrip("/")
+        laid_out.parent.mkdir(parents=True, exist_ok=True)
+        laid_out.write_bytes(host.read_bytes())
+    config = tmp_path / prometheus_flag("config.file").lstrip("/")
+    done = subprocess.run(
+        [promtool, "check", "config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -23,6 +23,7 @@ import yaml
 
 from swa_es.cli import build_parser, settings
 from swa_es.cli.settings import ENV_PREFIX
+from swa_es.service.http_auth import is_loopback
 
 REPO = Path(__file__).resolve().parents[1]
 SYSTEMD = REPO / "deploy" / "systemd"
@@ -198,6 +199,24 @@ def test_unit_command_parses_and_configures(
     check_variables(unit.name, argv[0], env)
     config = configure(argv, env, monkeypatch)
     assert config is not None
+    check_guarded(unit.name, config)
+
+
+def check_guarded(where: str, config: Any) -> None:
+    """A config whose HTTP server listens beyond loopback has a token file and TLS: without
+    them the command refuses to start (docs/security.md)."""
+    listening = []
+    if getattr(config, "http_port", None) is not None:
+        listening.append(config.http_host)
+    metrics = getattr(config, "metrics", None)
+    if metrics is not None and metrics.port is not None:
+        listening.append(metrics.host)
+    if all(is_loopback(host) for host in listening):
+        return
+    access = config.http_access
+    assert not access.insecure, f"{where}: --http-insecure beyond loopback"
+    assert access.token_file is not None, f"{where}: listens on {listening} without a token file"
+    assert access.tls_cert is not None and access.tls_key is not None, f"{where}: no TLS"
 
 
 def systemd_config(unit: Path, instance: str, monkeypatch: pytest.MonkeyPatch) -> Any:
@@ -312,7 +331,15 @@ def container_argv(container: Mapping[str, Any]) -> list[str]:
 def test_manifests_hold_followers_a_service_and_a_bridged_engine() -> None:
     kinds = sorted(doc["kind"] for doc in manifests())
     assert kinds == sorted(
-        ["ConfigMap", "Deployment", "Service", "Service", "StatefulSet", "NetworkPolicy"]
+        [
+            "ConfigMap",
+            "ConfigMap",
+            "Deployment",
+            "Service",
+            "Service",
+            "StatefulSet",
+            "NetworkPolicy",
+        ]
     )
     commands = sorted(container_argv(c)[0] for _, c in swa_es_containers())
     assert commands == ["bridge", "bridge", "follow"]
@@ -330,7 +357,9 @@ def test_container_command_parses_and_configures(
     argv = container_argv(container)
     env = container_env(container)
     check_variables(f"container {name}", argv[0], env)
-    assert configure(argv, env, monkeypatch) is not None
+    config = configure(argv, env, monkeypatch)
+    assert config is not None
+    check_guarded(f"container {name}", config)
 
 
 def container_ports(container: Mapping[str, Any]) -> dict[str, int]:
@@ -346,15 +375,24 @@ def probe_port(probe: Mapping[str, Any], ports: Mapping[str, int]) -> int:
 
 def test_follower_ports_probes_and_service_agree(monkeypatch: pytest.MonkeyPatch) -> None:
     """The follower listens on every interface at the port it declares, its probes and the
-    Service point there, the readiness probe asks /healthz (503 while restoring), and its
-    snapshots go to a shared Kafka group (a new pod needs no disk)."""
+    Service point there, the readiness probe asks /readyz over HTTPS (503 until restored and
+    caught up), a token file and TLS guard it (it listens beyond loopback), and its snapshots go
+    to a shared Kafka group (a new pod needs no disk)."""
     ((workload, container),) = [
         (w, c) for w, c in swa_es_containers() if container_argv(c)[0] == "follow"
     ]
     config = configure(container_argv(container), container_env(container), monkeypatch)
     ports = container_ports(container)
     assert config.http_host == "0.0.0.0" and config.http_port in ports.values()
-    assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    for probe in ("readinessProbe", "livenessProbe"):
+        if "httpGet" in container[probe]:
+            assert container[probe]["httpGet"]["scheme"] == "HTTPS"
+    access = config.http_access
+    assert access.token_file is not None and access.tls_cert and access.tls_key
+    mounts = [m["mountPath"] for m in container["volumeMounts"]]
+    for path in (access.token_file, access.tls_cert, access.tls_key):
+        assert any(str(path).startswith(mount + "/") for mount in mounts), path
     for probe in ("readinessProbe", "livenessProbe"):
         assert probe_port(container[probe], ports) == config.http_port
     assert str(config.snapshots).startswith("kafka://") and "group=" in str(config.snapshots)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trustme
 import yaml
 
 from swa_es.service.metric_table import METRICS
@@ -192,10 +193,15 @@ def promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 @needs_promtool
-def test_promtool_accepts_the_config_and_the_rules() -> None:
-    """``promtool check config`` (which loads the rules too) and ``check rules``."""
+def test_promtool_accepts_the_config_and_the_rules(tmp_path: Path) -> None:
+    """``promtool check config`` (which loads the rules too) and ``check rules``, on a copy of
+    deploy/prometheus beside the two files an operator puts there (a bearer token and the CA of
+    the servers' certificates: promtool opens both)."""
+    shutil.copytree(PROMETHEUS, tmp_path, dirs_exist_ok=True)
+    (tmp_path / "swa-es-token").write_text("a-token\n")
+    trustme.CA().cert_pem.write_to_path(str(tmp_path / "swa-es-ca.crt"))
     for args in (("check", "config", "prometheus.yml"), ("check", "rules", "alerts.yml")):
-        done = promtool(*args, cwd=PROMETHEUS)
+        done = promtool(*args, cwd=tmp_path)
         assert done.returncode == 0, done.stdout + done.stderr
 
 

@@ -18,6 +18,7 @@
 # wheelhouse made on the host (torch and the dependencies by pip, the project wheel by
 # tools/build_wheel.sh), so nothing in a container needs TLS. SWA_ES_COMPOSE_OFFLINE=1 forces the
 # path without registry.
+# Prometheus (swa-es-prometheus:local, docker/prometheus) is Debian's package on the same base.
 # SWA_ES_COMPOSE_SGLANG=1 also builds swa-es-sglang:local and runs the sglang bridge scenario.
 #
 # Caches (a second run reuses them): SWA_ES_COMPOSE_CACHE (default ~/.cache/swa-es-compose) holds
@@ -255,6 +256,11 @@ build_images() {
     fi
     build_image -q --build-arg BASE_IMAGE="$python_base" -t swa-es:local . >/dev/null
     step "swa-es image built"
+    # Debian's prometheus package on the same base (its configs are mounted by compose.yaml, so
+    # this image, apt's layer only, comes from Docker's cache on every later run).
+    build_image -q -f docker/prometheus/Dockerfile --build-arg BASE_IMAGE="$python_base" \
+        -t swa-es-prometheus:local docker/prometheus >/dev/null
+    step "prometheus image built"
     if [ "${SWA_ES_COMPOSE_SGLANG:-0}" = 1 ]; then
         ensure_sglang_wheels
         build_image -q -f docker/sglang/Dockerfile -t swa-es-sglang:local . >/dev/null
@@ -345,7 +351,8 @@ cmd_test() {
               --deselect tests/compose/test_liveness_stack.py::test_sglang_engine_killed_offline_then_restarted_new_epoch
               --deselect tests/compose/test_liveness_stack.py::test_bridge_killed_and_restarted_loses_nothing)
     SWA_ES_COMPOSE_STACK=1 .venv/bin/python -m pytest -m compose -p no:cacheprovider -v -s \
-        "${only[@]}" tests/compose/test_stack.py tests/compose/test_liveness_stack.py "$@"
+        "${only[@]}" tests/compose/test_prometheus_stack.py tests/compose/test_stack.py \
+        tests/compose/test_liveness_stack.py "$@"
     step "scenarios done"
 }
 

@@ -1,10 +1,13 @@
-"""``swa-es follow``: a long-running follower with snapshots, ``/metrics`` and ``/healthz``.
+"""``swa-es follow``: a long-running follower with snapshots, ``/metrics``, ``/healthz`` and
+``/readyz``.
 
 It restores the newest valid snapshot (or replays from the beginning), then applies live
 records until ``--duration-s`` or SIGTERM/SIGINT (exit 0; SIGINT: 130); on the way out it writes
 a last snapshot and its final status (per-source replica digests, states, counters). On stderr
 it says what it reads, writes and listens on (the bound ports, also for port 0) when it starts,
-when it is restored and ready, and sums up its run when it stops. A source unheard for
+when it is restored and when ready (``/readyz`` turns 200: ``consumers.readiness``; and each
+time it turns 503 or 200 again), and sums up its run when it stops; while it replays it shows
+its progress (a bar on a terminal, else a line every few seconds). A source unheard for
 ``--source-timeout-s`` (no batch, no heartbeat), or one that marked itself offline, is answered
 as offline; while the follower lags the log by more than ``--degraded-lag-records`` the others
 are degraded. The snapshot store is a directory or a
@@ -29,6 +32,8 @@ from prometheus_client.core import Metric
 
 from cache.events import DEFAULT_MAX_RECORD_BYTES
 from consumers import Follower, SnapshotInfo
+from consumers.progress import ReplayTracker
+from consumers.readiness import FollowerReadiness, ReadyBounds
 from swa_es.cli import settings
 from swa_es.cli.progress import terminal_progress
 from swa_es.cli.service_report import (
@@ -43,23 +48,43 @@ from swa_es.cli.shared_options import (
     SNAPSHOTS,
     STATUS_EVERY,
     STATUS_FILE,
+    HttpAccess,
+    HttpBounds,
     LogAccess,
     MetricsEndpoint,
 )
-from swa_es.egress.config import EgressConfig
+from swa_es.egress.config import EgressConfig, ZmqServerSecurity, insecure_binds
 from swa_es.options import field_of, nested, option
 from swa_es.options import values as v
 from swa_es.options.values import SettingError
+from swa_es.service import metric_table
 from swa_es.service.errors import ListenError
 from swa_es.service.event_loop import fast_loop_options
 from swa_es.service.http_app import AppParts
 from swa_es.service.http_server import HttpServer, start_http_server
 from swa_es.service.log_access import open_reader, open_snapshots, redact
 from swa_es.service.routing import FollowerRouting
-from swa_es.service.service_metrics import follower_families, registry_of, source_families
+from swa_es.service.service_metrics import (
+    family,
+    follower_families,
+    recovery_families,
+    registry_of,
+    source_families,
+)
 from swa_es.service.signals import cancel_on_signal
 from swa_es.service.status_file import write_status, write_status_every
 from swa_es.service.views import StandardViews
+
+
+def _share(text: str, where: str) -> float:
+    """A share: a number in (0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise SettingError(where, f"expected a number, got {text!r}") from None
+    if not 0 < value <= 1:
+        raise SettingError(where, f"must be in (0, 1], got {text!r}")
+    return value
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,6 +114,29 @@ class FollowConfig:
         "answer sources as degraded while the follower is more than N records behind the log",
         default=10_000,
         metavar="N",
+    )
+    ready_lag_records: int = option(
+        "ready-lag-records",
+        v.non_negative_int,
+        "/readyz: ready only within N records of the log's end",
+        default=1000,
+        metavar="N",
+    )
+    ready_lag_s: float | None = option(
+        "ready-lag-s",
+        v.positive_float,
+        "/readyz: ready only within S seconds of the log's end (the lag's age)",
+        default=None,
+        metavar="S",
+        shown_default="off",
+    )
+    ready_sources_share: float = option(
+        "ready-sources-share",
+        _share,
+        "/readyz: ready once this share of the live sources (offline ones left out) is caught "
+        "up (trusted, not unknown)",
+        default=0.95,
+        metavar="F",
     )
     metrics: MetricsEndpoint = nested(MetricsEndpoint)
     status_file: Path | None = field_of(STATUS_FILE)
@@ -143,6 +191,8 @@ class FollowConfig:
         default=4 * 1024 * 1024,
         metavar="N",
     )
+    http_access: HttpAccess = nested(HttpAccess)
+    http_bounds: HttpBounds = nested(HttpBounds)
     egress: EgressConfig | None = nested(EgressConfig, optional=True)
     zmq_snapshot: str | None = option(
         "zmq-snapshot",
@@ -153,6 +203,7 @@ class FollowConfig:
         metavar="ENDPOINT",
         shown_default="off",
     )
+    zmq_security: ZmqServerSecurity = nested(ZmqServerSecurity)
 
 
 COMMAND = Command("follow", FollowConfig)
@@ -165,7 +216,7 @@ def add_parser(subparsers: Any) -> None:
         COMMAND,
         help="long-running follower with snapshots and /metrics",
         description="Restore the newest snapshot, replay the tail, then apply live records; "
-        "serve Prometheus /metrics and /healthz.",
+        "serve Prometheus /metrics, /healthz and /readyz.",
         run=run,
     )
 
@@ -186,6 +237,7 @@ class FollowerService:
         follower: Follower,
         views: StandardViews,
         report: ServiceReport | None = None,
+        tracker: ReplayTracker | None = None,
     ) -> None:
         self.config = config
         self.follower = follower
@@ -195,7 +247,15 @@ class FollowerService:
             follower, views, degraded_lag_records=config.degraded_lag_records
         )
         self.restored = False
+        bounds = ReadyBounds(
+            config.ready_lag_records, config.ready_lag_s, config.ready_sources_share
+        )
+        # tracker: what the follower reports its replays to (None: its replays go unseen)
+        self.readiness = FollowerReadiness(
+            follower, tracker or ReplayTracker(), bounds, lambda: self.restored
+        )
         self.on_restored: list[Callable[[], None]] = []  # called once restored, before following
+        self.more_families: list[Callable[[], list[Metric]]] = []  # the stream out's, if any
         self.metrics_port: int | None = None
         self.http_port: int | None = None
 
@@ -232,11 +292,14 @@ class FollowerService:
         live = self.routing.liveness()
         return [
             *follower_families(self.follower.metrics, self.views),
+            *recovery_families(self.readiness.now()),
             *source_families(self.routing.source_states(), live.heard_s),
+            *(each for more in self.more_families for each in more()),
         ]
 
     def health(self) -> tuple[bool, str]:
-        """``/healthz``: ready once restored; diverged sources are named but not fatal."""
+        """``/healthz``: healthy once restored (``/readyz``: once caught up too); diverged
+        sources are named but not fatal."""
         if not self.restored:
             return False, "restoring"
         diverged = self.follower.diverged()
@@ -263,15 +326,37 @@ class FollowerService:
                 self.report.say(self._restored_line(info, anyio.current_time() - began))
                 for hook in self.on_restored:
                     hook()
-                self.report.say(
-                    f"ready: following the log from position {_position(self.follower)}"
-                )
+                background.start_soon(self._announce_readiness)
                 await self.follower.run(follow=True)
             background.cancel_scope.cancel()
         if self.follower.store is not None and self.restored:
             await self.follower.snapshot()
         if c.status_file is not None:
             await write_status(c.status_file, self.status())
+
+    async def _announce_readiness(self) -> None:
+        """Say when ``/readyz`` turns 200 (the summary line ``ready: ...``), then each time it
+        turns 503 or 200 again (looking every ``READY_CHECK_S``)."""
+        said: bool | None = None  # the readiness last said (None: not ready yet)
+        while True:
+            readiness = self.readiness.now()
+            changed = readiness.ready if said is None else readiness.ready != said
+            if changed:
+                self.report.say(self._readiness_line(readiness.reason, first=said is None))
+                said = readiness.ready
+            await anyio.sleep(READY_CHECK_S)
+
+    def _readiness_line(self, reason: str, *, first: bool) -> str:
+        if not reason.startswith("ready: "):
+            return f"not ready: {reason}"
+        detail = reason.removeprefix("ready: ")
+        if not first:
+            return f"ready again: {detail}"
+        m = self.follower.metrics
+        return (
+            f"ready: following the log from position {_position(self.follower)}; {detail}; "
+            f"{m.records_read} records read in {self.report.elapsed_s():.1f} s"
+        )
 
     def _restored_line(self, info: SnapshotInfo | None, took_s: float) -> str:
         replayed = f"replayed {self.follower.metrics.records_read} records in {took_s:.1f} s"
@@ -294,6 +379,10 @@ class FollowerService:
             f"{m.undecodable} undecodable, "
             f"{m.snapshots_written} snapshots written, position {_position(self.follower)}"
         )
+
+
+READY_CHECK_S = 0.1
+"""How often ``follow`` looks whether its readiness changed, to say so on stderr."""
 
 
 def _position_text(offsets: dict[int, int]) -> str:
@@ -324,6 +413,19 @@ async def _follow(config: FollowConfig, report: ServiceReport) -> None:
     """``follow``'s run, telling ``report`` what it does."""
     if config.zmq_snapshot is not None and config.egress is None:
         raise SettingError("--zmq-snapshot", "answers for the stream out: give --zmq-publish too")
+    if config.egress is not None:
+        for flag in insecure_binds(_zmq_endpoints(config), config.zmq_security):
+            report.say(
+                f"warning: {flag} binds beyond this host without CURVE (--zmq-insecure): "
+                "whoever connects reads the token ids"
+            )
+    security = config.http_access.security()  # a token or TLS file at fault fails first
+    for host, port, flag in (
+        (config.metrics.host, config.metrics.port, "--metrics-host"),
+        (config.http_host, config.http_port, "--http-host"),
+    ):
+        if port is not None:
+            security.exposure(host, flag)  # an unprotected public bind, before opening anything
     views = follower_views(config)
     async with AsyncExitStack() as stack:
         store = None
@@ -334,6 +436,7 @@ async def _follow(config: FollowConfig, report: ServiceReport) -> None:
             stack.push_async_callback(store.close)
         log = await open_reader(config.log.url, config.log.open_timeout_s, create=config.create_log)
         await stack.enter_async_context(log)
+        tracker = ReplayTracker(terminal_progress(report.say))
         follower = Follower(
             log,
             views.all,
@@ -341,17 +444,19 @@ async def _follow(config: FollowConfig, report: ServiceReport) -> None:
             snapshot_every_batches=config.snapshot_every_batches,
             snapshot_every_s=config.snapshot_every_s,
             max_record_bytes=config.max_record_bytes,
-            progress=terminal_progress(),
+            progress=tracker,
             source_timeout_s=config.source_timeout_s,
         )
-        service = FollowerService(config, follower, views, report)
+        service = FollowerService(config, follower, views, report, tracker)
         report.counts = service.counts
         registry = registry_of(service.metric_families)
         metrics = await start_http_server(
             stack,
-            AppParts(registry, service.health),
+            AppParts(registry, service.health, readiness=service.readiness.check),
             host=config.metrics.host,
             port=config.metrics.port,
+            security=security,
+            limits=config.http_bounds.limits(),
         )
         service.metrics_port = None if metrics is None else metrics.port
         routing = await start_http_server(
@@ -361,16 +466,20 @@ async def _follow(config: FollowConfig, report: ServiceReport) -> None:
                 service.health,
                 routing=service.routing,
                 max_request_bytes=config.http_max_request_bytes,
+                readiness=service.readiness.check,
             ),
             host=config.http_host,
             port=config.http_port,
             host_flag="--http-host",
             port_flag="--http-port",
+            security=security,
+            limits=config.http_bounds.limits(),
         )
         service.http_port = None if routing is None else routing.port
         if config.egress is not None:
             stack.enter_context(_endpoint_flags(config))
             from swa_es.egress.bootstrap import follower_state, replica_lookup
+            from swa_es.egress.curve import CurveServer
             from swa_es.egress.stream import ZmqEgress
 
             egress = ZmqEgress(
@@ -379,7 +488,9 @@ async def _follow(config: FollowConfig, report: ServiceReport) -> None:
                 deferred=True,
                 lookup=replica_lookup(views.replicas),
                 applied=lambda: follower.position.get(0),
+                curve=CurveServer.of(config.zmq_security),
             )
+            service.more_families.append(lambda: _zmq_refusals(egress.refusal_counts()))
             # the run starts once restored: the follower's state, then the log from its position
             service.on_restored.append(
                 lambda: egress.begin(follower_state(follower.position.get(0), views.replicas))
@@ -395,6 +506,24 @@ async def _follow(config: FollowConfig, report: ServiceReport) -> None:
                 snapshots = SnapshotServer(egress, config.zmq_snapshot, capture)
                 await stack.enter_async_context(snapshots)
         await service.follow(partial(report.started, _started(config, routing, metrics)))
+
+
+def _zmq_refusals(counts: dict[tuple[str, str], int]) -> list[Metric]:
+    """``swa_es_zmq_refusals_total`` of the stream out's refusal ``counts``."""
+    refusals = family(metric_table.ZMQ_REFUSALS)
+    for (socket, reason), value in sorted(counts.items()):
+        refusals.add_metric([socket, reason], value)
+    return [refusals]
+
+
+def _zmq_endpoints(config: FollowConfig) -> dict[str, str | None]:
+    """The ZMQ endpoints ``follow`` binds, by the flag that gives each."""
+    egress = config.egress
+    return {
+        "--zmq-publish": None if egress is None else egress.publish_endpoint,
+        "--zmq-replay": None if egress is None else egress.replay_endpoint,
+        "--zmq-snapshot": config.zmq_snapshot,
+    }
 
 
 @contextmanager
@@ -426,6 +555,7 @@ def _started(
         store,
         *listening("routing API", None if routing is None else routing.url),
         *listening("metrics", None if metrics is None else metrics.url),
+        *[f"HTTP access: {s.security.describe()}" for s in (routing or metrics,) if s is not None],
         *listening("stream out", None if egress is None else egress.publish_endpoint),
         *listening("stream replay", None if egress is None else egress.replay_endpoint),
         *listening("snapshot requests", config.zmq_snapshot),

@@ -36,6 +36,8 @@ from swa_es.cli.shared_options import (
     SOURCE,
     STATUS_EVERY,
     STATUS_FILE,
+    HttpAccess,
+    HttpBounds,
     LogAccess,
     MetricsEndpoint,
 )
@@ -82,6 +84,8 @@ class ServeConfig:
     )
     heartbeat_s: float = field_of(HEARTBEAT)
     metrics: MetricsEndpoint = nested(MetricsEndpoint)
+    http_access: HttpAccess = nested(HttpAccess)
+    http_bounds: HttpBounds = nested(HttpBounds)
     status_file: Path | None = field_of(STATUS_FILE)
     status_every_s: float = field_of(STATUS_EVERY)
 
@@ -215,6 +219,8 @@ async def serve(config: ServeConfig) -> int:
                 AppParts(registry_of(families), health),
                 host=config.metrics.host,
                 port=config.metrics.port,
+                security=config.http_access.security(),
+                limits=config.http_bounds.limits(),
             )
             log = await open_log_within(config.log.url, config.log.open_timeout_s)
             await stack.enter_async_context(log)

@@ -12,6 +12,11 @@ token ids or block hashes; msgpack batches) and return typed answers: per source
         reply = client.match(token_ids)
         best = reply.answer.best()  # (source, SourceMatch) or None
         stale = reply.as_of.lag_records > 1000
+        # ... send the request to the source chosen, then report what its engine reused:
+        client.feedback([Feedback.of_answer(source, reused, reply.answer, len(token_ids))])
+
+A follower that asks for a bearer token, over TLS: ``RoutingClient("https://host:8443",
+token=..., ca_file="ca.pem")`` (``client_cert=``/``client_key=`` for mutual TLS).
 
 This package imports nothing of the server side; it needs the ``client`` extra
 (the swa-es wheel's ``client`` extra: httptools, msgpack, and httpx for the async client).
@@ -28,11 +33,13 @@ from swa_es.client.answers import (
 )
 from swa_es.client.clients import (
     AsyncRoutingClient,
+    RoutingAuthError,
     RoutingClient,
     RoutingConnectionError,
     RoutingError,
     RoutingUnavailableError,
 )
+from swa_es.client.feedback import Feedback, FeedbackReceipt
 from swa_es.client.wire import HashedPrompt, Prompt
 
 __all__ = [
@@ -45,9 +52,12 @@ __all__ = [
     "MatchAnswer",
     "SourceMatch",
     "TierMatch",
+    "Feedback",
+    "FeedbackReceipt",
     "AsOf",
     "SourcePosition",
     "RoutingError",
     "RoutingUnavailableError",
+    "RoutingAuthError",
     "RoutingConnectionError",
 ]

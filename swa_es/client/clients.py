@@ -9,12 +9,19 @@ keep-alive connections and may be shared by many tasks.
 
 Both send one prompt as a binary body (little-endian u32 token ids, or i64 block hashes) and a
 batch as msgpack; both retry a request once when a kept-alive connection turns out to be closed
-(matching is read-only, so a retry is safe).
+(matching is read-only, so a retry is safe; a feedback body is retried only when the server had
+closed the connection before the request, so it is never counted twice). ``feedback`` reports
+routed requests back (``swa_es.client.feedback``). Both send a
+bearer token when given one and speak TLS to an ``https://`` URL (a CA file, or a context;
+a client certificate for mutual TLS).
 """
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Self
 from urllib.parse import urlsplit
@@ -26,7 +33,14 @@ from swa_es.client.answers import (
     MatchReply,
     parse_sources,
 )
-from swa_es.client.connection import BadReplyError, ConnectionClosedError, HttpConnection
+from swa_es.client.connection import (
+    BadReplyError,
+    ConnectionClosedError,
+    HttpConnection,
+    bearer_value,
+    tls_context,
+)
+from swa_es.client.feedback import QUALITY_PATH, Feedback, FeedbackReceipt, feedback_request
 from swa_es.client.wire import (
     AsOfReader,
     HashedPrompt,
@@ -54,6 +68,11 @@ class RoutingUnavailableError(RoutingError):
     """The follower cannot answer yet (503: restoring)."""
 
 
+class RoutingAuthError(RoutingError):
+    """The routing API refused the client's credentials: 401, no bearer token sent (give
+    ``token=``), or 403, a token it does not know."""
+
+
 class RoutingConnectionError(SwaEsError):
     """The routing API could not be reached, or the connection failed mid-request."""
 
@@ -63,17 +82,56 @@ def _refusal(status: int, body: bytes) -> RoutingError:
         message = str(loads(body)["error"])
     except Exception:
         message = body[:200].decode("utf-8", "replace")
-    kind = RoutingUnavailableError if status == 503 else RoutingError
+    kind = _REFUSALS.get(status, RoutingError)
     return kind(status, message)
 
 
-def _host_port(base_url: str) -> tuple[str, int]:
+_REFUSALS: Final[dict[int, type[RoutingError]]] = {
+    401: RoutingAuthError,
+    403: RoutingAuthError,
+    503: RoutingUnavailableError,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class _Server:
+    """Where a client connects and how: host, port, TLS context (None: plain HTTP)."""
+
+    host: str
+    port: int
+    tls: ssl.SSLContext | None
+
+    @property
+    def base_url(self) -> str:
+        scheme = "http" if self.tls is None else "https"
+        name = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{scheme}://{name}:{self.port}"
+
+
+def _server(
+    base_url: str,
+    ssl_context: ssl.SSLContext | None,
+    ca_file: str | Path | None,
+    client_cert: str | Path | None,
+    client_key: str | Path | None,
+) -> _Server:
+    """``base_url`` (``http://`` or ``https://``) with its TLS context: ``ssl_context``, or one
+    made from ``ca_file`` and the client certificate (``ValueError`` for TLS options given to
+    an ``http://`` URL, or both a context and files)."""
     parts = urlsplit(base_url)
-    if parts.scheme != "http" or not parts.hostname:
-        raise ValueError(f"base_url must be http://host[:port], got {base_url!r}")
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"base_url must be http(s)://host[:port], got {base_url!r}")
     if parts.path not in ("", "/"):
         raise ValueError(f"base_url must have no path, got {base_url!r}")
-    return parts.hostname, parts.port or 80
+    files = (ca_file, client_cert, client_key)
+    if parts.scheme == "http":
+        if ssl_context is not None or any(f is not None for f in files):
+            raise ValueError(f"TLS options need an https:// base_url, got {base_url!r}")
+        return _Server(parts.hostname, parts.port or 80, None)
+    if ssl_context is not None and any(f is not None for f in files):
+        raise ValueError("give ssl_context or ca_file/client_cert/client_key, not both")
+    tls = ssl_context if ssl_context is not None else tls_context(*files)
+    return _Server(parts.hostname, parts.port or 443, tls)
 
 
 class _Replies:
@@ -95,13 +153,29 @@ class _Replies:
 class RoutingClient:
     """A blocking client of ``/v1/match`` and ``/v1/sources`` over one keep-alive connection.
 
-    ``timeout_s`` bounds connecting and each wait for the server. Use as a context manager or
-    call ``close``.
+    ``timeout_s`` bounds connecting and each wait for the server. ``token``: the bearer token
+    sent with every request (a server started with ``--http-token-file`` asks for one). An
+    ``https://`` ``base_url`` speaks TLS: the server's certificate checked against ``ca_file``
+    (None: the system's CAs), ``client_cert``/``client_key`` presented for mutual TLS, or all
+    of it from ``ssl_context``. Use as a context manager or call ``close``.
     """
 
-    def __init__(self, base_url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
-        self._host, self._port = _host_port(base_url)
-        self._connection = HttpConnection(self._host, self._port, timeout_s=timeout_s)
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        token: str | None = None,
+        ca_file: str | Path | None = None,
+        client_cert: str | Path | None = None,
+        client_key: str | Path | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        server = _server(base_url, ssl_context, ca_file, client_cert, client_key)
+        self._host, self._port = server.host, server.port
+        self._connection = HttpConnection(
+            self._host, self._port, timeout_s=timeout_s, tls=server.tls, token=token
+        )
         self._replies = _Replies()
 
     def match(self, token_ids: Sequence[int] | bytes, extra_key: str | None = None) -> MatchReply:
@@ -120,6 +194,15 @@ class RoutingClient:
     def sources(self) -> dict[str, Any]:
         """``GET /v1/sources``: per source its epoch, seq, blocks, digest and state."""
         return dict(loads(self._exchange("GET", "/v1/sources", None, None))["sources"])
+
+    def feedback(self, reports: Sequence[Feedback]) -> FeedbackReceipt:
+        """``POST /v1/feedback``: report routed requests (the source chosen, the tokens its
+        engine reused, what the index predicted) in one binary body."""
+        return FeedbackReceipt.parse(loads(self._post(feedback_request(reports))))
+
+    def quality(self) -> dict[str, Any]:
+        """``GET /v1/quality``: prediction quality per chosen source and over all."""
+        return dict(loads(self._exchange("GET", QUALITY_PATH, None, None)))
 
     def close(self) -> None:
         """Close the connection (a later request opens a new one)."""
@@ -167,7 +250,8 @@ class AsyncRoutingClient:
     connections; safe to share between tasks).
 
     ``timeout_s`` bounds connecting and each wait for the server; ``max_connections`` the
-    pool. Use as an async context manager or call ``aclose``.
+    pool. ``token`` and TLS (``ca_file``, ``client_cert``, ``client_key``, ``ssl_context``) as
+    ``RoutingClient``'s. Use as an async context manager or call ``aclose``.
     """
 
     def __init__(
@@ -176,12 +260,20 @@ class AsyncRoutingClient:
         *,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         max_connections: int = 16,
+        token: str | None = None,
+        ca_file: str | Path | None = None,
+        client_cert: str | Path | None = None,
+        client_key: str | Path | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         import httpx  # the async client's dependency (the swa-es[client] extra)
 
-        host, port = _host_port(base_url)
+        server = _server(base_url, ssl_context, ca_file, client_cert, client_key)
+        headers = {} if token is None else {"Authorization": bearer_value(token)}
         self._client = httpx.AsyncClient(
-            base_url=f"http://{host}:{port}",
+            base_url=server.base_url,
+            headers=headers,
+            verify=True if server.tls is None else server.tls,
             timeout=timeout_s,
             limits=httpx.Limits(
                 max_connections=max_connections, max_keepalive_connections=max_connections
@@ -207,6 +299,15 @@ class AsyncRoutingClient:
     async def sources(self) -> dict[str, Any]:
         """``GET /v1/sources``: per source its epoch, seq, blocks, digest and state."""
         return dict(loads(await self._exchange("GET", "/v1/sources", None, {}))["sources"])
+
+    async def feedback(self, reports: Sequence[Feedback]) -> FeedbackReceipt:
+        """``POST /v1/feedback``: report routed requests (the source chosen, the tokens its
+        engine reused, what the index predicted) in one binary body."""
+        return FeedbackReceipt.parse(loads(await self._post(feedback_request(reports))))
+
+    async def quality(self) -> dict[str, Any]:
+        """``GET /v1/quality``: prediction quality per chosen source and over all."""
+        return dict(loads(await self._exchange("GET", QUALITY_PATH, None, {})))
 
     async def aclose(self) -> None:
         """Close every connection."""

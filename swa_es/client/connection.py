@@ -7,13 +7,17 @@ the head and the body apart and in parsing the reply's headers in Python.
 
 Only what the routing API needs: GET and POST requests with a ``Content-Length`` body (or
 none); replies with a ``Content-Length``, chunked, or ended by the server closing the
-connection.
+connection. Over TLS when given a context (``tls_context`` makes one from a CA file and a client
+certificate), with an ``Authorization: Bearer`` header on every request when given a token.
 """
 
 from __future__ import annotations
 
+import re
 import socket
+import ssl
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Final
 
 import httptools
@@ -23,6 +27,40 @@ from cache.errors import SwaEsError
 RECV_BYTES: Final = 64 * 1024
 """Bytes asked of each ``recv`` (kept under malloc's mmap threshold: a larger buffer may be
 mapped and unmapped on every call)."""
+
+
+_TOKEN68: Final = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
+"""A bearer token's characters (RFC 6750)."""
+
+
+def bearer_value(token: str) -> str:
+    """The ``Authorization`` header's value sending ``token``: ``Bearer TOKEN``; ``ValueError``
+    for a token with characters a bearer token cannot have (a line break would forge headers)."""
+    if _TOKEN68.fullmatch(token) is None:
+        raise ValueError("token must be a bearer token: letters, digits and -._~+/, = padding")
+    return f"Bearer {token}"
+
+
+def bearer_header(token: str) -> bytes:
+    """The ``Authorization`` header line (CRLF included) sending ``token`` (``bearer_value``)."""
+    return b"authorization: %s\r\n" % bearer_value(token).encode("ascii")
+
+
+def tls_context(
+    ca_file: str | Path | None = None,
+    client_cert: str | Path | None = None,
+    client_key: str | Path | None = None,
+) -> ssl.SSLContext:
+    """A client's TLS context: the server's certificate checked against ``ca_file`` (None: the
+    system's CAs) and its name; ``client_cert`` (with ``client_key`` unless the key is in the
+    same file) presented where the server asks for one (mutual TLS)."""
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca_file)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if client_cert is not None:
+        context.load_cert_chain(client_cert, client_key)
+    elif client_key is not None:
+        raise ValueError("client_key needs client_cert")
+    return context
 
 
 class ConnectionClosedError(SwaEsError, ConnectionError):
@@ -79,14 +117,26 @@ class _ReplyReader:
 class HttpConnection:
     """A keep-alive connection to ``host:port``, opened on first use; not thread-safe.
 
-    ``timeout_s`` bounds connecting and each wait for the server.
+    ``timeout_s`` bounds connecting (the TLS handshake included) and each wait for the server.
+    ``tls``: speak TLS with this context (the server's name checked against ``host``);
+    ``token``: send it as ``Authorization: Bearer`` on every request.
     """
 
-    def __init__(self, host: str, port: int, *, timeout_s: float) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        timeout_s: float,
+        tls: ssl.SSLContext | None = None,
+        token: str | None = None,
+    ) -> None:
         self._address = (host, port)
         name = f"[{host}]" if ":" in host else host  # an IPv6 literal is bracketed
         self._host_header = f"{name}:{port}".encode("idna")
         self._timeout_s = timeout_s
+        self._tls = tls
+        self._authorization = b"" if token is None else bearer_header(token)
         self._sock: socket.socket | None = None
 
     @property
@@ -102,10 +152,11 @@ class HttpConnection:
         Raises ``ConnectionClosedError``, ``BadReplyError`` or ``OSError`` (``TimeoutError``
         included); the connection is closed after any of them.
         """
-        head = b"%s %s HTTP/1.1\r\nhost: %s\r\n" % (
+        head = b"%s %s HTTP/1.1\r\nhost: %s\r\n%s" % (
             method.encode("ascii"),
             target.encode("ascii"),
             self._host_header,
+            self._authorization,
         )
         if content_type is not None:
             head += b"content-type: %s\r\n" % content_type.encode("latin-1")
@@ -129,6 +180,12 @@ class HttpConnection:
         if self._sock is None:
             sock = socket.create_connection(self._address, timeout=self._timeout_s)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._tls is not None:
+                try:
+                    sock = self._tls.wrap_socket(sock, server_hostname=self._address[0])
+                except BaseException:
+                    sock.close()
+                    raise
             self._sock = sock
         return self._sock
 

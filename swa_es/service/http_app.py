@@ -1,11 +1,13 @@
 """The ASGI app of ``serve``, ``follow`` and ``bridge``: what each route answers.
 
 ``build_app`` makes the app: ``/metrics`` (prometheus_client exposition of a registry),
-``/healthz`` (503 with the reason while unhealthy, e.g. restoring), and, on a follower, the
-routing API: ``POST /v1/match`` and ``GET /v1/sources``. ``POST /v1/match`` is a router's hot
-path, so it is served by a plain ASGI handler (``MatchEndpoint``: no framework routing, request
-or response objects); the other routes go through Starlette. The bodies it accepts are those of
-``match_query``. A request head over ``MAX_HEAD_BYTES`` gets 431.
+``/healthz`` (503 with the reason while unhealthy, e.g. restoring), ``/readyz`` where the
+service judges readiness (``AppParts.readiness``: 503 with a JSON document until ready), and,
+on a follower, the routing API: ``POST /v1/match`` and ``GET /v1/sources`` (and prediction
+quality, ``feedback``: ``POST /v1/feedback``, ``GET /v1/quality``). ``POST /v1/match``
+is a router's hot path, so it is served by a plain ASGI handler (``MatchEndpoint``: no
+framework routing, request or response objects); the other routes go through Starlette. The
+bodies it accepts are those of ``match_query``. A request head over ``MAX_HEAD_BYTES`` gets 431.
 
 The connection protocol that serves the app (its bounds on heads, and the hot route answered
 without ASGI) is ``http_protocol``; the server that binds and runs both is ``http_server``.
@@ -30,6 +32,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from swa_es.service.feedback import feedback_routes
 from swa_es.service.http_metrics import MATCH_ROUTE, HttpMetrics, http_metrics_of, route_of
 from swa_es.service.match_query import (
     BadRequestError,
@@ -37,12 +40,16 @@ from swa_es.service.match_query import (
     UnsupportedMediaError,
     parse_body,
 )
+from swa_es.service.ui import ui_routes
 
 DEFAULT_MAX_REQUEST_BYTES: Final = 4 * 1024 * 1024
 MAX_HEAD_BYTES: Final = 8 * 1024
 """The largest request line plus headers served (nginx's default header buffer)."""
 
 CheckHealth = Callable[[], tuple[bool, str]]
+CheckReadiness = Callable[[], tuple[bool, dict[str, Any]]]
+"""``/readyz``: whether the service is ready, and the JSON document answered (a follower's:
+``consumers.readiness``)."""
 SourceAnswers = dict[str, dict[str, Any]]
 Reply = tuple[int, bytes]
 """An HTTP status and its JSON body."""
@@ -72,6 +79,8 @@ class AppParts:
     health: CheckHealth
     routing: RoutingBackend | None = None
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    readiness: CheckReadiness | None = None
+    """``GET /readyz`` (None: no such route): 200 when ready, else 503, with its document."""
 
 
 _JSON_HEADERS: Final = [(b"content-type", b"application/json")]
@@ -244,6 +253,17 @@ class ServiceApp:
         await self._framework(scope, receive, send)
 
 
+def readyz_route(readiness: CheckReadiness) -> Route:
+    """``GET /readyz``: 200 when ``readiness`` says ready, else 503; its JSON document."""
+
+    async def readyz(request: Request) -> Response:
+        ready, document = readiness()
+        status = 200 if ready else 503
+        return Response(orjson.dumps(document), status, media_type="application/json")
+
+    return Route("/readyz", readyz, methods=["GET"])
+
+
 def build_app(parts: AppParts) -> ASGIApp:
     """The ASGI app of one service."""
 
@@ -266,9 +286,15 @@ def build_app(parts: AppParts) -> ASGIApp:
         Route("/metrics", metrics, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
     ]
+    if parts.readiness is not None:
+        routes.append(readyz_route(parts.readiness))
     http = http_metrics_of(parts.registry)
     match = None
     if parts.routing is not None:
         routes.append(Route("/v1/sources", sources, methods=["GET"]))
+        routes.extend(  # prediction quality: POST /v1/feedback, GET /v1/quality
+            feedback_routes(parts.registry, parts.routing, parts.health, parts.max_request_bytes)
+        )
+        routes.extend(ui_routes(parts.health, parts.routing, http, parts.readiness))  # /ui
         match = MatchEndpoint(parts, parts.routing, http)
     return ServiceApp(Starlette(routes=routes), match, http)

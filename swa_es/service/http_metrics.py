@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from swa_es.service.feedback import FEEDBACK_ROUTE, QUALITY_ROUTE
 from swa_es.service.metric_table import (
     HTTP_DURATION,
     HTTP_DURATION_BUCKETS_S,
@@ -30,13 +31,20 @@ from swa_es.service.metric_table import (
 )
 
 MATCH_ROUTE: Final = "/v1/match"
-ROUTES: Final = frozenset({MATCH_ROUTE, "/v1/sources", "/metrics", "/healthz"})
+ROUTES: Final = frozenset(
+    {MATCH_ROUTE, "/v1/sources", "/metrics", "/healthz", "/readyz", FEEDBACK_ROUTE, QUALITY_ROUTE}
+)
 """The routes labelled by their path; any other path is ``OTHER_ROUTE``."""
 OTHER_ROUTE: Final = "other"
 HEALTH_ROUTE: Final = "/healthz"
+READY_ROUTE: Final = "/readyz"
+PROBE_ROUTES: Final = frozenset({HEALTH_ROUTE, READY_ROUTE})
+"""Routes whose 503 is their answer (not ready), never a refusal."""
 
 REFUSAL_REASONS: Final = {
     400: "bad_body",
+    401: "unauthenticated",
+    403: "forbidden",
     405: "wrong_method",
     413: "too_large",
     415: "unsupported_type",
@@ -114,7 +122,7 @@ class HttpMetrics:
         self._refusals.setdefault(reason, _Count()).value += 1
 
     def _make_series(self, route: str, status: int) -> _Series:
-        reason = None if route == HEALTH_ROUTE else REFUSAL_REASONS.get(status)
+        reason = None if route in PROBE_ROUTES else REFUSAL_REASONS.get(status)
         series = _Series(
             self._requests.setdefault((route, str(status)), _Count()),
             self._durations.setdefault((route, f"{status // 100}xx"), _Durations()),

@@ -9,13 +9,17 @@ previous response) is answered 408 and closed, however slowly it trickles bytes.
 body is not complete ``BODY_TIMEOUT_S`` after its head is answered 408 and closed; a connection
 idle after a response is closed after uvicorn's keep-alive timeout; a connection past
 ``MAX_CONNECTIONS`` open at once is answered 503 and closed as it opens. ``HttpLimits`` holds
-these bounds (a server can set its own).
+these bounds (a server can set its own; declared in ``http_limits``, re-exported here).
 
 This module subclasses uvicorn's ``HttpToolsProtocol`` and reads its attributes (``cycle``,
 ``pipeline``, ``flow``, ``server_state``, ``parser``, ``url``, ``headers``,
 ``expect_100_continue``), which are not uvicorn's public API. It is tested with the uvicorn
 versions ``UVICORN_TESTED`` names; pyproject pins the same range, and a test fails on an installed
 version outside it.
+
+With bearer tokens (``http_auth``) the hot route checks the request's ``Authorization`` header
+as it reads the head (one more header compared, one hash) and leaves a refused request to the
+app, which answers and counts the refusal.
 
 The hot route counts each answer it sends in the endpoint's HTTP metrics (``http_metrics``), as
 the app does for the others, and so do the refusals this protocol makes itself where it serves
@@ -35,6 +39,12 @@ from typing import Final
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from swa_es.service.http_app import MAX_HEAD_BYTES, MatchEndpoint, error_body, head_bytes
+from swa_es.service.http_auth import ACCEPTED, BearerTokens
+from swa_es.service.http_limits import BODY_TIMEOUT_S as BODY_TIMEOUT_S
+from swa_es.service.http_limits import HEAD_TIMEOUT_S as HEAD_TIMEOUT_S
+from swa_es.service.http_limits import KEEP_ALIVE_TIMEOUT_S as KEEP_ALIVE_TIMEOUT_S
+from swa_es.service.http_limits import MAX_CONNECTIONS as MAX_CONNECTIONS
+from swa_es.service.http_limits import HttpLimits as HttpLimits
 from swa_es.service.http_metrics import (
     MATCH_ROUTE,
     SLOW_BODY,
@@ -50,40 +60,6 @@ UVICORN_TESTED: Final = ((0, 55), (0, 56))
 exclusive (pyproject's ``uvicorn>=0.55,<0.56``)."""
 HEAD_SLACK_BYTES: Final = 1024
 """How far past ``MAX_HEAD_BYTES`` an unfinished head may grow before the connection is cut."""
-HEAD_TIMEOUT_S: Final = 10.0
-"""How long a connection has to deliver a complete request head."""
-BODY_TIMEOUT_S: Final = 10.0
-"""How long a request's body may take to arrive after its head."""
-KEEP_ALIVE_TIMEOUT_S: Final = 5.0
-"""How long a connection may stay idle after a response (uvicorn's default)."""
-MAX_CONNECTIONS: Final = 512
-"""How many connections a server keeps open at once."""
-
-
-@dataclass(frozen=True, slots=True)
-class HttpLimits:
-    """The bounds a server puts on its connections (defaults: the module's constants)."""
-
-    head_timeout_s: float = HEAD_TIMEOUT_S
-    """A request head must be complete this long after the connection opened or the previous
-    response ended; else 408 (nothing received yet: closed silently) and closed."""
-    body_timeout_s: float = BODY_TIMEOUT_S
-    """A request body must be complete this long after its head; else 408 and closed."""
-    keep_alive_timeout_s: float = KEEP_ALIVE_TIMEOUT_S
-    """A connection idle this long after a response is closed (uvicorn's ``timeout_keep_alive``)."""
-    max_connections: int = MAX_CONNECTIONS
-    """Connections open at once; one more is answered 503 and closed as it opens."""
-
-    def __post_init__(self) -> None:
-        for name in ("head_timeout_s", "body_timeout_s", "keep_alive_timeout_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"HttpLimits.{name} must be positive, not {getattr(self, name)}")
-        if self.max_connections < 1:
-            raise ValueError(
-                f"HttpLimits.max_connections must be at least 1, not {self.max_connections}"
-            )
-
-
 _STATUS_LINES: Final = {
     status: b"HTTP/1.1 %d %s\r\n" % (status, HTTPStatus(status).phrase.encode("ascii"))
     for status in (200, 400, 408, 413, 415, 431, 500, 503, 505)
@@ -138,7 +114,8 @@ class _BoundedHeadProtocol(HttpToolsProtocol):
 
     Hot route: a subclass made by ``protocol_class`` answers a plain ``POST /v1/match``
     (HTTP/1.1, a ``Content-Length`` within the limit, no ``Expect``, nothing before it still
-    being answered, the client reading its replies) as soon as its body is complete, with the
+    being answered, the client reading its replies, a known bearer token where the server
+    asks for one: ``_tokens``) as soon as its body is complete, with the
     bytes of ``MatchEndpoint.respond`` in one write: no ASGI task, scope or messages. The
     answer is computed without awaiting anything either way, so only the per-request overhead
     goes. Every other request takes the ASGI path, which answers the same way.
@@ -155,6 +132,7 @@ class _BoundedHeadProtocol(HttpToolsProtocol):
     _refused = False
     _fast_match: MatchEndpoint | None = None
     _fast: _FastRequest | None = None
+    _tokens: BearerTokens | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -229,6 +207,7 @@ class _BoundedHeadProtocol(HttpToolsProtocol):
             return None
         content_type: str | None = None
         length: bytes | None = None
+        authorization: bytes | None = None
         for name, value in self.headers:
             if name == b"content-length":
                 if length is not None:
@@ -236,12 +215,19 @@ class _BoundedHeadProtocol(HttpToolsProtocol):
                 length = value
             elif name == b"content-type":
                 content_type = value.decode("latin-1")
+            elif name == b"authorization":
+                if authorization is not None:
+                    return None
+                authorization = value
             elif name == b"transfer-encoding":
                 return None
         if length is None or not length.isdigit() or int(length) > endpoint.limit_bytes:
             return None
         if head_bytes(len(path) + len(query_string), self.headers) > MAX_HEAD_BYTES:
             return None
+        tokens = self._tokens
+        if tokens is not None and tokens.verdict(authorization) != ACCEPTED:
+            return None  # refused through ASGI (http_auth.GuardedApp), counted there
         return _FastRequest(
             content_type, query_string, self.parser.should_keep_alive(), [], time.perf_counter()
         )
@@ -399,14 +385,18 @@ def protocol_class(
     match: MatchEndpoint | None,
     metrics: HttpMetrics | None = None,
     limits: HttpLimits | None = None,
+    tokens: BearerTokens | None = None,
 ) -> type[_BoundedHeadProtocol]:
     """The protocol serving an app whose ``/v1/match`` handler is ``match`` (None: none, every
     request through ASGI), counting its refusals in ``metrics`` (None: ``match``'s, if any),
-    under ``limits`` (None: the defaults)."""
+    under ``limits`` (None: the defaults). With ``tokens`` the hot route answers only a request
+    with a known bearer token; any other goes through ASGI, where the app (``GuardedApp``)
+    refuses it."""
 
     class _ServingProtocol(_BoundedHeadProtocol):
         _fast_match = match
         _metrics = metrics if metrics is not None or match is None else match.metrics
         _limits = HttpLimits() if limits is None else limits
+        _tokens = tokens
 
     return _ServingProtocol

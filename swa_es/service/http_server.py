@@ -5,6 +5,12 @@
 returns (``port=0`` picks a free port, read back from ``port``). ``start_http_server`` is how a
 command serves its ``AppParts`` for as long as its exit stack lives; an address it cannot
 listen on is a ``ListenError`` naming the command's flag and value.
+
+Security (``http_auth.HttpSecurity``): with bearer tokens the app is served behind
+``GuardedApp`` (and the hot route checks the token itself); with a TLS context the listener
+speaks TLS only (``url`` is then ``https://``). ``start_http_server`` refuses, before binding, a
+host other than the loopback without TLS and an authentication unless ``insecure`` is set
+(then it logs a warning).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from starlette.types import ASGIApp
 
 from swa_es.service.errors import ListenError
 from swa_es.service.http_app import AppParts, MatchEndpoint, ServiceApp, build_app
+from swa_es.service.http_auth import GuardedApp, HttpSecurity
 from swa_es.service.http_protocol import HttpLimits, protocol_class
 
 logger = logging.getLogger(__name__)
@@ -62,7 +69,10 @@ class HttpServer:
     ``hot_route`` (default on): the connection protocol itself answers a plain
     ``POST /v1/match`` of an app made by ``build_app``; off, every request goes through ASGI
     (the answers are the same bytes; the benchmark compares the two). ``limits``: the bounds
-    on its connections (timeouts, how many at once; default ``HttpLimits()``).
+    on its connections (timeouts, how many at once; default ``HttpLimits()``). ``security``:
+    the bearer tokens asked of every request but the open paths, and the TLS context of the
+    listener (default: neither; ``HttpServer`` itself does not check the host against them,
+    ``start_http_server`` does).
     """
 
     def __init__(
@@ -73,10 +83,12 @@ class HttpServer:
         port: int = 0,
         hot_route: bool = True,
         limits: HttpLimits | None = None,
+        security: HttpSecurity | None = None,
     ) -> None:
         self._app = app
         self._hot_route = hot_route
         self._limits = HttpLimits() if limits is None else limits
+        self._security = HttpSecurity() if security is None else security
         self._host = host
         self._requested_port = port
         self._port: int | None = None
@@ -97,8 +109,13 @@ class HttpServer:
 
     @property
     def url(self) -> str:
-        """``http://HOST:PORT`` of the bound address."""
-        return http_url(self._host, self.port)
+        """``http://HOST:PORT`` of the bound address (``https://`` with TLS)."""
+        return http_url(self._host, self.port, tls=self._security.tls is not None)
+
+    @property
+    def security(self) -> HttpSecurity:
+        """How it admits clients."""
+        return self._security
 
     def _hot_match(self) -> MatchEndpoint | None:
         if self._hot_route and isinstance(self._app, ServiceApp):
@@ -109,15 +126,18 @@ class HttpServer:
         sock = bind_listener(self._host, self._requested_port)
         self._port = int(sock.getsockname()[1])
         metrics = self._app.metrics if isinstance(self._app, ServiceApp) else None
+        tokens, tls = self._security.tokens, self._security.tls
+        app = self._app if tokens is None else GuardedApp(self._app, tokens, metrics)
         config = uvicorn.Config(
-            self._app,
+            app,
             lifespan="off",
             log_level="warning",
             access_log=False,
-            http=protocol_class(self._hot_match(), metrics, self._limits),
+            http=protocol_class(self._hot_match(), metrics, self._limits, tokens),
             ws="none",
             timeout_keep_alive=self._limits.keep_alive_timeout_s,  # type: ignore[arg-type]
             timeout_graceful_shutdown=2,
+            ssl_context_factory=None if tls is None else (lambda _config, _default: tls),
         )
         server = _QuietServer(config)
         self._server = server
@@ -128,7 +148,7 @@ class HttpServer:
         with anyio.fail_after(10):
             while not server.started:  # noqa: ASYNC110 -- uvicorn exposes a flag, not an event
                 await anyio.sleep(0.01)
-        logger.info("http on http://%s:%d", self._host, self._port)
+        logger.info("http on %s", self.url)
         return self
 
     async def __aexit__(
@@ -143,9 +163,10 @@ class HttpServer:
         await group.__aexit__(None, None, None)
 
 
-def http_url(host: str, port: int) -> str:
-    """``http://HOST:PORT`` (an IPv6 host in brackets)."""
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+def http_url(host: str, port: int, *, tls: bool = False) -> str:
+    """``http://HOST:PORT`` (``https://`` with ``tls``; an IPv6 host in brackets)."""
+    scheme = "https" if tls else "http"
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
 
 
 _HOST_ERRNOS = frozenset({errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT})
@@ -159,15 +180,26 @@ async def start_http_server(
     port: int | None,
     host_flag: str = "--metrics-host",
     port_flag: str = "--metrics-port",
+    security: HttpSecurity | None = None,
+    limits: HttpLimits | None = None,
 ) -> HttpServer | None:
     """Serve ``parts`` until ``stack`` closes; the running server (None: ``port`` None, off).
 
-    An address it cannot listen on is a ``ListenError`` naming the flag at fault and its value
-    (``host_flag`` for a host that is no local address, else ``port_flag``)."""
+    Under ``security`` (default: none) and ``limits`` (default: ``HttpLimits()``). A host other
+    than the loopback without TLS and an authentication is a ``SettingError`` naming
+    ``host_flag`` and the flags that would protect it, unless ``security.insecure`` (then a
+    warning is logged). An address it cannot listen on is a ``ListenError`` naming the flag at
+    fault and its value (``host_flag`` for a host that is no local address, else
+    ``port_flag``)."""
     if port is None:
         return None
+    security = HttpSecurity() if security is None else security
+    warning = security.exposure(host, host_flag)
+    if warning is not None:
+        logger.warning("%s", warning)
+    server = HttpServer(build_app(parts), host=host, port=port, security=security, limits=limits)
     try:
-        return await stack.enter_async_context(HttpServer(build_app(parts), host=host, port=port))
+        return await stack.enter_async_context(server)
     except OSError as exc:
         address = f"{host}:{port}"
         reason = (exc.strerror or str(exc)).lower()

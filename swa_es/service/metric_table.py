@@ -299,6 +299,33 @@ SOURCE_LAST_HEARD: Final = _gauge(
 SOURCES: Final = (SOURCE_STATE, SOURCE_LAST_HEARD)
 """Each source's state as the routing API answers it."""
 
+FOLLOWER_READY: Final = _gauge(
+    "swa_es_follower_ready",
+    "1 while the follower is ready (/readyz answers 200: restored, within --ready-lag-records "
+    "of the log's end, --ready-sources-share of its live sources trusted), else 0.",
+    FOLLOW,
+)
+RECOVERY_REMAINING: Final = _gauge(
+    "swa_es_recovery_remaining_records",
+    "Records the follower has still to apply to be caught up: the rest of its replay while "
+    "restoring, then its lag behind the log's end.",
+    FOLLOW,
+    unit="records",
+)
+RECOVERY_RATE: Final = _gauge(
+    "swa_es_recovery_records_per_second",
+    "Records per second the follower's current or last replay read (0 before any).",
+    FOLLOW,
+)
+RECOVERY_ETA: Final = _gauge(
+    "swa_es_recovery_eta_seconds",
+    "Seconds left to catch up at the replay's rate (0 when caught up, -1 while unknown).",
+    FOLLOW,
+    unit="seconds",
+)
+RECOVERY: Final = (FOLLOWER_READY, RECOVERY_REMAINING, RECOVERY_RATE, RECOVERY_ETA)
+"""How far a follower's recovery has come (``consumers.readiness.Readiness``)."""
+
 REPLICA_BLOCKS: Final = _gauge(
     "swa_es_replica_blocks",
     "Blocks the follower's replica of a source holds on the GPU.",
@@ -507,12 +534,22 @@ HTTP_REFUSALS: Final = MetricSpec(
     "counter",
     "Requests refused, by reason: bad_body, too_large, unsupported_type, restoring, "
     "wrong_method, head_too_large, bad_version, slow_head, slow_body, "
-    "too_many_connections.",
+    "too_many_connections, unauthenticated (no bearer token), forbidden (an unknown one).",
     EVERY_SERVICE,
     labels=("reason",),
 )
 HTTP: Final = (HTTP_REQUESTS, HTTP_DURATION, HTTP_REFUSALS)
 """What each service's HTTP server measures of itself (``http_metrics``)."""
+ZMQ_REFUSALS: Final = MetricSpec(
+    "swa_es_zmq_refusals_total",
+    "counter",
+    "Requests and connections the follower's ZMQ sockets refused, by socket and reason: "
+    "replay too_far (beyond --zmq-replay-max-records) or rate (beyond "
+    "--zmq-client-requests-per-s), snapshot rate or busy (beyond --zmq-snapshot-max-pending), "
+    "curve unlisted_key (a CURVE client key not in --zmq-curve-clients).",
+    FOLLOW,
+    labels=("socket", "reason"),
+)
 HTTP_DURATION_BUCKETS_S: Final = (
     0.0001,
     0.00025,
@@ -529,6 +566,68 @@ HTTP_DURATION_BUCKETS_S: Final = (
 )
 """The duration histogram's bounds: the routing API answers in a fraction of a millisecond."""
 
+FEEDBACK_REPORTS: Final = _counter(
+    "swa_es_feedback_reports_total",
+    "Routed requests reported to /v1/feedback, by the source they were sent to.",
+    FOLLOW,
+    labels=_SRC,
+)
+FEEDBACK_UNPREDICTED: Final = _counter(
+    "swa_es_feedback_unpredicted_total",
+    "Reports whose chosen source had no known prediction (offline, unknown or another page "
+    "size): left out of the error histogram and the predicted tokens.",
+    FOLLOW,
+    labels=_SRC,
+)
+FEEDBACK_INCORRECT: Final = _counter(
+    "swa_es_feedback_incorrect_routes_total",
+    "Reports where the engine reused fewer tokens on the chosen source than the index "
+    "predicted another source could reuse (a request routed wrongly, as far as the index "
+    "knew).",
+    FOLLOW,
+    labels=_SRC,
+)
+FEEDBACK_TOKEN_SUMS: Final = tuple(
+    _counter(f"swa_es_feedback_{what}_tokens_total", text, FOLLOW, labels=_SRC, unit="tokens")
+    for what, text in (
+        ("prompt", "Prompt tokens of the reported requests (the denominator of hit rates)."),
+        (
+            "predicted",
+            "Tokens the index predicted the chosen source would reuse (usable tokens where "
+            "known, else cached), summed over the reports it predicted.",
+        ),
+        ("reused", "Prompt tokens the engines reported they actually reused, summed."),
+    )
+)
+"""Block-weighted sums (every block counts its page's tokens): rates are ratios of sums."""
+FEEDBACK_ERROR: Final = MetricSpec(
+    "swa_es_feedback_prediction_error_tokens",
+    "histogram",
+    "Predicted minus actually reused tokens on the chosen source, per report (negative: "
+    "the engine reused more than the index knew of).",
+    FOLLOW,
+    labels=_SRC,
+    unit="tokens",
+)
+_ERROR_BOUNDS_TOKENS: Final = (64, 256, 1024, 4096)
+FEEDBACK_ERROR_BUCKETS_TOKENS: Final = (
+    *(-bound for bound in reversed(_ERROR_BOUNDS_TOKENS)),
+    -16,
+    -1,
+    0,
+    15,
+    *(bound - 1 for bound in _ERROR_BOUNDS_TOKENS),
+)
+"""The error histogram's bounds: ``le=0`` above ``le=-1`` counts the exact predictions."""
+FEEDBACK: Final = (
+    FEEDBACK_REPORTS,
+    FEEDBACK_UNPREDICTED,
+    FEEDBACK_INCORRECT,
+    *FEEDBACK_TOKEN_SUMS,
+    FEEDBACK_ERROR,
+)
+"""Prediction quality, from routers' reports (``feedback``)."""
+
 BUILD_INFO: Final = _gauge(
     "swa_es_build_info",
     "Always 1: the version of swa-es serving, as a label.",
@@ -538,12 +637,15 @@ BUILD_INFO: Final = _gauge(
 
 METRICS: Final = (
     *FOLLOWER,
+    *RECOVERY,
     *SOURCES,
     *REPLICAS_ALL,
     *PRIMARY,
     *PUBLISHER,
     *BRIDGE,
     *HTTP,
+    ZMQ_REFUSALS,
+    *FEEDBACK,
     BUILD_INFO,
 )
 """Every metric, in the order docs/operations.md lists them."""

@@ -19,6 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from consumers import FollowerMetrics
+from consumers.readiness import Readiness
 from swa_es.publish.metrics import PublisherMetrics
 from swa_es.service import metric_table as table
 from swa_es.service.http_metrics import ServiceRegistry
@@ -103,6 +104,17 @@ def follower_families(metrics: FollowerMetrics, views: StandardViews) -> list[Me
     families.append(family(_SNAPSHOT_AGE, -1.0 if age is None else age))
     families.extend(replica_families(views))
     return families
+
+
+def recovery_families(readiness: Readiness) -> list[Metric]:
+    """``swa_es_follower_ready`` and the ``swa_es_recovery_*`` gauges of one judgement."""
+    rate, eta = readiness.rate_records_s, readiness.eta_s
+    return [
+        family(table.FOLLOWER_READY, 1.0 if readiness.ready else 0.0),
+        family(table.RECOVERY_REMAINING, readiness.to_go_records),
+        family(table.RECOVERY_RATE, 0.0 if rate is None else rate),
+        family(table.RECOVERY_ETA, -1.0 if eta is None else eta),
+    ]
 
 
 def replica_families(views: StandardViews) -> list[Metric]:

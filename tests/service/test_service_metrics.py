@@ -15,6 +15,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from consumers import Follower, FollowerMetrics
+from consumers.progress import ReplayTracker
+from consumers.readiness import FollowerReadiness, ReadyBounds
 from consumers.views.stats import CHURN_COUNTS
 from log import MemoryLog
 from swa_es.bridge.metrics import BridgeMetrics
@@ -30,6 +32,7 @@ from swa_es.service.service_metrics import (
     bridge_families,
     follower_families,
     publisher_families,
+    recovery_families,
     registry_of,
     source_families,
 )
@@ -109,11 +112,13 @@ async def test_a_follower_scrape_is_all_declared_and_has_what_an_operator_alerts
     ``removed_by`` twin."""
     follower, views = await _followed()
     routing = FollowerRouting(follower, views)
+    readiness = FollowerReadiness(follower, ReplayTracker(), ReadyBounds(), lambda: True)
 
     def families() -> list:  # type: ignore[type-arg]
         live = routing.liveness()
         return [
             *follower_families(follower.metrics, views),
+            *recovery_families(readiness.now()),
             *source_families(routing.source_states(), live.heard_s),
         ]
 
@@ -123,10 +128,12 @@ async def test_a_follower_scrape_is_all_declared_and_has_what_an_operator_alerts
     names = assert_declared(text)
     follow_metrics = {spec.name for spec in METRICS if "follow" in spec.services}
     never_restored = {"swa_es_follower_restored_generation"}
-    assert names == follow_metrics - never_restored
+    only_with_stream_out = {"swa_es_zmq_refusals_total"}  # tests/swa_es/test_cli_zmq_security.py
+    assert names == follow_metrics - never_restored - only_with_stream_out
     samples = parse_samples(text)
     assert samples["swa_es_follower_lag_records"] == 0
     assert samples["swa_es_follower_lag_seconds"] == 0
+    assert samples["swa_es_follower_ready"] == 1
     assert samples["swa_es_follower_snapshot_failures_total"] == 0
     assert samples['swa_es_source_state{source="w0",state="exact"}'] == 1
     assert samples['swa_es_replica_removed_total{medium="GPU",reason="unsaid",source="w0"}'] == 1
