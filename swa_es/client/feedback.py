@@ -24,17 +24,21 @@ QUALITY_PATH: Final = "/v1/quality"
 MAGIC: Final = b"SWFB"
 VERSION: Final = 1
 NULL_U32: Final = 0xFFFFFFFF
+"""A ``predicted`` length not known (the binary layout's null)."""
 NO_EXTRA_KEY: Final = 0xFFFF
-_FORM_TOKENS: Final = 0
-_FORM_HASHES: Final = 1
-_FORM_PREDICTED: Final = 2
-_HEADER: Final = struct.Struct("<4sBBHI")
-_U16: Final = struct.Struct("<H")
-_REPORT: Final = struct.Struct("<HBBI")
-_TOKENS: Final = struct.Struct("<HI")
-_HASHES: Final = struct.Struct("<II")
-_PREDICTED: Final = struct.Struct("<IH")
-_ENTRY: Final = struct.Struct("<HII")
+"""An ``extra_key`` length meaning no extra key."""
+FORM_TOKENS: Final = 0
+FORM_HASHES: Final = 1
+FORM_PREDICTED: Final = 2
+# The binary body's parts (docs/routing.md, and the server's parser, swa_es.service.feedback_body,
+# which reads with these same layouts).
+LAYOUT_HEADER: Final = struct.Struct("<4sBBHI")
+LAYOUT_U16: Final = struct.Struct("<H")
+LAYOUT_REPORT: Final = struct.Struct("<HBBI")
+LAYOUT_TOKENS: Final = struct.Struct("<HI")
+LAYOUT_HASHES: Final = struct.Struct("<II")
+LAYOUT_PREDICTED: Final = struct.Struct("<IH")
+LAYOUT_ENTRY: Final = struct.Struct("<HII")
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,8 +126,8 @@ def feedback_request(reports: Sequence[Feedback]) -> Request:
         if isinstance(prompt, HashedPrompt):
             hashes = i64_bytes(prompt.block_hashes)
             parts += [
-                _REPORT.pack(chosen, _FORM_HASHES, 0, reused),
-                _HASHES.pack(_u32(prompt.page_size, "page_size"), len(hashes) // 8),
+                LAYOUT_REPORT.pack(chosen, FORM_HASHES, 0, reused),
+                LAYOUT_HASHES.pack(_u32(prompt.page_size, "page_size"), len(hashes) // 8),
                 hashes,
             ]
         elif isinstance(prompt, Prompt):
@@ -133,8 +137,8 @@ def feedback_request(reports: Sequence[Feedback]) -> Request:
                 raise ValueError("feedback: extra_key is longer than 65534 bytes")
             key_length = NO_EXTRA_KEY if prompt.extra_key is None else len(key)
             parts += [
-                _REPORT.pack(chosen, _FORM_TOKENS, 0, reused),
-                _TOKENS.pack(key_length, len(ids) // 4),
+                LAYOUT_REPORT.pack(chosen, FORM_TOKENS, 0, reused),
+                LAYOUT_TOKENS.pack(key_length, len(ids) // 4),
                 key,
                 ids,
             ]
@@ -142,7 +146,7 @@ def feedback_request(reports: Sequence[Feedback]) -> Request:
             assert report.answer is not None and report.prompt_tokens is not None
             sources = report.answer.sources
             entries = [
-                _ENTRY.pack(
+                LAYOUT_ENTRY.pack(
                     index(name),
                     _length(found.cached_tokens, "cached_tokens"),
                     _length(found.usable_tokens, "usable_tokens"),
@@ -152,13 +156,13 @@ def feedback_request(reports: Sequence[Feedback]) -> Request:
             if len(entries) > 0xFFFF:
                 raise ValueError("feedback: an answer of more than 65535 sources")
             parts += [
-                _REPORT.pack(chosen, _FORM_PREDICTED, 0, reused),
-                _PREDICTED.pack(_u32(report.prompt_tokens, "prompt_tokens"), len(entries)),
+                LAYOUT_REPORT.pack(chosen, FORM_PREDICTED, 0, reused),
+                LAYOUT_PREDICTED.pack(_u32(report.prompt_tokens, "prompt_tokens"), len(entries)),
                 *entries,
             ]
     table = []
     for name in names:
         encoded = name.encode("utf-8")
-        table += [_U16.pack(len(encoded)), encoded]
-    header = _HEADER.pack(MAGIC, VERSION, 0, len(names), len(reports))
+        table += [LAYOUT_U16.pack(len(encoded)), encoded]
+    header = LAYOUT_HEADER.pack(MAGIC, VERSION, 0, len(names), len(reports))
     return Request(FEEDBACK_PATH, OCTET_STREAM, b"".join([header, *table, *parts]))

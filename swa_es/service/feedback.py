@@ -38,12 +38,13 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from swa_es.client.feedback import FEEDBACK_PATH, QUALITY_PATH
 from swa_es.service import metric_table as table
 from swa_es.service.feedback_body import FeedbackReport, Prediction, parse_feedback
 from swa_es.service.match_query import BadRequestError, Query, UnsupportedMediaError
 
-FEEDBACK_ROUTE: Final = "/v1/feedback"
-QUALITY_ROUTE: Final = "/v1/quality"
+FEEDBACK_ROUTE: Final = FEEDBACK_PATH
+QUALITY_ROUTE: Final = QUALITY_PATH
 MAX_SOURCES: Final = 1024
 """The most distinct chosen sources the book tracks (each is a label value)."""
 RECENT_REPORTS: Final = 1024

@@ -34,11 +34,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-import msgpack
-import orjson
-
+from swa_es.client.feedback import (
+    FORM_HASHES,
+    FORM_PREDICTED,
+    FORM_TOKENS,
+    LAYOUT_ENTRY,
+    LAYOUT_HASHES,
+    LAYOUT_HEADER,
+    LAYOUT_PREDICTED,
+    LAYOUT_REPORT,
+    LAYOUT_TOKENS,
+    LAYOUT_U16,
+    MAGIC,
+    NO_EXTRA_KEY,
+    NULL_U32,
+    VERSION,
+)
 from swa_es.service.match_query import (
-    JSON,
     MAX_BLOCK_HASH,
     MAX_PAGE_SIZE,
     MAX_TOKEN_ID,
@@ -48,6 +60,7 @@ from swa_es.service.match_query import (
     HashQuery,
     Query,
     TokenQuery,
+    decode_object_body,
     media_type,
 )
 
@@ -57,16 +70,6 @@ MAX_SOURCE_NAME_BYTES: Final = 256
 """The longest source name (UTF-8 bytes) a report may name."""
 MAX_TOKENS: Final = 0xFFFFFFFF
 """The largest token count a report may carry (u32)."""
-
-MAGIC: Final = b"SWFB"
-VERSION: Final = 1
-NULL_U32: Final = 0xFFFFFFFF
-"""A ``predicted`` length not known (the binary layout's null)."""
-NO_EXTRA_KEY: Final = 0xFFFF
-"""An ``extra_key`` length meaning no extra key."""
-FORM_TOKENS: Final = 0
-FORM_HASHES: Final = 1
-FORM_PREDICTED: Final = 2
 
 BINARY_LAYOUT: Final = """\
 All integers little-endian.
@@ -83,13 +86,6 @@ reports    `reports` times:
 Nothing may follow the last report."""
 """The ``application/octet-stream`` body (the client's ``feedback`` sends it)."""
 
-_HEADER: Final = struct.Struct("<4sBBHI")
-_U16: Final = struct.Struct("<H")
-_REPORT: Final = struct.Struct("<HBBI")
-_TOKENS: Final = struct.Struct("<HI")
-_HASHES: Final = struct.Struct("<II")
-_PREDICTED: Final = struct.Struct("<IH")
-_ENTRY: Final = struct.Struct("<HII")
 _LITTLE_ENDIAN: Final = sys.byteorder == "little"
 _REPORT_FIELDS: Final = frozenset(
     {
@@ -149,19 +145,7 @@ def parse_feedback(content_type: str | None, body: bytes) -> list[FeedbackReport
     kind = media_type(content_type)
     if kind == OCTET_STREAM:
         return _binary_reports(body)
-    if kind == JSON:
-        try:
-            raw = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            raise BadRequestError(f"body is not JSON: {exc}") from None
-        return _object_reports(raw, "JSON")
-    try:
-        raw = msgpack.unpackb(body, raw=False, strict_map_key=True, max_bin_len=len(body))
-    except msgpack.StackError:
-        raise BadRequestError("body is not msgpack: nested too deeply") from None
-    except (ValueError, msgpack.ExtraData, msgpack.FormatError) as exc:
-        raise BadRequestError(f"body is not msgpack: {exc or type(exc).__name__}") from None
-    return _object_reports(raw, "msgpack")
+    return _object_reports(*decode_object_body(kind, body))
 
 
 def _object_reports(raw: Any, encoding: str) -> list[FeedbackReport]:
@@ -351,7 +335,7 @@ class _Reader:
 
 def _binary_reports(body: bytes) -> list[FeedbackReport]:
     reader = _Reader(body)
-    magic, version, reserved, name_count, report_count = reader.take(_HEADER, "the header")
+    magic, version, reserved, name_count, report_count = reader.take(LAYOUT_HEADER, "the header")
     if magic != MAGIC:
         raise BadRequestError(f"body does not start with {MAGIC!r} (got {bytes(magic)!r})")
     if version != VERSION:
@@ -362,7 +346,7 @@ def _binary_reports(body: bytes) -> list[FeedbackReport]:
     names = []
     for index in range(name_count):
         where = f"names[{index}]"
-        (length,) = reader.take(_U16, where)
+        (length,) = reader.take(LAYOUT_U16, where)
         try:
             text = reader.raw(length, where).decode("utf-8")
         except UnicodeDecodeError:
@@ -377,7 +361,7 @@ def _binary_reports(body: bytes) -> list[FeedbackReport]:
     reports = []
     for index in range(report_count):
         where = f"reports[{index}]"
-        chosen, form, reserved, reused = reader.take(_REPORT, where)
+        chosen, form, reserved, reused = reader.take(LAYOUT_REPORT, where)
         source = name_of(chosen, f"{where}.chosen")
         if reserved:
             raise BadRequestError(f"{where}: the reserved byte must be 0")
@@ -385,7 +369,7 @@ def _binary_reports(body: bytes) -> list[FeedbackReport]:
         predicted = None
         prompt_tokens = None
         if form == FORM_TOKENS:
-            key_length, count = reader.take(_TOKENS, where)
+            key_length, count = reader.take(LAYOUT_TOKENS, where)
             extra_key = None
             if key_length != NO_EXTRA_KEY:
                 try:
@@ -395,18 +379,18 @@ def _binary_reports(body: bytes) -> list[FeedbackReport]:
             ids = reader.raw(4 * count, f"{where}.token_ids")
             query = TokenQuery(_buffer(ids, f"{where}.token_ids", "I"), extra_key)
         elif form == FORM_HASHES:
-            page_size, count = reader.take(_HASHES, where)
+            page_size, count = reader.take(LAYOUT_HASHES, where)
             hashes = reader.raw(8 * count, f"{where}.block_hashes")
             query = HashQuery(
                 _buffer(hashes, f"{where}.block_hashes", "q"),
                 _page_size(page_size, f"{where}.page_size"),
             )
         elif form == FORM_PREDICTED:
-            prompt_tokens, count = reader.take(_PREDICTED, where)
+            prompt_tokens, count = reader.take(LAYOUT_PREDICTED, where)
             predicted = {}
             for entry in range(count):
                 at = f"{where}.predicted[{entry}]"
-                other, cached, usable = reader.take(_ENTRY, at)
+                other, cached, usable = reader.take(LAYOUT_ENTRY, at)
                 predicted[name_of(other, f"{at}.source")] = Prediction(
                     None if cached == NULL_U32 else cached,
                     None if usable == NULL_U32 else usable,

@@ -107,21 +107,27 @@ def parse_body(content_type: str | None, body: bytes, query_string: bytes = b"")
         return ParsedBody([_binary_query(body, query_string)], batch=False)
     if query_string:
         raise BadRequestError(f"query parameters apply only to {OCTET_STREAM} bodies")
+    return _object_queries(*decode_object_body(kind, body))
+
+
+def decode_object_body(kind: str, body: bytes) -> tuple[Any, str]:
+    """The object a JSON or msgpack body encodes (``kind``: its media type, ``JSON`` or
+    msgpack's) and the encoding's name, for errors; a body that does not decode is a
+    ``BadRequestError`` saying why."""
     if kind == JSON:
         try:
-            raw = orjson.loads(body)
+            return orjson.loads(body), "JSON"
         except orjson.JSONDecodeError as exc:
             raise BadRequestError(f"body is not JSON: {exc}") from None
-        return _object_queries(raw, "JSON")
     try:
         raw = msgpack.unpackb(body, raw=False, strict_map_key=True, max_bin_len=len(body))
     except msgpack.StackError:
         raise BadRequestError("body is not msgpack: nested too deeply") from None
-    except (ValueError, msgpack.ExtraData, msgpack.FormatError) as exc:
-        raise BadRequestError(f"body is not msgpack: {exc or type(exc).__name__}") from None
     except UnicodeDecodeError as exc:
         raise BadRequestError(f"body is not msgpack: a string is not UTF-8 ({exc})") from None
-    return _object_queries(raw, "msgpack")
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError) as exc:
+        raise BadRequestError(f"body is not msgpack: {exc or type(exc).__name__}") from None
+    return raw, "msgpack"
 
 
 def _object_queries(raw: Any, encoding: str) -> ParsedBody:
