@@ -653,13 +653,16 @@ def render_http(result: Mapping[str, Any]) -> list[Row]:
             name += f" ({loop})"
         if r.get("route") == "asgi":
             name += " (every request through ASGI)"
+        with_token = r.get("route") == "protocol_token"
+        if with_token:
+            name += " (bearer token)"
         figures = (
             f"p50 {fmt(r.get('per_prompt_p50_ms', r.get('p50_ms')))} ms, "
             f"p99 {fmt(r.get('p99_ms'))} ms; "
             f"{fmt(r.get('requests_per_server_cpu_s'))} requests per server CPU-s"
         )
         target = ""
-        if r.get("form") == "binary" and _served_as_deployed(r):
+        if r.get("form") == "binary" and (_served_as_deployed(r) or with_token):
             p50, cpu = r.get("p50_ms"), r.get("requests_per_server_cpu_s")
             if conns == 1 and isinstance(p50, float) and isinstance(cpu, float):
                 met = p50 <= 0.25 and cpu >= 3000
