@@ -28,7 +28,7 @@ EXTRA_OF_MODULE: Final[dict[str, str]] = {
 
 def install_hint(extra: str) -> str:
     """How to install ``extra``: swa-es is not on a package index, so the hint names the wheel
-    built from the repository (README, "Install from this repository")."""
+    built from the repository (docs/deploy.md, "Install")."""
     return (
         f"install the swa-es wheel with the '{extra}' extra "
         f'(pip install "$(ls dist/swa_es-*.whl)[{extra}]" after bash tools/build_wheel.sh)'
