@@ -12,7 +12,6 @@ Feedback bodies (valid, mutated, arbitrary) from an authenticated client get 200
 from __future__ import annotations
 
 import contextlib
-import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,7 +26,7 @@ from log import open_log
 from tests.compose.services import STARTUP_TIMEOUT_S, follow_service
 from tests.consumers.primary_model import PrimaryModel
 from tests.fuzz.feedback_bodies import ENCODERS, MUTATIONS, REPORT_LISTS, mutate
-from tests.fuzz.http_client import ANSWER_TIMEOUT_S, HOST, Answer, parse_status, read_until_closed
+from tests.fuzz.http_client import Answer, exchange
 
 TOKEN = "fuzz-Token_0123456789~+/="
 OTHER = "not-the-token"
@@ -79,17 +78,6 @@ def request(
         lines.append(f"Content-Type: {content_type}".encode())
     lines += [f"Content-Length: {len(body)}".encode(), b"Connection: close"]
     return b"\r\n".join(lines) + b"\r\n\r\n" + body
-
-
-def exchange(port: int, raw: bytes) -> Answer | None:
-    """Send ``raw`` and read until the server closes (None: it closed without a byte); a
-    server that answered and closed while the request was still being sent is read too."""
-    with socket.create_connection((HOST, port), timeout=ANSWER_TIMEOUT_S) as sock:
-        with contextlib.suppress(OSError):  # answered early and closed: read what it said
-            sock.sendall(raw)
-            sock.shutdown(socket.SHUT_WR)
-        data = read_until_closed(sock)
-    return Answer(parse_status(data), data) if data else None
 
 
 def bearer(token: str) -> bytes:
