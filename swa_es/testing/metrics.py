@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Final
+
 from prometheus_client.parser import text_string_to_metric_families
 
 
@@ -14,3 +16,13 @@ def parse_samples(text: str) -> dict[str, float]:
             key = f"{sample.name}{{{labels}}}" if labels else sample.name
             samples[key] = float(sample.value)
     return samples
+
+
+REFUSALS: Final = "swa_es_http_refusals_total"
+"""The HTTP servers' refusal counter, as scraped."""
+
+
+def refusals_by_reason(samples: dict[str, float]) -> dict[str, float]:
+    """``{reason: count}`` of the HTTP refusal counter in ``parse_samples``' output."""
+    prefix = REFUSALS + "{"
+    return {key.split('"')[1]: value for key, value in samples.items() if key.startswith(prefix)}

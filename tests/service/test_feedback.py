@@ -22,7 +22,7 @@ from swa_es.service.match_query import BadRequestError, Query, TokenQuery
 from swa_es.service.routing import FollowerRouting
 from swa_es.service.service_metrics import registry_of
 from swa_es.service.views import StandardViews
-from swa_es.testing.metrics import parse_samples
+from swa_es.testing.metrics import parse_samples, refusals_by_reason
 from tests.consumers.primary_model import PrimaryModel, record
 from tests.service.test_service_metrics import assert_declared
 
@@ -211,11 +211,7 @@ async def test_bad_reports_are_refused_with_a_reason_and_counted() -> None:
 
     assert [requests(code) for code in (400, 405, 413, 415, 503)] == [2, 1, 1, 1, 1]
     assert samples['swa_es_http_requests_total{code="200",route="/v1/quality"}'] == 1
-    refusals = {
-        key.split('"')[1]: value
-        for key, value in samples.items()
-        if key.startswith("swa_es_http_refusals_total{")
-    }
+    refusals = refusals_by_reason(samples)
     assert refusals == {
         "bad_body": 2,
         "unsupported_type": 1,

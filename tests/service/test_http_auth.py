@@ -41,7 +41,7 @@ from swa_es.service.http_auth import (
 from swa_es.service.http_server import HttpServer, start_http_server
 from swa_es.service.routing import FollowerRouting
 from swa_es.service.service_metrics import registry_of
-from swa_es.testing.metrics import parse_samples
+from swa_es.testing.metrics import parse_samples, refusals_by_reason
 from tests.service.test_service_metrics import _followed
 
 T = TypeVar("T")
@@ -146,11 +146,7 @@ async def _refusals(url: str, token: str, **client: Any) -> dict[str, float]:
     async with httpx.AsyncClient(**client) as http:
         reply = await http.get(f"{url}/metrics", headers={"Authorization": f"Bearer {token}"})
     assert reply.status_code == 200, reply.text
-    return {
-        key.split('"')[1]: value
-        for key, value in parse_samples(reply.text).items()
-        if key.startswith("swa_es_http_refusals_total{")
-    }
+    return refusals_by_reason(parse_samples(reply.text))
 
 
 # --- tokens -----------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from swa_es.service.http_protocol import KEEP_ALIVE_TIMEOUT_S, HttpLimits
 from swa_es.service.http_server import HttpServer
 from swa_es.service.routing import FollowerRouting
 from swa_es.service.service_metrics import registry_of
-from swa_es.testing.metrics import parse_samples
+from swa_es.testing.metrics import parse_samples, refusals_by_reason
 from tests.service.test_service_metrics import _followed
 
 SHORT_S = 0.5
@@ -50,11 +50,7 @@ async def _until_closed(reader: asyncio.StreamReader) -> bytes:
 async def _refusals(server: HttpServer) -> dict[str, float]:
     async with httpx.AsyncClient() as client:
         text = (await client.get(f"{server.url}/metrics")).text
-    return {
-        key.split('"')[1]: value
-        for key, value in parse_samples(text).items()
-        if key.startswith("swa_es_http_refusals_total{")
-    }
+    return refusals_by_reason(parse_samples(text))
 
 
 def test_the_new_refusal_reasons_are_declared() -> None:

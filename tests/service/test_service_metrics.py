@@ -37,7 +37,7 @@ from swa_es.service.service_metrics import (
     source_families,
 )
 from swa_es.service.views import StandardViews
-from swa_es.testing.metrics import parse_samples
+from swa_es.testing.metrics import parse_samples, refusals_by_reason
 from tests.consumers.primary_model import PrimaryModel, record
 
 REPO = Path(__file__).resolve().parents[2]
@@ -216,11 +216,7 @@ async def test_the_routing_api_counts_requests_durations_and_refusals(hot_route:
     assert samples[count.format("4xx")] == 4
     assert samples[count.format("5xx")] == 1
     assert samples['swa_es_http_request_duration_seconds_sum{outcome="2xx",route="/v1/match"}'] > 0
-    refusals = {
-        key.split('"')[1]: value
-        for key, value in samples.items()
-        if key.startswith("swa_es_http_refusals_total{")
-    }
+    refusals = refusals_by_reason(samples)
     assert refusals == {
         "bad_body": 1,
         "unsupported_type": 1,
