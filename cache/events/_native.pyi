@@ -14,6 +14,9 @@ DEFAULT_MAX_RECORD_BYTES: Final[int]
 WIRE_VERSION: Final[int]
 SUPPORTED_VERSIONS: Final[list[int]]
 REMOVAL_REASONS: Final[list[str]]
+ANSWER_ROW_FORMAT: Final[str]
+ANSWER_TIER_FORMAT: Final[str]
+ANSWER_INDEX_FORMAT: Final[str]
 
 def bind_classes(classes: dict[str, type]) -> None: ...
 def namespace_prior(extra_key: str | None) -> bytes: ...
@@ -99,10 +102,20 @@ class EventRecorder:
         max_events: int,
         max_bytes: int,
         digest_every: int,
+        *,
+        token_ids: bool = True,
     ) -> RecordEncoder: ...
     def discard_all(self) -> None: ...
     def encode_opening(
-        self, source: str, epoch: str, ts: float, meta_json: bytes, max_events: int, max_bytes: int
+        self,
+        source: str,
+        epoch: str,
+        ts: float,
+        meta_json: bytes,
+        max_events: int,
+        max_bytes: int,
+        *,
+        token_ids: bool = True,
     ) -> list[tuple[bytes, int]]: ...
 
 # --- replica store (native/src/py/replica.rs; typed face: cache.events.replica_store) ---------
@@ -172,6 +185,26 @@ class ReplicaStore:
         unknown_state: str,
         leave_out: Mapping[str, object],
     ) -> dict[str, dict[str, Any]]: ...
+    def match_rows(
+        self,
+        token_ids: Sequence[int],
+        extra_key: str | None,
+        now: float,
+        heard_at: dict[str, float],
+        known: int,
+        unknown: int,
+        leave_out: Mapping[str, object],
+    ) -> tuple[list[str], list[str], bytes, bytes, bytes]: ...
+    def match_hashes_rows(
+        self,
+        block_hashes: list[int],
+        page_size: int,
+        now: float,
+        heard_at: dict[str, float],
+        known: int,
+        unknown: int,
+        leave_out: Mapping[str, object],
+    ) -> tuple[list[str], list[str], bytes, bytes, bytes]: ...
 
 @final
 class ReplayCursors:

@@ -4,7 +4,10 @@
 state digest's algorithm (a follower that does not know it, or finds none, treats the source's
 digests as unverifiable). ``swa_events`` says whether the producer reports SWA evictions and
 restores (engine streams without tombstones say False). ``device``, ``producer`` and
-``digest_every_batches`` describe the producer. Any other key is kept as it came, in ``extra``.
+``digest_every_batches`` describe the producer. ``token_ids`` says whether the source's stores
+carry their token ids: False for a token-free source, whose writer withholds them (each
+``BlockStored`` then has ``token_ids=()``; docs/security.md). Any other key is kept as it came,
+in ``extra``.
 
 A ``BatchMeta`` is also a read-only mapping of its JSON object (typed fields at their defaults
 are left out), so ``meta["page_size"]``, ``meta.get(...)`` and ``dict(meta)`` work as they did
@@ -36,6 +39,7 @@ TYPED_FIELDS: Final = (
     "device",
     "producer",
     "digest_every_batches",
+    "token_ids",
 )
 """The typed keys, in the order they are checked."""
 _DEFAULTS: Final[dict[str, Any]] = {
@@ -44,6 +48,7 @@ _DEFAULTS: Final[dict[str, Any]] = {
     "device": None,
     "producer": None,
     "digest_every_batches": None,
+    "token_ids": True,
 }
 
 
@@ -76,6 +81,7 @@ class BatchMeta(Mapping[str, Any]):
     device: str | None = None
     producer: str | None = None
     digest_every_batches: int | None = None
+    token_ids: bool = True
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -12,7 +12,9 @@ state digest (``DIGEST_ALGORITHM``) and makes the events, on whichever thread as
   numbers the batches and queues them for the encoder's native thread, which processes the cuts
   in order and writes their v2 records without ever taking the GIL, and signals a socket when
   records are ready; a resync ``discard_all()``s what was cut and not written, and
-  ``encode_opening()`` writes the new epoch's opening from the node table.
+  ``encode_opening()`` writes the new epoch's opening from the node table. Both take
+  ``token_ids=False`` to write every store without its token ids (a token-free source,
+  docs/security.md): the same hashes, pages and digests.
 
 ``tests/oracles/sink.py`` is the pure-Python twin (tests only; never chosen at run time).
 """

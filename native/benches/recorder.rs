@@ -9,7 +9,7 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use swa_es_native::hashing;
-use swa_es_native::recorder::{step_records, BatchLimits, Numbering, Recorder};
+use swa_es_native::recorder::{step_records, BatchLimits, Numbering, Recorder, TokenIds};
 
 const REQUESTS: u64 = 2_000;
 const TOKENS_PER_REQUEST: usize = 512;
@@ -54,7 +54,14 @@ fn bench(page_size: usize) {
     let start = Instant::now();
     let mut bytes = 0usize;
     for (cut, outcome) in cuts.iter().zip(outcomes) {
-        let records = step_records(outcome, &cut.batch_ends, &numbering, true).expect("encodes");
+        let records = step_records(
+            outcome,
+            &cut.batch_ends,
+            &numbering,
+            true,
+            TokenIds::Written,
+        )
+        .expect("encodes");
         bytes += records.iter().map(|r| r.bytes.len()).sum::<usize>();
     }
     let encode = start.elapsed();

@@ -7,7 +7,9 @@
 //!
 //! A `Stored` may hold several pages (the v2 wire's chain compaction, or vLLM's multi-block
 //! form): `hashes[i]` is page i, its parent is `hashes[i - 1]` (the first page's is `parent`),
-//! and its tokens are `tokens[i * block_size..(i + 1) * block_size]`.
+//! and its tokens are `tokens[i * block_size..(i + 1) * block_size]`, unless the writer withheld
+//! every token id (`tokens` empty: pages of `block_size` tokens whose ids are not said, a
+//! token-free source, docs/security.md). `Stored::page_tokens` is the one per-page split.
 
 use std::borrow::Cow;
 use std::ops::Deref;
@@ -176,15 +178,61 @@ pub struct Shape {
 }
 
 impl Shape {
-    /// The (tokens, pages, block size) of an event whose token count is not its block size
-    /// times its pages (an event with tokens and a block size must have exactly that many).
+    /// The (tokens, pages, block size) of an event whose token count is neither its block size
+    /// times its pages nor 0 (withheld; `tokens_fit`).
     pub fn wrong_token_count(&self) -> Option<(usize, usize, u32)> {
         let (Some(tokens), Some(block_size)) = (self.tokens, self.block_size) else {
             return None;
         };
         let pages = self.pages.unwrap_or(1);
-        (tokens as u128 != u128::from(block_size) * pages as u128)
-            .then_some((tokens, pages, block_size))
+        (!tokens_fit(tokens, pages, u128::from(block_size))).then_some((tokens, pages, block_size))
+    }
+}
+
+/// Whether `tokens` token ids fit a store of `pages` pages of `block_size` tokens: exactly
+/// `block_size` a page, or none at all (the writer withheld them). The one rule of a store's
+/// token count, for the codec and the replica alike.
+pub fn tokens_fit(tokens: usize, pages: usize, block_size: u128) -> bool {
+    tokens == 0 || tokens as u128 == block_size * pages as u128
+}
+
+/// The token ids of each of `pages` pages of `block_size` tokens held in `tokens`: a slice of
+/// `block_size` per page, or an empty slice per page when `tokens` is empty (withheld). Always
+/// `pages` items, so nothing zipped with it loses a page. `tokens` must fit (`tokens_fit`).
+pub fn page_tokens(
+    tokens: &[u32],
+    block_size: u32,
+    pages: usize,
+) -> impl ExactSizeIterator<Item = &[u32]> + '_ {
+    debug_assert!(tokens_fit(tokens.len(), pages, u128::from(block_size)));
+    let size = if tokens.is_empty() {
+        0
+    } else {
+        block_size as usize
+    };
+    (0..pages).map(move |page| &tokens[page * size..(page + 1) * size])
+}
+
+impl Stored {
+    /// Whether the writer withheld the token ids of its pages (it has none: a token-free
+    /// source's store).
+    pub fn withholds_tokens(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    /// Whether its token ids fit its pages (`tokens_fit`).
+    pub fn tokens_fit(&self) -> bool {
+        tokens_fit(
+            self.tokens.len(),
+            self.hashes.len(),
+            u128::from(self.block_size),
+        )
+    }
+
+    /// The token ids of each page, one item per block hash (`page_tokens`: empty slices when
+    /// withheld). Its tokens must fit (`tokens_fit`).
+    pub fn page_tokens(&self) -> impl ExactSizeIterator<Item = &[u32]> + '_ {
+        page_tokens(&self.tokens, self.block_size, self.hashes.len())
     }
 }
 

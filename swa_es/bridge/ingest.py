@@ -78,6 +78,8 @@ class Bridge:
     ``run()`` reads until cancelled; leaving the context flushes every batch appended so far.
     ``heartbeat_s`` (None: none) and ``engine_timeout_s`` (None: never declared offline): see
     the module docstring. ``curve``: the engine's sockets are CURVE servers (None: plain).
+    ``token_ids=False``: a token-free source, whose batches carry no token ids (the hashes are
+    ours, computed here from the engine's tokens; ``PublisherConfig.token_ids``).
     """
 
     def __init__(
@@ -97,6 +99,7 @@ class Bridge:
         engine_timeout_s: float | None = DEFAULT_ENGINE_TIMEOUT_S,
         silence_warning_s: float | None = DEFAULT_SILENCE_WARNING_S,
         curve: CurveClient | None = None,
+        token_ids: bool = True,
     ) -> None:
         if type(source) is not str or not source:
             raise ValueError(f"source: expected a non-empty str, got {source!r}")
@@ -120,6 +123,7 @@ class Bridge:
                 f"engine_timeout_s: expected a positive number, got {engine_timeout_s!r}"
             )
         self.heartbeat_s = heartbeat_s
+        self.token_ids = token_ids
         self.engine_timeout_s = engine_timeout_s
         # liveness of the engine: when it was last heard (time.monotonic), whether its SUB
         # connection is up, and whether the log says it is online
@@ -574,6 +578,7 @@ class Bridge:
                 overflow=OverflowPolicy.BLOCK,
                 max_queue_batches=self.max_queue_batches,
                 heartbeat_s=self.heartbeat_s,
+                token_ids=self.token_ids,
             ),
         )
         try:

@@ -29,6 +29,7 @@ from swa_es.cli.service_report import ServiceReport, listening
 from swa_es.cli.settings import Command
 from swa_es.cli.shared_options import (
     HEARTBEAT,
+    NO_TOKEN_IDS,
     RUN_DURATION,
     SOURCE,
     HttpAccess,
@@ -54,6 +55,7 @@ class BridgeConfig:
     source: str = field_of(SOURCE)
     duration_s: float | None = field_of(RUN_DURATION)
     heartbeat_s: float = field_of(HEARTBEAT)
+    token_free: bool = field_of(NO_TOKEN_IDS)
     engine_timeout_s: float = option(
         "engine-timeout-s",
         v.positive_float,
@@ -161,6 +163,7 @@ async def bridge(config: BridgeConfig) -> int:
                     engine_timeout_s=config.engine_timeout_s,
                     silence_warning_s=config.engine_timeout_s,
                     curve=curve_client(config.curve_server_key, config.curve_client_key_file),
+                    token_ids=not config.token_free,
                 )
             )
             report.counts = partial(received, config, engine)

@@ -14,6 +14,7 @@ import shutil
 import time
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +29,12 @@ from swa_es.cli import settings
 from swa_es.cli.exit_codes import EXIT_FAILED, EXIT_OK
 from swa_es.cli.live_view import Frame, WorkerRow, show_live
 from swa_es.cli.settings import Command
-from swa_es.cli.shared_options import LOG, OPEN_TIMEOUT, RUN_DURATION, SEED
+from swa_es.cli.shared_options import LOG, NO_TOKEN_IDS, OPEN_TIMEOUT, RUN_DURATION, SEED
 from swa_es.engine.engine import CacheConfig, SyntheticEngine, synthetic_engine
 from swa_es.engine.primary import PrimaryProgress, run_primary
 from swa_es.options import field_of, nested, option
 from swa_es.options import values as v
+from swa_es.publish.config import PublisherConfig
 from swa_es.publish.publisher import Publisher
 from swa_es.service.log_access import open_log_within, redact
 from swa_es.service.views import StandardViews
@@ -70,6 +72,7 @@ class DemoConfig:
     )
     cache: CacheConfig = nested(CacheConfig)
     seed: int = field_of(SEED)
+    token_free: bool = field_of(NO_TOKEN_IDS)
     route: bool = option(
         "route",
         v.boolean,
@@ -115,7 +118,13 @@ def run(config: DemoConfig) -> int:
         def say(line: str) -> None:
             console.print(line, soft_wrap=True)
 
-        return anyio.run(run_routed, config.workers, config.cache, config.seed, say)
+        return anyio.run(
+            partial(run_routed, token_ids=not config.token_free),
+            config.workers,
+            config.cache,
+            config.seed,
+            say,
+        )
 
     async def main() -> int:
         ok = await run_demo(config, console)
@@ -260,7 +269,14 @@ class Demo:
         for index in range(self.config.workers):
             source = f"worker-{index}"
             engine = synthetic_engine(self.config.cache, seed=self.config.seed + index)
-            publisher = await stack.enter_async_context(Publisher(engine.cache, log, source))
+            publisher = await stack.enter_async_context(
+                Publisher(
+                    engine.cache,
+                    log,
+                    source,
+                    config=PublisherConfig(token_ids=not self.config.token_free),
+                )
+            )
             self.workers.append(DemoWorker(source, engine, publisher, PrimaryProgress()))
 
     async def _serve_for_duration(self) -> None:

@@ -36,6 +36,7 @@ from swa_es.client import AsyncRoutingClient, Feedback, MatchAnswer
 from swa_es.engine.engine import CacheConfig, build_cache
 from swa_es.engine.worker import CacheWorker
 from swa_es.engine.workload import ChatRequest, ChatWorkload
+from swa_es.publish.config import PublisherConfig
 from swa_es.publish.publisher import Publisher
 from swa_es.service.http_app import AppParts, build_app
 from swa_es.service.http_server import HttpServer
@@ -165,6 +166,7 @@ class RoutedRun:
         batch_reports: int = 16,
         restart_withheld: bool = True,
         progress: Callable[[str], None] = lambda line: None,
+        token_ids: bool = True,
     ) -> None:
         self.workers = workers
         self.requests = requests
@@ -176,6 +178,7 @@ class RoutedRun:
         self.batch_reports = batch_reports
         self.restart_withheld = restart_withheld
         self.progress = progress
+        self.publishing = PublisherConfig(token_ids=token_ids)
 
     async def run(self) -> list[Phase]:
         """Route every request, report each, and read the quality of each phase."""
@@ -189,7 +192,9 @@ class RoutedRun:
             for index in range(self.workers):
                 cache = build_cache(self.cache)
                 source = f"worker-{index}"
-                publisher = await stack.enter_async_context(Publisher(cache, log, source))
+                publisher = await stack.enter_async_context(
+                    Publisher(cache, log, source, config=self.publishing)
+                )
                 workers.append(_Worker(source, cache, CacheWorker(cache), publisher))
             await follower.catch_up()
             server = await stack.enter_async_context(HttpServer(app))
@@ -259,17 +264,23 @@ class RoutedRun:
 
 
 async def run_routed(
-    workers: int, cache: CacheConfig, seed: int, say: Callable[[str], None]
+    workers: int,
+    cache: CacheConfig,
+    seed: int,
+    say: Callable[[str], None],
+    *,
+    token_ids: bool = True,
 ) -> int:
     """``swa-es demo --route``: a routed run of 240 requests on ``workers`` workers, its phases
-    told to ``say``; the exit status (1 when the exact index routed any request wrongly)."""
+    told to ``say``; the exit status (1 when the exact index routed any request wrongly).
+    ``token_ids=False``: the workers publish without token ids (``--no-token-ids``)."""
     from swa_es.cli.exit_codes import EXIT_FAILED, EXIT_OK
 
     say(
         f"routed demo: {workers} workers, window {cache.window_tokens} tokens, page "
         f"{cache.page_size}, pools {cache.full_size} full / {cache.swa_size} SWA slots"
     )
-    run = RoutedRun(workers=workers, cache=cache, seed=seed, progress=say)
+    run = RoutedRun(workers=workers, cache=cache, seed=seed, progress=say, token_ids=token_ids)
     phases = await run.run()
     for phase in phases:
         say(phase.line())

@@ -44,6 +44,7 @@ from swa_es.cli.service_report import (
 )
 from swa_es.cli.settings import Command
 from swa_es.cli.shared_options import (
+    NO_TOKEN_IDS,
     RUN_DURATION,
     SNAPSHOTS,
     STATUS_EVERY,
@@ -193,6 +194,7 @@ class FollowConfig:
     )
     http_access: HttpAccess = nested(HttpAccess)
     http_bounds: HttpBounds = nested(HttpBounds)
+    token_free: bool = field_of(NO_TOKEN_IDS)
     egress: EgressConfig | None = nested(EgressConfig, optional=True)
     zmq_snapshot: str | None = option(
         "zmq-snapshot",
@@ -413,6 +415,13 @@ async def _follow(config: FollowConfig, report: ServiceReport) -> None:
     """``follow``'s run, telling ``report`` what it does."""
     if config.zmq_snapshot is not None and config.egress is None:
         raise SettingError("--zmq-snapshot", "answers for the stream out: give --zmq-publish too")
+    if config.token_free and config.egress is not None:
+        raise SettingError(
+            "--zmq-publish",
+            "the stream out sends every block's token ids (users' prompts), and this deployment "
+            "is token-free (--no-token-ids): its writers withhold them, and nothing may send "
+            "them; serve routers with the routing API (/v1/match) instead",
+        )
     if config.egress is not None:
         for flag in insecure_binds(_zmq_endpoints(config), config.zmq_security):
             report.say(

@@ -31,6 +31,7 @@ from swa_es.cli.service_report import ServiceReport, check_status_file, listenin
 from swa_es.cli.settings import Command
 from swa_es.cli.shared_options import (
     HEARTBEAT,
+    NO_TOKEN_IDS,
     RUN_DURATION,
     SEED,
     SOURCE,
@@ -83,6 +84,7 @@ class ServeConfig:
         shown_default="as fast as it goes",
     )
     heartbeat_s: float = field_of(HEARTBEAT)
+    token_free: bool = field_of(NO_TOKEN_IDS)
     metrics: MetricsEndpoint = nested(MetricsEndpoint)
     http_access: HttpAccess = nested(HttpAccess)
     http_bounds: HttpBounds = nested(HttpBounds)
@@ -225,7 +227,9 @@ async def serve(config: ServeConfig) -> int:
             log = await open_log_within(config.log.url, config.log.open_timeout_s)
             await stack.enter_async_context(log)
             publisher_config = PublisherConfig(
-                heartbeat_s=config.heartbeat_s, offline_on_close=True
+                heartbeat_s=config.heartbeat_s,
+                offline_on_close=True,
+                token_ids=not config.token_free,
             )
             publisher = await stack.enter_async_context(
                 Publisher(engine.cache, log, config.source, config=publisher_config)

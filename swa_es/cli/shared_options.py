@@ -252,6 +252,15 @@ HEARTBEAT: Final = Opt(
     default=5.0,
     metavar="S",
 )
+NO_TOKEN_IDS: Final = Opt(
+    "no-token-ids",
+    v.boolean,
+    "token-free deployment: no prompt's token ids reach the log or any socket. A writer "
+    "(bridge, serve, demo) writes every BlockStored without its token ids (its hashes, block "
+    "size and pages as ever) and says so in each epoch's meta; follow refuses --zmq-publish, "
+    "which sends token ids. Matches, digests and snapshots are unchanged (docs/security.md)",
+    default=False,
+)
 STATUS_FILE: Final = Opt(
     "status-file",
     v.path,

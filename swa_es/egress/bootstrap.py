@@ -16,7 +16,9 @@ agree.
 The stream out sends every block's token ids, so it needs replicas that keep them
 (``ReplicaSet(keep_tokens=True)``, which ``swa-es follow --zmq-publish`` builds): given a set
 that keeps none, ``state_batches``, ``follower_capture`` and ``replica_lookup`` raise
-``TokenIdsNotKeptError`` rather than send blocks without their tokens.
+``TokenIdsNotKeptError`` rather than send blocks without their tokens. A token-free source (its
+meta says ``token_ids: false``; such replicas refuse its stores) has no state here: its blocks
+are not sent at all (``swa_es.egress.stream``).
 """
 
 from __future__ import annotations
@@ -33,8 +35,9 @@ from cache.events import (
     EventBatch,
 )
 from consumers.views.replica import ReplicaBlock, ReplicaSet
+from swa_es.egress.errors import EgressError
 from swa_es.egress.residency import BlockLookup
-from swa_es.egress.stream import EgressError, StreamStart
+from swa_es.egress.stream import StreamStart
 
 
 class TokenIdsNotKeptError(EgressError):
@@ -119,6 +122,11 @@ def source_state(
     return EventBatch(source, "", 0, ts, tuple(events), meta=meta)
 
 
+def _says_token_ids(meta: BatchMeta | None) -> bool:
+    """Whether a source's meta leaves its stores their token ids (not a token-free source)."""
+    return meta is None or meta.token_ids
+
+
 def _meta(meta: BatchMeta | None) -> BatchMeta | None:
     if meta is None:
         return None
@@ -127,8 +135,9 @@ def _meta(meta: BatchMeta | None) -> BatchMeta | None:
 
 def state_batches(replicas: ReplicaSet, ts: float | None = None) -> list[EventBatch]:
     """Every source of ``replicas`` that holds blocks as one batch (``source_state``), in name
-    order (a source holding nothing has nothing to say: engines start empty);
-    ``TokenIdsNotKeptError`` when ``replicas`` keeps no token ids."""
+    order (a source holding nothing has nothing to say: engines start empty), token-free
+    sources left out (see the module docs); ``TokenIdsNotKeptError`` when ``replicas`` keeps no
+    token ids."""
     _needs_tokens(replicas)
     now = time.time() if ts is None else ts
     batches = (
@@ -140,6 +149,7 @@ def state_batches(replicas: ReplicaSet, ts: float | None = None) -> list[EventBa
             {medium: replicas[s].tier_blocks(medium) for medium in replicas[s].tiers()},
         )
         for s in sorted(replicas.sources())
+        if _says_token_ids(replicas.meta_of(s))
     )
     return [batch for batch in batches if len(batch.events) > 1]
 

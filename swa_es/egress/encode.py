@@ -13,7 +13,11 @@ encodes for the same events, so an existing router reads them unchanged.
   ``BlockStored`` (the form of vLLM's ``cache_full_blocks``); the log holds one page a store.
 
 Both publishers stamp the batch with their data-parallel rank (0 for a single engine), which
-consumers such as Dynamo's indexer require. Engines have no tombstone events.
+consumers such as Dynamo's indexer require. A batch of a token-free source (its meta says
+``token_ids: false``, or a store of pages comes without token ids) is refused with
+``TokenIdsWithheldError`` (``check_token_ids``): no store is ever sent with an empty token list
+as if it had tokens. (vLLM's lower-tier placeholder, block size 0 and no tokens, is not such a
+store.) Engines have no tombstone events.
 ``TombstonePolicy`` says what ours become: ``keep`` sends nothing (the consumer keeps the block as
 cached: its full KV is still resident, and that is what sglang's own stream says), ``remove``
 sends ``BlockRemoved`` for a tombstoned block (the consumer stops counting it; the later
@@ -40,6 +44,7 @@ from cache.events import (
 )
 from cache.events.types import EVENT_TYPES
 from swa_es.egress.config import EngineFormat, TombstonePolicy
+from swa_es.egress.errors import TokenIdsWithheldError
 from swa_es.egress.residency import FULL_KIND, SWA_GROUP, SWA_KIND, ResidencyStream
 
 DATA_PARALLEL_RANK = 0
@@ -130,6 +135,18 @@ def _vllm_event(
             return {"type": "AllBlocksCleared"}
 
 
+def check_token_ids(batch: EventBatch) -> None:
+    """``TokenIdsWithheldError`` when ``batch``'s writer withheld its token ids: its meta says
+    so, or a store of pages (block size above 0) has none."""
+    if batch.meta is not None and not batch.meta.token_ids:
+        raise TokenIdsWithheldError(batch.source, "its epoch's meta says token_ids: false")
+    for event in batch.events:
+        if isinstance(event, BlockStored) and event.block_size > 0 and not event.token_ids:
+            raise TokenIdsWithheldError(
+                batch.source, f"BlockStored for block {event.block_hashes[0]} has no token ids"
+            )
+
+
 def engine_events(
     batch: EventBatch,
     fmt: EngineFormat,
@@ -137,7 +154,9 @@ def engine_events(
     residency: ResidencyStream | None = None,
 ) -> list[Any]:
     """The events of ``batch`` as ``fmt``'s msgpack-ready values (what the payload lists);
-    ``residency`` is the run's state, which ``groups`` and ``events`` need (and update)."""
+    ``residency`` is the run's state, which ``groups`` and ``events`` need (and update).
+    ``TokenIdsWithheldError`` for a token-free source's batch (``check_token_ids``)."""
+    check_token_ids(batch)
     state = _state(tombstones, residency)
     if fmt is EngineFormat.SGLANG:
         if state is not None:
@@ -217,10 +236,11 @@ def encode_engine_batch(
     residency: ResidencyStream | None = None,
 ) -> bytes:
     """The msgpack payload of ``batch`` in ``fmt``: ``[ts, events, data_parallel_rank]``;
-    ``residency`` as in ``engine_events``."""
+    ``residency`` and ``TokenIdsWithheldError`` as in ``engine_events``."""
     if fmt is EngineFormat.SGLANG:
         sglang_events = engine_events(batch, fmt, tombstones, residency)
         return _pack([float(batch.ts), sglang_events, DATA_PARALLEL_RANK])
+    check_token_ids(batch)
     specs = _vllm_specs(batch, tombstones, _state(tombstones, residency))
     events = [_vllm_event_bytes(*spec) for spec in specs]
     return b"".join(

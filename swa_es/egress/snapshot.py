@@ -136,7 +136,12 @@ class SnapshotServer:
             return [encode_cut(CUT_UNAVAILABLE), epoch]
         cut, state = captured
         encode = self.egress.fresh_encoder()  # the state is a run of its own
-        payloads = [encode(chunk) for batch in state for chunk in chunks(batch) if batch.events]
+        payloads = [
+            self.egress.payload(chunk, encode)
+            for batch in state
+            for chunk in chunks(batch)
+            if batch.events
+        ]
         self.metrics.served += 1
         if cut < 0 and not payloads:
             return [encode_cut(CUT_EMPTY), epoch]

@@ -8,7 +8,11 @@ the run's start offset on follows as the engine frames ``(topic, seq, payload)``
 the batch's source, the seq is ``k`` plus the record's offset minus the start offset (so the
 stream needs a single-partition log: the FileLog, or a one-partition Kafka topic), the payload
 is the batch in the engine's format (``encode``). A record that does not decode is skipped
-(counted), which a subscriber sees as a seq hole.
+(counted), which a subscriber sees as a seq hole. A batch of a token-free source (its writer
+withheld the token ids, ``--no-token-ids``) fails that source: it is sent as its clears alone
+(an empty batch when it has none), so the numbering holds and no store goes out without its
+tokens; each such batch of the live stream is counted (``withheld``) and the first of each
+epoch logged as an error naming the source (``TokenIdsWithheldError``).
 
 The ROUTER socket answers a replay request (8-byte big-endian start seq) as the engine's
 publisher does: every message of the run from that seq on that the log still holds, then the
@@ -38,14 +42,14 @@ import zmq
 import zmq.asyncio
 from anyio.abc import TaskGroup
 
-from cache.errors import SwaEsError
-from cache.events import DecodeError, EventBatch, decode_batch
+from cache.events import AllBlocksCleared, DecodeError, EventBatch, decode_batch
 from cache.events.liveness import decode_liveness, is_liveness
 from log import EventLog, Position, Record
 from swa_es.bridge.wire import END_SEQ_FRAME, FrameError, decode_seq, encode_seq
 from swa_es.egress.config import EgressConfig, EngineFormat, TombstonePolicy, policy_error
 from swa_es.egress.curve import CurveServer
 from swa_es.egress.encode import encode_engine_batch
+from swa_es.egress.errors import EgressError, TokenIdsWithheldError
 from swa_es.egress.limits import ClientRate, client_of
 from swa_es.egress.residency import BlockLookup, ResidencyStream
 
@@ -68,8 +72,22 @@ def _engine_batch(record: Record) -> EventBatch:
     return EventBatch(live.source, live.epoch, live.seq, record.timestamp, ())
 
 
-class EgressError(SwaEsError):
-    """The stream out cannot run on this log (for example, several partitions)."""
+def _clears_of(batch: EventBatch) -> EventBatch:
+    """``batch`` with its ``AllBlocksCleared`` events alone and no meta: what the stream out
+    sends for a token-free source's batch (a consumer drops what it held of the source)."""
+    clears = tuple(event for event in batch.events if isinstance(event, AllBlocksCleared))
+    return EventBatch(batch.source, batch.epoch, batch.seq, batch.ts, clears, v=batch.v)
+
+
+def _encoded(
+    batch: EventBatch, encode: Callable[[EventBatch], bytes]
+) -> tuple[bytes, TokenIdsWithheldError | None]:
+    """``batch`` encoded; a token-free source's as its clears alone (``_clears_of``), with the
+    error that refused it."""
+    try:
+        return encode(batch), None
+    except TokenIdsWithheldError as exc:
+        return encode(_clears_of(batch)), exc
 
 
 class EndpointBindError(EgressError):
@@ -111,6 +129,8 @@ class EgressMetrics:
     replayed: int = 0
     bad_requests: int = 0
     replay_unavailable: int = 0
+    withheld: int = 0
+    """Batches of token-free sources sent as their clears alone."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +189,8 @@ class ZmqEgress:
         self._pub: zmq.asyncio.Socket | None = None
         self._router: zmq.asyncio.Socket | None = None
         self._group: TaskGroup | None = None
+        # per token-free source, the epoch whose withheld batches were last logged
+        self._withheld_epochs: dict[str, str] = {}
 
     @property
     def start_offset(self) -> int | None:
@@ -204,7 +226,11 @@ class ZmqEgress:
             return None
         return [message.topic, encode_seq(message.seq), message.payload]
 
-    def _message(self, record: Record, encode: Callable[[EventBatch], bytes]) -> _Message | None:
+    def _message(
+        self, record: Record, encode: Callable[[EventBatch], bytes], *, live: bool = True
+    ) -> _Message | None:
+        """The message of ``record`` (None: undecodable); a replay's (``live`` False) leaves
+        the token-free count and log to the live stream, which sent it first."""
         try:
             batch = _engine_batch(record)
         except DecodeError as exc:
@@ -213,7 +239,19 @@ class ZmqEgress:
                 "egress: skipping undecodable record at offset %d: %s", record.offset, exc
             )
             return None
-        return _Message(batch.source.encode(), self.seq_of(record.offset), encode(batch))
+        payload = self.payload(batch, encode) if live else _encoded(batch, encode)[0]
+        return _Message(batch.source.encode(), self.seq_of(record.offset), payload)
+
+    def payload(self, batch: EventBatch, encode: Callable[[EventBatch], bytes]) -> bytes:
+        """``batch`` encoded; a token-free source's batch as its clears alone (counted, and
+        logged once per source and epoch)."""
+        payload, withheld = _encoded(batch, encode)
+        if withheld is not None:
+            self.metrics.withheld += 1
+            if self._withheld_epochs.get(batch.source) != batch.epoch:
+                self._withheld_epochs[batch.source] = batch.epoch
+                logger.error("egress: %s", withheld)
+        return payload
 
     async def wait_started(self) -> StreamStart:
         """The run's start, once it has one."""
@@ -314,7 +352,7 @@ class ZmqEgress:
             raise EgressError("the stream run has started already")
         self._start = start
         self._state = [
-            _Message(batch.source.encode(), seq, self._encode(batch))
+            _Message(batch.source.encode(), seq, self.payload(batch, self._encode))
             for seq, batch in enumerate(start.state)
         ]
         self._started.set()
@@ -408,13 +446,13 @@ class ZmqEgress:
             return encode
         assert self._start is not None
         for batch in self._start.state:
-            encode(batch)
+            _encoded(batch, encode)
         if self._start.offset < first:
             async for record in self.log.read(Position.of({0: self._start.offset}), follow=False):
                 if record.offset >= first:
                     break
                 with contextlib.suppress(DecodeError):
-                    encode(_engine_batch(record))
+                    _encoded(_engine_batch(record), encode)
         return encode
 
     async def _replay(self, router: zmq.asyncio.Socket, identity: bytes, start: int) -> None:
@@ -438,7 +476,7 @@ class ZmqEgress:
                         record.offset - 1,
                     )
                 first = end
-                logged = self._message(record, encode)
+                logged = self._message(record, encode, live=False)
                 if logged is None:
                     continue
                 await router.send_multipart(self._reply(identity, logged))

@@ -3,14 +3,16 @@
 A ``BatchBuilder`` owns the ``(epoch, seq)`` numbering of one source: each epoch has a fresh
 random id, ``seq`` counts its batches from 0, the epoch's first batch carries ``meta`` and begins
 with ``AllBlocksCleared``, and the primary's state digest rides on the last batch of an epoch's
-opening and then on every ``digest_every_batches``-th batch.
+opening and then on every ``digest_every_batches``-th batch. A token-free source's builder
+(``token_ids=False``) writes every ``BlockStored`` without its token ids and says so in ``meta``.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Protocol
 
 from cache.events import (
@@ -92,6 +94,15 @@ def encoded_size_bound(event: Event) -> int:
     return size
 
 
+def without_token_ids(events: Iterable[Event]) -> tuple[Event, ...]:
+    """``events`` with every ``BlockStored``'s token ids withheld (``token_ids=()``; its hashes,
+    parent, block size and pages unchanged): what a token-free source writes."""
+    return tuple(
+        replace(event, token_ids=()) if isinstance(event, BlockStored) else event
+        for event in events
+    )
+
+
 def split_events(
     events: Sequence[Event], *, max_events: int, max_bytes: int
 ) -> list[Sequence[Event]]:
@@ -111,7 +122,11 @@ def split_events(
 
 
 class BatchBuilder:
-    """Numbers the batches of one source across epochs."""
+    """Numbers the batches of one source across epochs.
+
+    ``token_ids=False`` (or a ``meta`` whose ``token_ids`` is False) makes the source token-free:
+    ``meta`` says ``token_ids: false`` and every batch's stores are written without their token
+    ids (``without_token_ids``); ``token_ids`` tells a native encoder to do the same."""
 
     def __init__(
         self,
@@ -121,6 +136,7 @@ class BatchBuilder:
         digest_every_batches: int = DEFAULT_DIGEST_EVERY_BATCHES,
         max_events_per_batch: int = DEFAULT_MAX_EVENTS_PER_BATCH,
         max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
+        token_ids: bool = True,
         clock: Callable[[], float] = time.time,
         epoch_ids: Callable[[], str] = new_epoch_id,
     ) -> None:
@@ -128,7 +144,10 @@ class BatchBuilder:
         positive_int("max_events_per_batch", max_events_per_batch)
         at_least("max_batch_bytes", max_batch_bytes, BATCH_OVERHEAD_BYTES)
         self.source = source
-        self.meta = meta if isinstance(meta, BatchMeta) else BatchMeta.from_dict(meta)
+        typed = meta if isinstance(meta, BatchMeta) else BatchMeta.from_dict(meta)
+        self.token_ids = token_ids and typed.token_ids
+        """Whether the stores carry their token ids (False: a token-free source)."""
+        self.meta = typed if self.token_ids else replace(typed, token_ids=False)
         self.max_batch_bytes = max_batch_bytes
         self.digest_every_batches = digest_every_batches
         self.max_events_per_batch = max_events_per_batch
@@ -196,7 +215,7 @@ class BatchBuilder:
             epoch=self._epoch,
             seq=seq,
             ts=self._clock(),
-            events=tuple(events),
+            events=tuple(events) if self.token_ids else without_token_ids(events),
             digest=digest,
             meta=meta,
         )

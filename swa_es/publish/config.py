@@ -52,8 +52,11 @@ class PublisherConfig:
     leaving the publisher's context cleanly flushes within ``close_timeout_s`` (``None``: no
     limit). Liveness (``cache.events.liveness``): a publisher that appended nothing for
     ``heartbeat_s`` seconds appends a heartbeat (``None``: never), and with ``offline_on_close``
-    leaving its context cleanly appends an offline marker after the last batch. A bad value
-    raises ``ValueError`` naming the field.
+    leaving its context cleanly appends an offline marker after the last batch. With
+    ``token_ids=False`` the source is token-free: every ``BlockStored`` is written without its
+    token ids (``token_ids=()``; its hashes, block size and pages as ever) and each epoch's
+    meta says so (``BatchMeta.token_ids``), so no token id reaches the log (docs/security.md).
+    A bad value raises ``ValueError`` naming the field.
     """
 
     max_queue_batches: int = 1024
@@ -68,6 +71,7 @@ class PublisherConfig:
     close_timeout_s: float | None = 30.0
     heartbeat_s: float | None = None
     offline_on_close: bool = False
+    token_ids: bool = True
 
     def __post_init__(self) -> None:
         # A str names a policy ("block"); store the enum so the config compares and prints alike.
@@ -89,5 +93,6 @@ class PublisherConfig:
             raise ValueError(
                 f"heartbeat_s: expected a positive finite number, got {self.heartbeat_s!r}"
             )
-        if type(self.offline_on_close) is not bool:
-            raise ValueError(f"offline_on_close: expected a bool, got {self.offline_on_close!r}")
+        for name in ("offline_on_close", "token_ids"):
+            if type(getattr(self, name)) is not bool:
+                raise ValueError(f"{name}: expected a bool, got {getattr(self, name)!r}")

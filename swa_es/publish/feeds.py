@@ -163,6 +163,7 @@ class RecorderFeed:
                 builder.max_events_per_batch,
                 builder.max_split_bytes,
                 builder.digest_every_batches,
+                token_ids=builder.token_ids,
             )
         if self._signal is None:
             self._signal = WakeSignal(self._encoder.fileno())
@@ -208,6 +209,7 @@ class RecorderFeed:
             builder.meta.to_json(),
             builder.max_events_per_batch,
             builder.max_split_bytes,
+            token_ids=builder.token_ids,
         )
         builder.opened(len(records))
         self._running().begin_epoch(epoch, len(records))

@@ -88,6 +88,7 @@ class Publisher:
             digest_every_batches=config.digest_every_batches,
             max_events_per_batch=config.max_events_per_batch,
             max_batch_bytes=config.max_batch_bytes,
+            token_ids=config.token_ids,
         )
         self._feed = feed_for(cache, self._builder)
         if not trusted_start and not self._feed.upstream:

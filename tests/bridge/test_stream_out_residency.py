@@ -27,7 +27,8 @@ from log import EventLog, open_log
 from swa_es.bridge.ingest import Bridge
 from swa_es.egress.bootstrap import follower_state, replica_lookup
 from swa_es.egress.config import EgressConfig
-from swa_es.egress.stream import EgressError, ZmqEgress
+from swa_es.egress.errors import EgressError
+from swa_es.egress.stream import ZmqEgress
 from swa_es.service.views import StandardViews
 from tests.bridge.stream_out_workload import Workload
 

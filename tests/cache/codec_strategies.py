@@ -36,15 +36,17 @@ JSON_VALUES: st.SearchStrategy[Any] = st.recursive(
 
 @st.composite
 def store_chains(draw: st.DrawFn) -> list[Event]:
-    """One page per event, each page's parent the previous page: what version 2 joins."""
+    """One page per event, each page's parent the previous page: what version 2 joins; now and
+    then every page without token ids (withheld by its writer)."""
     size = draw(st.integers(min_value=1, max_value=4))
     pages = draw(st.integers(min_value=1, max_value=6))
     parent = draw(st.none() | INT64)
     lora_id = draw(st.none() | INT64)
     medium = draw(MEDIUM)
+    withheld = draw(st.integers(min_value=0, max_value=3)) == 0
     chain: list[Event] = []
     for block_hash in draw(st.lists(INT64, min_size=pages, max_size=pages)):
-        tokens = tuple(draw(st.lists(TOKEN, min_size=size, max_size=size)))
+        tokens = () if withheld else tuple(draw(st.lists(TOKEN, min_size=size, max_size=size)))
         chain.append(BlockStored((block_hash,), parent, tokens, size, lora_id, medium))
         parent = block_hash
     return chain
@@ -87,6 +89,7 @@ METAS = st.builds(
     device=st.none() | TEXT,
     producer=st.none() | TEXT,
     digest_every_batches=st.none() | POSITIVE,
+    token_ids=st.booleans(),
     extra=st.dictionaries(
         TEXT.filter(lambda key: key not in TYPED_FIELDS), JSON_VALUES, max_size=3
     ),

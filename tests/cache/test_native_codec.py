@@ -117,6 +117,45 @@ def test_a_version_1_multi_page_store_decodes_to_one_event_per_page() -> None:
     assert reference.decode_batch(orjson.dumps(raw)) == batch
 
 
+def test_a_store_without_token_ids_is_kept_and_joins_only_stores_without() -> None:
+    """A store whose writer withheld the token ids (none at all, a token-free source) is
+    written and read alike by both codecs, one token-less event per page; a chain joins pages
+    with ids or pages without, never both; a partial token list stays an error."""
+    events = (
+        AllBlocksCleared(),
+        BlockStored((1,), None, (), 2),
+        BlockStored((2,), 1, (), 2),
+        BlockStored((3,), 2, (5, 6), 2),
+        BlockStored((4,), 3, (), 2),
+    )
+    batch = EventBatch("w", "e", 0, 0.0, events, meta=BatchMeta(2, 4, token_ids=False))
+    data = native.encode_batch(batch)
+    assert data == reference.encode_batch(batch)
+    raw = orjson.loads(data)
+    assert [(e["block_hashes"], e["token_ids"]) for e in raw["events"][1:]] == [
+        ([1, 2], []),
+        ([3], [5, 6]),
+        ([4], []),
+    ]
+    assert raw["meta"]["token_ids"] is False
+    assert assert_same(data) == ("ok", batch)
+    multi = BlockStored((5, 6, 7), 4, (), 2, None, "GPU")
+    v1 = orjson.dumps(native.batch_to_dict(EventBatch("w", "e", 1, 0.0, (multi,), v=1)))
+    assert assert_same(v1)[1].events == tuple(
+        BlockStored((page,), parent, (), 2, None, "GPU")
+        for page, parent in ((5, 4), (6, 5), (7, 6))
+    )
+    partial = data.replace(
+        b'"block_hashes":[1,2],"parent_block_hash":null,"token_ids":[]',
+        b'"block_hashes":[1,2],"parent_block_hash":null,"token_ids":[9,9]',
+    )
+    assert assert_same(partial) == (
+        "error",
+        "events[1].token_ids",
+        "2 tokens for 2 block(s) of size 2",
+    )
+
+
 # --- mutated records -------------------------------------------------------------------------
 
 NASTY = st.one_of(
@@ -460,6 +499,7 @@ def test_bytes_like_input_is_accepted() -> None:
     [
         ({"ts": float("nan")}, "ts"),
         ({"events": (BlockStored((1,), None, (1, 2, 3), 2),)}, "events[0].token_ids"),
+        ({"events": (BlockStored((1, 2), None, (1, 2), 2),)}, "events[0].token_ids"),
         ({"events": (BlockStored((), None, (), 2),)}, "events[0].block_hashes"),
         ({"v": 7}, "v"),
     ],

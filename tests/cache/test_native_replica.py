@@ -4,10 +4,13 @@ Streams are random and often malformed (unknown parents and blocks, blocks store
 twice, removals of blocks with children, block sizes that change); after every event both sides
 hold the same blocks and digest, or raise the same error and change nothing. A store that keeps
 no token ids (``ReplicaStore(keep_tokens=False)``) does the same, with None for each block's tokens.
+Some stores come without token ids (withheld by a token-free writer): a store that keeps them
+refuses those, one that keeps none applies them as any other.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -46,6 +49,8 @@ def stored_events(draw: st.DrawFn) -> BlockStored:
     hashes = tuple(draw(hash_lists))
     block_size = draw(st.sampled_from([1, 1, 1, 2]))
     tokens = tuple(draw(st.integers(0, (1 << 32) - 1)) for _ in range(block_size * len(hashes)))
+    if draw(st.integers(0, 4)) == 0:
+        tokens = ()  # withheld by the writer
     parent = draw(st.none() | hash_pool)
     return BlockStored(hashes, parent, tokens, block_size)
 
@@ -126,7 +131,8 @@ def test_random_streams_give_the_same_state_digest_and_errors(
 ) -> None:
     """After every event: same blocks, digest, counts and divergence, or the same error; with
     or without token ids kept."""
-    store, reference = ReplicaStore(keep_tokens=keep_tokens), ReferenceReplicaSet()
+    store = ReplicaStore(keep_tokens=keep_tokens)
+    reference = ReferenceReplicaSet(keep_tokens=keep_tokens)
     for source in SOURCES:
         store.add_source(source)
         reference.replica(source)
@@ -144,7 +150,8 @@ def test_a_snapshot_loads_to_the_same_state_and_keeps_working(
     """load(snapshot()) gives the same replicas, which then evolve as the reference does; a
     store that keeps no token ids drops a snapshot's, and one that keeps them refuses a
     snapshot without them (changing nothing)."""
-    store, reference = ReplicaStore(keep_tokens=written_with_tokens), ReferenceReplicaSet()
+    store = ReplicaStore(keep_tokens=written_with_tokens)
+    reference = ReferenceReplicaSet(keep_tokens=written_with_tokens)
     for source in SOURCES:
         store.add_source(source)
         reference.replica(source)
@@ -161,6 +168,8 @@ def test_a_snapshot_loads_to_the_same_state_and_keeps_working(
     assert restored.keeps_tokens == loaded_with_tokens
     if loaded_with_tokens == written_with_tokens:
         assert restored.snapshot() == store.snapshot()
+    for replica in reference.replicas.values():
+        replica.keep_tokens = loaded_with_tokens
     for source, step in stream[half:]:
         apply_both(restored, reference, source, step)
     for source in SOURCES:
@@ -190,8 +199,11 @@ def test_a_corrupt_snapshot_is_refused_and_the_state_kept() -> None:
 @st.composite
 def fleets(draw: st.DrawFn) -> tuple[ReplicaStore, ReferenceReplicaSet, list[list[int]]]:
     """Sources holding random prompts (real chained hashes), some tombstoned or diverged, in a
-    store that keeps token ids or one that keeps none."""
-    store, reference = ReplicaStore(keep_tokens=draw(st.booleans())), ReferenceReplicaSet()
+    store that keeps token ids or one that keeps none (whose sources' writers may withhold
+    them)."""
+    keep_tokens = draw(st.booleans())
+    store = ReplicaStore(keep_tokens=keep_tokens)
+    reference = ReferenceReplicaSet(keep_tokens=keep_tokens)
     prompts = draw(
         st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=24), min_size=1, max_size=4)
     )
@@ -205,9 +217,12 @@ def fleets(draw: st.DrawFn) -> tuple[ReplicaStore, ReferenceReplicaSet, list[lis
             store.set_meta(source, BatchMeta(page_size, window, swa_events=swa_events))
             reference.set_meta(source, meta)
         extra_key = draw(st.none() | st.just("lora"))
+        withheld = not keep_tokens and draw(st.booleans())
         for prompt in draw(st.lists(st.sampled_from(prompts), max_size=3)):
             stored = _stored_chain(reference, source, prompt, page_size, extra_key)
             if stored is not None:
+                if withheld:
+                    stored = replace(stored, token_ids=())
                 store.apply_events(source, [stored])
                 reference.apply_events(source, [stored])
         held = sorted(reference.replica(source).blocks)

@@ -2,7 +2,8 @@
 
 A record is one JSON object (docs/design.md §4). Version 2 joins consecutive ``BlockStored`` events
 that form a chain (each page's parent is the previous page; same ``block_size``, ``lora_id``,
-``medium``) into one ``BlockStored`` listing every page; version 1 writes one object per event.
+``medium``; all with token ids or all without) into one ``BlockStored`` listing every page;
+version 1 writes one object per event.
 Version 3 is version 2 whose ``BlockRemoved`` may carry ``reason`` (``"evicted"`` or
 ``"demoted"``; absent means null). Decoding reads all three and yields one ``BlockStored`` per
 page (a multi-page store of any version is split). It is strict: JSON syntax first (orjson),
@@ -17,7 +18,8 @@ then the checks below in this order, and the first that fails raises
   dataclass's fields; one that a later version added may be absent); then its fields in this
   order (``_FIELD_READERS``, by field name, whatever the type): ``block_size`` (a positive
   int), ``token_ids`` (ints in [0, 2**32)), ``block_hashes`` (int64s, at least one), the
-  token count (once all three are read), ``parent_block_hash`` and ``lora_id`` (int64 or
+  token count (once all three are read: ``block_size`` per block hash, or none at all, the
+  writer having withheld them), ``parent_block_hash`` and ``lora_id`` (int64 or
   null), ``medium`` (a string or null), ``reason`` (one of ours or null; a non-null one in a
   batch below version 3 is named as the event's error, right after it).
 
@@ -60,6 +62,7 @@ def _joins(chain: dict[str, Any], event: BlockStored) -> bool:
         and event.block_size == chain["block_size"]
         and event.lora_id == chain["lora_id"]
         and event.medium == chain["medium"]
+        and bool(event.token_ids) == bool(chain["token_ids"])
     )
 
 
@@ -92,7 +95,7 @@ def _check_encodable(batch: EventBatch) -> None:
             tokens, hashes, size = wire.pages_of(event)
             if size <= 0:
                 raise ValueError(f"events[{index}].block_size: expected a positive int, got {size}")
-            if len(tokens) != size * len(hashes):
+            if not _tokens_fit(tokens, hashes, size):
                 raise ValueError(f"events[{index}].token_ids: {_pages_text(tokens, hashes, size)}")
         if wire.late and (too_early := _too_early(event, batch.v)):
             name, version = too_early
@@ -257,6 +260,11 @@ _PAGES: Final = ("token_ids", "block_hashes", "block_size")
 """The fields of a store of pages: ``block_size`` tokens a block hash (``_pages_text``'s order)."""
 
 
+def _tokens_fit(tokens: Sized, hashes: Sized, size: int) -> bool:
+    """Whether ``tokens`` are ``size`` per block hash, or none (withheld by the writer)."""
+    return len(tokens) in (0, size * len(hashes))
+
+
 def _pages_text(tokens: Sized, hashes: Sized, size: int) -> str:
     """How ``tokens`` do not make ``size`` tokens per block hash."""
     return f"{len(tokens)} tokens for {len(hashes)} block(s) of size {size}"
@@ -307,7 +315,7 @@ class _WireType:
             values[name] = tuple(value) if is_tuple else value
             if name == self.pages_after:
                 tokens, hashes, size = (values[page] for page in _PAGES)
-                if len(tokens) != size * len(hashes):
+                if not _tokens_fit(tokens, hashes, size):
                     raise DecodeError("token_ids", _pages_text(tokens, hashes, size))
         return self.event_type(**values)
 

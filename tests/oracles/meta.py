@@ -2,9 +2,10 @@
 (``native/src/codec/meta.rs``), which ``cache.events.meta.BatchMeta`` asks.
 
 ``page_size`` and ``sliding_window_size`` are required positive ints (below 2**64);
-``digest_alg``, ``device`` and ``producer`` strings or null; ``swa_events`` a bool (absent:
-true); ``digest_every_batches`` a positive int or null. Other keys are not judged. The first
-wrong typed field, in ``TYPED_FIELDS`` order, is named: ``DecodeError("meta.<field>", reason)``.
+``digest_alg``, ``device`` and ``producer`` strings or null; ``swa_events`` and ``token_ids``
+bools (absent: true); ``digest_every_batches`` a positive int or null. Other keys are not
+judged. The first wrong typed field, in ``TYPED_FIELDS`` order, is named:
+``DecodeError("meta.<field>", reason)``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from cache.events.meta import TYPED_FIELDS, BatchMeta
 _UINT64_LIMIT: Final = 1 << 64
 _REQUIRED: Final = ("page_size", "sliding_window_size")
 _OPTIONAL_STR: Final = ("digest_alg", "device", "producer")
+_FLAGS: Final = ("swa_events", "token_ids")
 _MISSING: Final = object()
 
 
@@ -40,10 +42,10 @@ def field_problem(name: str, value: object) -> str | None:
             return "missing"
         return None if _positive(value) else f"expected a positive int, got {_describe(value)}"
     if value is _MISSING or value is None:
-        return "expected bool, got null" if name == "swa_events" and value is None else None
+        return "expected bool, got null" if name in _FLAGS and value is None else None
     if name in _OPTIONAL_STR:
         return None if type(value) is str else f"expected str or null, got {_type_name(value)}"
-    if name == "swa_events":
+    if name in _FLAGS:
         return None if type(value) is bool else f"expected bool, got {_type_name(value)}"
     return None if _positive(value) else f"expected a positive int or null, got {_describe(value)}"
 

@@ -4,7 +4,9 @@ Imported only by tests (differential tests hold ``cache.events.replica_store`` e
 never selected at run time. What an event does to a source's blocks and its digest is
 ``swa_es.testing.BlockModel``'s (one Python model of it); this replica adds what the native
 store checks before it lets an event change anything, worded exactly as the native store words
-it, with a child count per block. Each event is checked in full before anything changes, so a
+it, with a child count per block, and a replica that keeps token ids (``keep_tokens``, the native
+store's default) refuses a store whose writer withheld them. Each event is checked in full
+before anything changes, so a
 failing event leaves the replica as it was (events before it in the batch stay applied). An event
 type without checks of its own here needs each block it names to be held.
 """
@@ -18,7 +20,14 @@ from typing import Any, Final
 from cache.events.digest import StateDigest
 from cache.events.hashing import chain_block_hashes, namespace_prior
 from cache.events.replica_store import ReplicaConsistencyError
-from cache.events.types import AllBlocksCleared, BlockRemoved, BlockStored, Event, EventBatch
+from cache.events.types import (
+    MEDIUM_GPU,
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    Event,
+    EventBatch,
+)
 from swa_es.testing import BlockModel, ModelBlock
 from tests.oracles.swa_rule import usable_prefix
 
@@ -31,6 +40,7 @@ class ReferenceReplica:
     page_size: int | None = None
     sliding_window_size: int | None = None
     swa_events: bool = True
+    keep_tokens: bool = True
     diverged: str | None = None
     block_size: int | None = None
     model: BlockModel = field(default_factory=lambda: BlockModel(strict_residency=False))
@@ -74,6 +84,11 @@ class ReferenceReplica:
     def _store(self, event: Event) -> None:
         assert isinstance(event, BlockStored)
         size, hashes = event.block_size, event.block_hashes
+        if self.keep_tokens and not event.token_ids and event.medium in (None, MEDIUM_GPU):
+            raise self.fail(
+                f"BlockStored for block {hashes[0]} has no token ids (withheld by the writer: a "
+                "token-free source), and this replica keeps token ids"
+            )
         if self.block_size is None and self.page_size is not None and self.page_size != size:
             raise self.fail(f"block_size {size} differs from meta.page_size {self.page_size}")
         if self.block_size is not None and size != self.block_size:
@@ -134,12 +149,16 @@ child counts it keeps); any other type: each block it names is held."""
 class ReferenceReplicaSet:
     """source -> ``ReferenceReplica``, with prefix matching (the oracle of both views)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, keep_tokens: bool = True) -> None:
         self.replicas: dict[str, ReferenceReplica] = {}
+        self.keep_tokens = keep_tokens
 
     def replica(self, source: str) -> ReferenceReplica:
         """The replica of ``source``, created empty when new."""
-        return self.replicas.setdefault(source, ReferenceReplica(source))
+        replica = self.replicas.get(source)
+        if replica is None:
+            replica = self.replicas[source] = ReferenceReplica(source, keep_tokens=self.keep_tokens)
+        return replica
 
     def set_meta(self, source: str, meta: Mapping[str, Any]) -> None:
         """Take page size, window and ``swa_events`` from an (already validated) meta."""

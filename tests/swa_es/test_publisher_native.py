@@ -350,8 +350,8 @@ class _CountingRecorder:
         self.inner = inner
         self.encoders: list[_CountingEncoder] = []
 
-    def encoder(self, *args: object) -> _CountingEncoder:
-        encoder = _CountingEncoder(self.inner.encoder(*args))  # type: ignore[arg-type]
+    def encoder(self, *args: object, **options: bool) -> _CountingEncoder:
+        encoder = _CountingEncoder(self.inner.encoder(*args, **options))  # type: ignore[arg-type]
         self.encoders.append(encoder)
         return encoder
 

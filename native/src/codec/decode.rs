@@ -26,7 +26,9 @@ use super::scan::{Got, Kind, Number, Scanner, SyntaxError, Value};
 use super::text::quoted_excerpt;
 use super::SUPPORTED_VERSIONS;
 use crate::event_types::{kind, with_event_types, EventType, Field, Kind as FieldKind};
-use crate::events::{event_of, Batch, Event, Hashes, Header, Medium, RemovalReason, Tokens};
+use crate::events::{
+    event_of, tokens_fit, Batch, Event, Hashes, Header, Medium, RemovalReason, Tokens,
+};
 
 /// `decode_with_meta` through the slots alone (the general path), without the size check.
 pub(super) fn decode_slots(data: &[u8]) -> Result<(Batch, Option<Meta>), DecodeError> {
@@ -646,7 +648,7 @@ macro_rules! event_from_judged {
 with_event_types!(event_from_judged);
 
 /// The token count's error, if the judged fields have tokens and a block size and the tokens
-/// are not the block size times the pages.
+/// are neither the block size times the pages nor none (`crate::events::tokens_fit`).
 fn token_count_error(judged: &[Option<Judged>]) -> Option<DecodeError> {
     let (mut tokens, mut pages, mut block_size) = (None, 1, None);
     for value in judged.iter().flatten() {
@@ -658,8 +660,8 @@ fn token_count_error(judged: &[Option<Judged>]) -> Option<DecodeError> {
         }
     }
     let (tokens, block_size) = (tokens?, block_size?);
-    // Exact in i128: block_size <= u64::MAX and pages, tokens < 2^61.
-    (tokens as i128 != block_size * pages as i128).then(|| {
+    // Judged positive before the tokens (`FieldKind::ALL` order), so the cast keeps it.
+    (!tokens_fit(tokens, pages, block_size as u128)).then(|| {
         let field = EVENT_KEYS[judged
             .iter()
             .position(|value| matches!(value, Some(Judged::Tokens(_))))

@@ -1,9 +1,9 @@
 //! Writing a `Batch` as one record.
 //!
 //! Version 2 compacts: a run of consecutive `Stored` events in which each one's parent is the
-//! previous one's last page, with the same `block_size`, `lora_id` and `medium`, is written as
-//! one `BlockStored` listing every page's hash and tokens, whose parent is the first page's
-//! parent. Version 1 writes every event as it is. The bytes are exactly `orjson.dumps` of the
+//! previous one's last page, with the same `block_size`, `lora_id` and `medium`, and all with
+//! token ids or all without (withheld), is written as one `BlockStored` listing every page's
+//! hash and tokens, whose parent is the first page's parent. Version 1 writes every event as it is. The bytes are exactly `orjson.dumps` of the
 //! reference codec's JSON object (keys in the same order, doubles and strings written alike).
 //!
 //! An event as it is, its size guess and the refusals are derived from the table of event
@@ -149,7 +149,8 @@ fn chain_length(events: &[Event]) -> usize {
             && next.parent == last
             && next.block_size == head.block_size
             && next.lora_id == head.lora_id
-            && next.medium == head.medium;
+            && next.medium == head.medium
+            && next.withholds_tokens() == head.withholds_tokens();
         if !joins {
             break;
         }

@@ -4,7 +4,8 @@
 //!
 //! `page_size` and `sliding_window_size` are required positive ints; `digest_alg`, `device` and
 //! `producer` are strings or null; `swa_events` a bool (default true); `digest_every_batches` a
-//! positive int or null. Other keys are kept as they are in the record's text
+//! positive int or null; `token_ids` a bool (default true; false: the source withholds every
+//! store's token ids, docs/security.md). Other keys are kept as they are in the record's text
 //! (`Header::meta_json`) and not judged here.
 
 use super::error::{Error as DecodeError, Reason};
@@ -24,12 +25,15 @@ pub struct Meta {
     pub device: Option<String>,
     pub producer: Option<String>,
     pub digest_every_batches: Option<u64>,
+    /// Whether the source's stores carry token ids (false: withheld by the writer, a token-free
+    /// source).
+    pub token_ids: bool,
     /// Whether the object has keys besides the typed ones (kept, unjudged, in its text).
     pub has_extra_keys: bool,
 }
 
 /// The typed keys, in the order they are checked.
-const FIELDS: [&str; 7] = [
+const FIELDS: [&str; 8] = [
     "page_size",
     "sliding_window_size",
     "digest_alg",
@@ -37,6 +41,7 @@ const FIELDS: [&str; 7] = [
     "device",
     "producer",
     "digest_every_batches",
+    "token_ids",
 ];
 
 /// Scan the meta object at the cursor (on `{`): the typed meta, or the first field that is
@@ -45,7 +50,7 @@ pub(super) fn scan_meta<'a>(
     scanner: &mut Scanner<'a>,
 ) -> Result<Result<Meta, DecodeError>, SyntaxError> {
     scanner.open_object()?;
-    let mut slots: [Option<Value<'a>>; 7] = Default::default();
+    let mut slots: Slots<'a> = Default::default();
     let mut first = true;
     let mut has_extra_keys = false;
     while let Some(key) = scanner.next_key(&mut first)? {
@@ -63,6 +68,9 @@ pub(super) fn scan_meta<'a>(
     }))
 }
 
+/// The typed keys' values as found, by `FIELDS` index.
+type Slots<'a> = [Option<Value<'a>>; FIELDS.len()];
+
 fn error(index: usize, reason: Reason) -> DecodeError {
     DecodeError::new(format!("meta.{}", FIELDS[index]), reason)
 }
@@ -74,7 +82,7 @@ fn positive(value: &Value<'_>) -> Option<u64> {
     }
 }
 
-fn required_positive(slots: &[Option<Value<'_>>; 7], index: usize) -> Result<u64, DecodeError> {
+fn required_positive(slots: &Slots<'_>, index: usize) -> Result<u64, DecodeError> {
     match &slots[index] {
         None => Err(error(index, Reason::Missing)),
         Some(value) => positive(value).ok_or_else(|| {
@@ -89,10 +97,7 @@ fn required_positive(slots: &[Option<Value<'_>>; 7], index: usize) -> Result<u64
     }
 }
 
-fn optional_positive(
-    slots: &[Option<Value<'_>>; 7],
-    index: usize,
-) -> Result<Option<u64>, DecodeError> {
+fn optional_positive(slots: &Slots<'_>, index: usize) -> Result<Option<u64>, DecodeError> {
     match &slots[index] {
         None | Some(Value::Null) => Ok(None),
         Some(value) => positive(value).map(Some).ok_or_else(|| {
@@ -107,10 +112,7 @@ fn optional_positive(
     }
 }
 
-fn optional_string(
-    slots: &mut [Option<Value<'_>>; 7],
-    index: usize,
-) -> Result<Option<String>, DecodeError> {
+fn optional_string(slots: &mut Slots<'_>, index: usize) -> Result<Option<String>, DecodeError> {
     match slots[index].take() {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Str(text)) => Ok(Some(text.into_owned())),
@@ -124,26 +126,30 @@ fn optional_string(
     }
 }
 
-fn judge(mut slots: [Option<Value<'_>>; 7]) -> Result<Meta, DecodeError> {
+/// A bool that is true when absent (null is wrong).
+fn flag(slots: &Slots<'_>, index: usize) -> Result<bool, DecodeError> {
+    match &slots[index] {
+        None => Ok(true),
+        Some(Value::Bool(flag)) => Ok(*flag),
+        Some(other) => Err(error(
+            index,
+            Reason::Expected {
+                expected: "bool",
+                got: Got::Kind(other.kind()),
+            },
+        )),
+    }
+}
+
+fn judge(mut slots: Slots<'_>) -> Result<Meta, DecodeError> {
     let page_size = required_positive(&slots, 0)?;
     let sliding_window_size = required_positive(&slots, 1)?;
     let digest_alg = optional_string(&mut slots, 2)?;
-    let swa_events = match &slots[3] {
-        None => true,
-        Some(Value::Bool(flag)) => *flag,
-        Some(other) => {
-            return Err(error(
-                3,
-                Reason::Expected {
-                    expected: "bool",
-                    got: Got::Kind(other.kind()),
-                },
-            ))
-        }
-    };
+    let swa_events = flag(&slots, 3)?;
     let device = optional_string(&mut slots, 4)?;
     let producer = optional_string(&mut slots, 5)?;
     let digest_every_batches = optional_positive(&slots, 6)?;
+    let token_ids = flag(&slots, 7)?;
     Ok(Meta {
         page_size,
         sliding_window_size,
@@ -152,6 +158,7 @@ fn judge(mut slots: [Option<Value<'_>>; 7]) -> Result<Meta, DecodeError> {
         device,
         producer,
         digest_every_batches,
+        token_ids,
         has_extra_keys: false,
     })
 }
@@ -183,7 +190,8 @@ mod tests {
     fn typed_fields_are_read_and_others_ignored() {
         let meta = Meta::from_json(
             r#"{"page_size":16,"sliding_window_size":4,"digest_alg":"mix64-v1","x":[1,{"y":2}],
-                "swa_events":false,"device":"cpu","producer":null,"digest_every_batches":8}"#,
+                "swa_events":false,"device":"cpu","producer":null,"digest_every_batches":8,
+                "token_ids":false}"#,
         )
         .unwrap();
         assert_eq!(meta.page_size, 16);
@@ -193,9 +201,11 @@ mod tests {
         assert_eq!(meta.device.as_deref(), Some("cpu"));
         assert_eq!(meta.producer, None);
         assert_eq!(meta.digest_every_batches, Some(8));
+        assert!(!meta.token_ids);
         assert!(meta.has_extra_keys);
         let typed_only = Meta::from_json(r#"{"page_size":1,"sliding_window_size":2}"#).unwrap();
         assert!(!typed_only.has_extra_keys);
+        assert!(typed_only.swa_events && typed_only.token_ids);
     }
 
     #[test]
@@ -226,6 +236,11 @@ mod tests {
                 r#"{"page_size":1,"sliding_window_size":2,"digest_every_batches":-1}"#,
                 "meta.digest_every_batches",
                 "expected a positive int or null, got -1",
+            ),
+            (
+                r#"{"page_size":1,"sliding_window_size":2,"token_ids":[]}"#,
+                "meta.token_ids",
+                "expected bool, got list",
             ),
             (
                 r#"{"page_size":1,"page_size":2.0,"sliding_window_size":2}"#,

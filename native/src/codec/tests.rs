@@ -2,7 +2,7 @@
 //! it equal to the reference on random input; these pin the contract without Python).
 
 use super::*;
-use crate::events::{Batch, Event, Header, RemovalReason, Stored};
+use crate::events::{Batch, Event, Header, RemovalReason, Stored, Tokens};
 
 fn stored(hash: i64, parent: Option<i64>, tokens: &[u32]) -> Event {
     Event::Stored(Stored {
@@ -58,6 +58,7 @@ fn joined(batch: &Batch) -> Vec<Event> {
                 && next.block_size == last.block_size
                 && next.lora_id == last.lora_id
                 && next.medium == last.medium
+                && next.withholds_tokens() == last.withholds_tokens()
             {
                 last.hashes.extend_from_slice(&next.hashes);
                 last.tokens.extend_from_slice(&next.tokens);
@@ -153,6 +154,88 @@ fn invalid_batches_are_refused_by_the_encoder() {
     let mut batch = sample(2);
     batch.header.meta_json = Some(r#"{"page_size":0,"sliding_window_size":4}"#.into());
     assert_eq!(encode(&batch).unwrap_err().field, "meta.page_size");
+}
+
+/// A one-page store of block size 2 whose writer withheld the token ids.
+fn bare(hash: i64, parent: Option<i64>) -> Event {
+    Event::Stored(Stored {
+        hashes: vec![hash].into(),
+        parent,
+        tokens: Tokens::new(),
+        block_size: 2,
+        lora_id: None,
+        medium: Some("GPU".into()),
+    })
+}
+
+#[test]
+fn a_store_without_token_ids_round_trips_and_joins_only_stores_without() {
+    let batch = Batch {
+        header: header(3),
+        events: vec![
+            bare(1, None),
+            bare(2, Some(1)),
+            stored(3, Some(2), &[5, 6]),
+            bare(4, Some(3)),
+        ],
+    };
+    let bytes = encode(&batch).unwrap();
+    let text = std::str::from_utf8(&bytes).unwrap();
+    assert!(
+        text.contains(
+            r#""block_hashes":[1,2],"parent_block_hash":null,"token_ids":[],"block_size":2"#
+        ),
+        "{text}"
+    );
+    let decoded = decode(&bytes, DEFAULT_MAX_RECORD_BYTES).unwrap();
+    assert_eq!(decoded.events, joined(&batch));
+    assert_eq!(decoded.events.len(), 3);
+    let Event::Stored(first) = &decoded.events[0] else {
+        panic!("{:?}", decoded.events[0]);
+    };
+    assert!(first.withholds_tokens() && first.tokens_fit());
+    assert_eq!(
+        first.page_tokens().collect::<Vec<_>>(),
+        vec![&[] as &[u32], &[]]
+    );
+    // the general (slot) path reads it alike
+    let spaced = text.replace(r#""token_ids":[]"#, r#""token_ids": [ ]"#);
+    assert_eq!(
+        decode(spaced.as_bytes(), DEFAULT_MAX_RECORD_BYTES).unwrap(),
+        decoded
+    );
+}
+
+#[test]
+fn a_partial_token_list_is_refused_both_ways() {
+    let mut batch = sample(3);
+    batch.events.push(Event::Stored(Stored {
+        hashes: vec![1, 2].into(),
+        parent: None,
+        tokens: vec![1, 2].into(),
+        block_size: 2,
+        lora_id: None,
+        medium: None,
+    }));
+    let error = encode(&batch).unwrap_err();
+    assert_eq!(
+        (error.field.as_str(), error.reason.to_string()),
+        (
+            "events[6].token_ids",
+            "2 tokens for 2 block(s) of size 2".to_string()
+        )
+    );
+    let text = GOOD.replace(
+        r#""token_ids":[2],"block_size":1"#,
+        r#""token_ids":[2],"block_size":2"#,
+    );
+    let error = error_of(&text);
+    assert_eq!(error.field, "events[2].token_ids");
+    let text = GOOD.replace(
+        r#""token_ids":[2],"block_size":1"#,
+        r#""token_ids":[],"block_size":2"#,
+    );
+    assert!(decode(text.as_bytes(), DEFAULT_MAX_RECORD_BYTES).is_ok());
 }
 
 const GOOD: &str = r#"{"v":1,"source":"worker-0","epoch":"e1","seq":3,"ts":12.5,"events":[{"type":"AllBlocksCleared"},{"type":"BlockStored","block_hashes":[7470307888890966271],"parent_block_hash":null,"token_ids":[1],"block_size":1,"lora_id":null,"medium":"GPU"},{"type":"BlockStored","block_hashes":[-1634645291211865391],"parent_block_hash":7470307888890966271,"token_ids":[2],"block_size":1,"lora_id":null,"medium":"GPU"},{"type":"BlockSWAEvicted","block_hashes":[7470307888890966271]},{"type":"BlockSWARestored","block_hashes":[7470307888890966271]},{"type":"BlockRemoved","block_hashes":[7470307888890966271,-1634645291211865391],"medium":"GPU"}],"digest":"00000000000000ff","meta":{"page_size":1,"sliding_window_size":4}}"#;

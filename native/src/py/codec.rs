@@ -67,22 +67,25 @@ pub(crate) fn push_events<'py>(
     }
 }
 
-/// Append one Python `BlockStored` per page of `stored`.
+/// Append one Python `BlockStored` per page of `stored` (with empty `token_ids` when the
+/// writer withheld them).
 fn push_pages<'py>(
     py: Python<'py>,
     classes: &Classes,
     stored: &Stored,
     out: &mut Vec<Bound<'py, PyAny>>,
 ) -> PyResult<()> {
-    let size = stored.block_size as usize;
-    if size == 0 {
-        return Err(PyValueError::new_err("a store of block_size 0")); // never decoded
+    if stored.block_size == 0 || !stored.tokens_fit() {
+        // never decoded
+        return Err(PyValueError::new_err(
+            "a store of block_size 0, or whose token ids do not fit its pages",
+        ));
     }
-    let block_size = size.into_bound_py_any(py)?;
+    let block_size = stored.block_size.into_bound_py_any(py)?;
     let lora_id = optional(py, stored.lora_id)?;
     let medium = optional(py, stored.medium.as_deref())?;
     let mut parent = optional(py, stored.parent)?;
-    let pages = stored.hashes.iter().zip(stored.tokens.chunks_exact(size));
+    let pages = stored.hashes.iter().zip(stored.page_tokens());
     out.reserve(stored.hashes.len());
     for (&hash, tokens) in pages {
         let hash = hash.into_bound_py_any(py)?;

@@ -21,7 +21,7 @@ pub(crate) fn batch_meta(py: Python<'_>, meta: &Meta, text: &str) -> PyResult<Py
     } else {
         PyDict::new(py).into_any()
     };
-    let fields: [(&Bound<'_, PyString>, Bound<'_, PyAny>); 8] = [
+    let fields: [(&Bound<'_, PyString>, Bound<'_, PyAny>); 9] = [
         (
             intern!(py, "page_size"),
             meta.page_size.into_bound_py_any(py)?,
@@ -49,6 +49,10 @@ pub(crate) fn batch_meta(py: Python<'_>, meta: &Meta, text: &str) -> PyResult<Py
         (
             intern!(py, "digest_every_batches"),
             meta.digest_every_batches.into_bound_py_any(py)?,
+        ),
+        (
+            intern!(py, "token_ids"),
+            meta.token_ids.into_bound_py_any(py)?,
         ),
         (intern!(py, "extra"), extra),
     ];

@@ -24,7 +24,7 @@ use crate::codec;
 use crate::events::Event;
 use crate::recorder::{
     self, opening_records, BatchLimits, Done, EncodeWorker, Job, Numbering, Op, Record, Recorder,
-    Sequencer,
+    Sequencer, TokenIds,
 };
 
 fn token(item: &Bound<'_, PyAny>) -> PyResult<u32> {
@@ -288,13 +288,16 @@ impl EventRecorder {
 
     /// Start an encoder thread for a publisher of `source` whose batches hold at most
     /// `max_events` events and `max_bytes` of event size bounds, with the digest on every
-    /// `digest_every`-th batch (see `RecordEncoder`).
+    /// `digest_every`-th batch (see `RecordEncoder`); `token_ids=False` writes every store
+    /// without its token ids (a token-free source).
+    #[pyo3(signature = (source, max_events, max_bytes, digest_every, *, token_ids = true))]
     fn encoder(
         &self,
         source: String,
         max_events: usize,
         max_bytes: usize,
         digest_every: u64,
+        token_ids: bool,
     ) -> PyResult<RecordEncoder> {
         if digest_every == 0 {
             return Err(PyValueError::new_err(
@@ -306,6 +309,7 @@ impl EventRecorder {
             source,
             limits(max_events, max_bytes)?,
             digest_every,
+            written(token_ids),
         )
     }
 
@@ -316,9 +320,10 @@ impl EventRecorder {
 
     /// Open a new epoch: discard everything unclaimed, then write `AllBlocksCleared` and the
     /// node table's snapshot as records (seq 0.., `meta_json` on the first, the digest on the
-    /// last), split by the limits. The GIL is released while it works.
+    /// last), split by the limits; `token_ids=False` writes every store without its token ids.
+    /// The GIL is released while it works.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (source, epoch, ts, meta_json, max_events, max_bytes))]
+    #[pyo3(signature = (source, epoch, ts, meta_json, max_events, max_bytes, *, token_ids = true))]
     fn encode_opening<'py>(
         &self,
         py: Python<'py>,
@@ -328,6 +333,7 @@ impl EventRecorder {
         meta_json: &[u8],
         max_events: usize,
         max_bytes: usize,
+        token_ids: bool,
     ) -> PyResult<PyRecords<'py>> {
         let limits = limits(max_events, max_bytes)?;
         let meta_json = std::str::from_utf8(meta_json)
@@ -342,8 +348,16 @@ impl EventRecorder {
         let records = py
             .detach(|| -> Result<_, Failure> {
                 let (snapshot, digest) = self.inner.reopen().map_err(Failure::Recorder)?;
-                opening_records(snapshot, digest, page_size, limits, &numbering, meta_json)
-                    .map_err(Failure::Encode)
+                opening_records(
+                    snapshot,
+                    digest,
+                    page_size,
+                    limits,
+                    &numbering,
+                    meta_json,
+                    written(token_ids),
+                )
+                .map_err(Failure::Encode)
             })
             .map_err(|failure| failure.into_py(py))?;
         Ok(py_records(py, &records))
@@ -378,11 +392,12 @@ impl RecordEncoder {
         source: String,
         limits: BatchLimits,
         digest_every: u64,
+        tokens: TokenIds,
     ) -> PyResult<Self> {
         let (wake, signal) = UnixStream::pair()?;
         wake.set_nonblocking(true)?;
         signal.set_nonblocking(true)?;
-        let worker = EncodeWorker::start(recorder.clone(), source, move || {
+        let worker = EncodeWorker::start(recorder.clone(), source, tokens, move || {
             // One byte per batch of finished jobs. A full buffer (a reader that stopped
             // draining) or a gone reader needs no more bytes: it is readable, or nobody waits.
             let _ = (&signal).write_all(&[1]);
@@ -488,6 +503,15 @@ impl RecordEncoder {
         if let Some(mut worker) = worker {
             py.detach(move || worker.close());
         }
+    }
+}
+
+/// The writing of token ids that the Python flag `token_ids` asks for.
+fn written(token_ids: bool) -> TokenIds {
+    if token_ids {
+        TokenIds::Written
+    } else {
+        TokenIds::Withheld
     }
 }
 

@@ -27,6 +27,6 @@ pub use error::{Error, Result};
 pub use ops::{NodeId, Op, OpLog};
 pub use pipeline::{Cut, CutId, Outcome, Recorder};
 pub use plan::{bound, page_events, plan_batches, runs_of, split_events, BatchLimits, Run};
-pub use records::{opening_records, step_records, Numbering, Record, Sequencer};
+pub use records::{opening_records, step_records, Numbering, Record, Sequencer, TokenIds};
 pub use table::NodeTable;
 pub use worker::{Done, EncodeWorker, Job};

@@ -8,7 +8,7 @@ use super::pipeline::Outcome;
 use super::plan::{page_events, plan_batches, runs_of, split_events, BatchLimits};
 use crate::codec::{self, WIRE_VERSION};
 use crate::digest::format_digest;
-use crate::events::{Batch, Event, Header};
+use crate::events::{Batch, Event, Header, Tokens};
 
 /// Where a run of batches goes in the source's sequence.
 #[derive(Clone, Copy, Debug)]
@@ -68,6 +68,28 @@ impl Sequencer {
     }
 }
 
+/// Whether a writer's records carry each store's token ids, or withhold them (a token-free
+/// source, docs/security.md): its stores then keep their hashes, block size and pages, and say
+/// no token id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TokenIds {
+    Written,
+    Withheld,
+}
+
+impl TokenIds {
+    /// `events` as this writer writes them: every store's token ids dropped when withheld.
+    fn apply(self, events: &mut [Event]) {
+        if self == TokenIds::Withheld {
+            for event in events {
+                if let Event::Stored(stored) = event {
+                    stored.tokens = Tokens::new();
+                }
+            }
+        }
+    }
+}
+
 /// One encoded record and the number of (per-page) events it carries.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Record {
@@ -80,11 +102,13 @@ fn encode_all(
     numbering: &Numbering<'_>,
     digest: Option<u64>,
     meta_json: Option<&str>,
+    tokens: TokenIds,
 ) -> codec::Result<Vec<Record>> {
     let last = batches.len().saturating_sub(1);
     let mut records = Vec::with_capacity(batches.len());
-    for (index, events) in batches.into_iter().enumerate() {
+    for (index, mut events) in batches.into_iter().enumerate() {
         let count = events.iter().map(page_events).sum();
+        tokens.apply(&mut events);
         let batch = Batch {
             header: Header {
                 version: WIRE_VERSION,
@@ -106,12 +130,13 @@ fn encode_all(
 }
 
 /// The records of one cut step: its events split at `batch_ends`, the digest after the step on
-/// the last one when `with_digest`.
+/// the last one when `with_digest`, each store's token ids as `tokens` says.
 pub fn step_records(
     outcome: Outcome,
     batch_ends: &[usize],
     numbering: &Numbering<'_>,
     with_digest: bool,
+    tokens: TokenIds,
 ) -> codec::Result<Vec<Record>> {
     let digest = with_digest.then_some(outcome.digest);
     encode_all(
@@ -119,11 +144,13 @@ pub fn step_records(
         numbering,
         digest,
         None,
+        tokens,
     )
 }
 
 /// The records that open an epoch: `AllBlocksCleared` then `snapshot`, split by `limits`,
-/// `meta_json` on the first and `digest` (the snapshot's) on the last.
+/// `meta_json` on the first and `digest` (the snapshot's) on the last, each store's token ids
+/// as `tokens` says.
 pub fn opening_records(
     snapshot: Vec<Event>,
     digest: u64,
@@ -131,6 +158,7 @@ pub fn opening_records(
     limits: BatchLimits,
     numbering: &Numbering<'_>,
     meta_json: &str,
+    tokens: TokenIds,
 ) -> codec::Result<Vec<Record>> {
     let mut events = Vec::with_capacity(snapshot.len() + 1);
     events.push(Event::Cleared);
@@ -141,6 +169,7 @@ pub fn opening_records(
         numbering,
         Some(digest),
         Some(meta_json),
+        tokens,
     )
 }
 
@@ -200,7 +229,14 @@ mod tests {
         let cut = recorder.cut(limits).unwrap();
         let outcome = recorder.claim(cut.id).unwrap().unwrap();
         let digest = outcome.digest;
-        let records = step_records(outcome, &cut.batch_ends, &numbering(7), true).unwrap();
+        let records = step_records(
+            outcome,
+            &cut.batch_ends,
+            &numbering(7),
+            true,
+            TokenIds::Written,
+        )
+        .unwrap();
         assert_eq!(
             records.iter().map(|r| r.events).collect::<Vec<_>>(),
             vec![3, 1]
@@ -217,6 +253,56 @@ mod tests {
     }
 
     #[test]
+    fn a_writer_that_withholds_token_ids_writes_the_same_pages_without_them() {
+        let both: Vec<Vec<Batch>> = [TokenIds::Written, TokenIds::Withheld]
+            .into_iter()
+            .map(|tokens| {
+                let recorder = Recorder::new(2);
+                recorder.cleared();
+                recorder.root(1, None);
+                recorder.stored(2, 1, &[1, 2, 3, 4]);
+                recorder.stored(3, 2, &[5, 6]);
+                let (snapshot, digest) = recorder.reopen().unwrap();
+                let limits = BatchLimits {
+                    max_events: 100,
+                    max_bytes: usize::MAX,
+                };
+                let opening =
+                    opening_records(snapshot, digest, 2, limits, &numbering(0), META, tokens)
+                        .unwrap();
+                recorder.stored(4, 3, &[7, 8]);
+                let cut = recorder.cut(limits).unwrap();
+                let outcome = recorder.claim(cut.id).unwrap().unwrap();
+                let step =
+                    step_records(outcome, &cut.batch_ends, &numbering(1), true, tokens).unwrap();
+                decoded(&opening)
+                    .into_iter()
+                    .chain(decoded(&step))
+                    .collect()
+            })
+            .collect();
+        let (written, withheld) = (&both[0], &both[1]);
+        assert_eq!(written.len(), withheld.len());
+        let mut stores = 0;
+        for (with, without) in written.iter().zip(withheld) {
+            assert_eq!(with.header, without.header);
+            assert_eq!(with.events.len(), without.events.len());
+            for (a, b) in with.events.iter().zip(&without.events) {
+                match (a, b) {
+                    (Event::Stored(a), Event::Stored(b)) => {
+                        stores += 1;
+                        assert!(!a.tokens.is_empty() && b.tokens.is_empty());
+                        assert_eq!((&a.hashes, a.parent), (&b.hashes, b.parent));
+                        assert_eq!(a.block_size, b.block_size);
+                    }
+                    _ => assert_eq!(a, b),
+                }
+            }
+        }
+        assert!(stores >= 2, "{stores}");
+    }
+
+    #[test]
     fn an_opening_is_cleared_then_the_snapshot_with_meta_first_and_digest_last() {
         let recorder = Recorder::new(1);
         recorder.cleared();
@@ -228,7 +314,16 @@ mod tests {
             max_events: 2,
             max_bytes: usize::MAX,
         };
-        let records = opening_records(snapshot, digest, 1, limits, &numbering(0), META).unwrap();
+        let records = opening_records(
+            snapshot,
+            digest,
+            1,
+            limits,
+            &numbering(0),
+            META,
+            TokenIds::Written,
+        )
+        .unwrap();
         let batches = decoded(&records);
         assert_eq!(batches.len(), 2);
         assert!(batches[0].starts_epoch());

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use super::error::Error;
 use super::pipeline::{CutId, Recorder};
-use super::records::{step_records, Numbering, Record};
+use super::records::{step_records, Numbering, Record, TokenIds};
 
 /// How long a round waits for more jobs after its first one.
 pub const LINGER: Duration = Duration::from_millis(1);
@@ -64,6 +64,7 @@ struct State {
 struct Shared {
     recorder: Arc<Recorder>,
     source: String,
+    tokens: TokenIds,
     state: Mutex<State>,
     wake: Condvar,
     notify: Box<dyn Fn() + Send + Sync>,
@@ -84,15 +85,18 @@ pub struct EncodeWorker {
 }
 
 impl EncodeWorker {
-    /// Start the thread; `notify` is called (from it) when finished jobs wait to be taken.
+    /// Start the thread, which writes each store's token ids as `tokens` says; `notify` is
+    /// called (from it) when finished jobs wait to be taken.
     pub fn start(
         recorder: Arc<Recorder>,
         source: String,
+        tokens: TokenIds,
         notify: impl Fn() + Send + Sync + 'static,
     ) -> std::io::Result<Self> {
         let shared = Arc::new(Shared {
             recorder,
             source,
+            tokens,
             state: Mutex::new(State::default()),
             wake: Condvar::new(),
             notify: Box::new(notify),
@@ -163,7 +167,14 @@ fn write(shared: &Shared, job: &Job) -> Done {
         Err(error) => Done::Failed(error),
         Ok(None) => Done::Discarded,
         Ok(Some(outcome)) => {
-            match step_records(outcome, &job.batch_ends, &numbering, job.with_digest) {
+            let written = step_records(
+                outcome,
+                &job.batch_ends,
+                &numbering,
+                job.with_digest,
+                shared.tokens,
+            );
+            match written {
                 Ok(records) => Done::Records(records),
                 Err(error) => Done::Failed(Error::Encode(error)),
             }
@@ -271,7 +282,7 @@ mod tests {
     fn jobs_are_written_in_order_off_the_calling_thread_and_discards_are_reported() {
         let recorder = Arc::new(Recorder::new(1));
         let notified = Arc::new(AtomicUsize::new(0));
-        let mut worker = EncodeWorker::start(recorder.clone(), "w0".into(), {
+        let mut worker = EncodeWorker::start(recorder.clone(), "w0".into(), TokenIds::Written, {
             let notified = notified.clone();
             move || {
                 notified.fetch_add(1, Ordering::SeqCst);
@@ -304,7 +315,8 @@ mod tests {
     #[test]
     fn a_recorder_failure_is_reported_as_a_failed_job() {
         let recorder = Arc::new(Recorder::new(1));
-        let worker = EncodeWorker::start(recorder.clone(), "w0".into(), || {}).unwrap();
+        let worker =
+            EncodeWorker::start(recorder.clone(), "w0".into(), TokenIds::Written, || {}).unwrap();
         recorder.node_event(Op::Removed { node: 7 }, 1);
         let cut = recorder.cut(BatchLimits::UNLIMITED).unwrap();
         worker.submit(job(0, &cut));

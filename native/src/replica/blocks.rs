@@ -21,6 +21,7 @@ use super::error::Inconsistency;
 use super::index::{mixed_top, SlotIndex};
 use super::prefetch::prefetch;
 use crate::digest::StateDigest;
+use crate::events::{page_tokens, tokens_fit};
 
 /// `Block::parent` of a block at the root.
 pub const NO_PARENT: u32 = u32::MAX;
@@ -276,7 +277,8 @@ impl BlockTable {
     // --- stores ---------------------------------------------------------------------------
 
     /// Store the chained pages `hashes` under `parent`; `meta_page_size` is the source's
-    /// `meta.page_size` when known.
+    /// `meta.page_size` when known. `tokens` are `block_size` a page, or none (the writer
+    /// withheld them), which a table that keeps token ids refuses.
     pub fn store(
         &mut self,
         hashes: &[i64],
@@ -291,12 +293,15 @@ impl BlockTable {
         if hashes.is_empty() {
             return Err(Inconsistency::NoBlock);
         }
-        if tokens.len() as u64 != u64::from(block_size) * hashes.len() as u64 {
+        if !tokens_fit(tokens.len(), hashes.len(), u128::from(block_size)) {
             return Err(Inconsistency::TokenCount {
                 tokens: tokens.len(),
                 pages: hashes.len(),
                 block_size,
             });
+        }
+        if tokens.is_empty() && self.keep_tokens {
+            return Err(Inconsistency::TokenIdsWithheld { block: hashes[0] });
         }
         match (self.block_size, meta_page_size) {
             (None, Some(page_size)) if page_size != block_size => {
@@ -360,12 +365,11 @@ impl BlockTable {
             self.blocks[parent_slot as usize].state += 1;
         }
         self.index.reserve(hashes.len());
-        let size = block_size as usize;
         let mut previous = parent_slot;
         let mut previous_hash = parent;
-        for (page, &block_hash) in hashes.iter().enumerate() {
+        let pages = page_tokens(tokens, block_size, hashes.len());
+        for ((page, &block_hash), page_tokens) in hashes.iter().enumerate().zip(pages) {
             let children = u32::from(page + 1 < hashes.len());
-            let page_tokens = &tokens[page * size..(page + 1) * size];
             let slot = self.new_slot(block_hash, previous, children, page_tokens);
             match position.take() {
                 Some(at) => self.index.insert_at(at, block_hash, slot),
@@ -625,6 +629,35 @@ mod tests {
         assert!(!bare.keeps_tokens());
         kept.drop_tokens();
         assert_eq!(kept.block(4).unwrap().token_ids, None);
+    }
+
+    #[test]
+    fn a_store_without_token_ids_fits_a_table_without_them_only() {
+        let mut kept = BlockTable::new();
+        let mut bare = BlockTable::keeping_tokens(false);
+        let mut fed = BlockTable::keeping_tokens(false);
+        fed.store(&[1, 2], None, &[5, 6, 7, 8], 2, Some(2)).unwrap();
+        bare.store(&[1, 2], None, &[], 2, Some(2)).unwrap();
+        assert_eq!(bare, fed);
+        assert_eq!(bare.digest(), fed.digest());
+        assert_eq!(bare.block(2).unwrap().parent, Some(1));
+        let before = kept.clone();
+        assert_eq!(
+            kept.store(&[1, 2], None, &[], 2, Some(2)).unwrap_err(),
+            Inconsistency::TokenIdsWithheld { block: 1 }
+        );
+        assert_eq!(kept, before);
+        // a partial list stays a token count error, for either table
+        for table in [&mut kept, &mut bare] {
+            assert_eq!(
+                table.store(&[3, 4], None, &[1, 2], 2, None).unwrap_err(),
+                Inconsistency::TokenCount {
+                    tokens: 2,
+                    pages: 2,
+                    block_size: 2
+                }
+            );
+        }
     }
 
     #[test]

@@ -28,6 +28,9 @@ pub enum Inconsistency {
         pages: usize,
         block_size: u32,
     },
+    /// A store without token ids (the writer withheld them) given to a replica that keeps
+    /// token ids (the stream out's, which would have none to send); `block` is its first page.
+    TokenIdsWithheld { block: i64 },
     /// A page size other than the meta's.
     DiffersFromMeta {
         block_size: u32,
@@ -87,6 +90,11 @@ impl fmt::Display for Inconsistency {
             } => write!(
                 f,
                 "BlockStored has {tokens} token ids for {pages} block(s) of size {block_size}"
+            ),
+            Inconsistency::TokenIdsWithheld { block } => write!(
+                f,
+                "BlockStored for block {block} has no token ids (withheld by the writer: a \
+                 token-free source), and this replica keeps token ids"
             ),
             Inconsistency::DiffersFromMeta {
                 block_size,

@@ -133,7 +133,7 @@ impl Replica {
             Err(Inconsistency::ZeroBlockSize)
         } else if pages == 0 {
             Err(Inconsistency::NoBlock)
-        } else if stored.tokens.len() as u64 != u64::from(block_size) * pages as u64 {
+        } else if !stored.tokens_fit() {
             Err(Inconsistency::TokenCount {
                 tokens: stored.tokens.len(),
                 pages,

@@ -412,21 +412,16 @@ fn apply_one(
 
 /// Store the pages of `stored` one event each; on a page that does not fit, (pages stored
 /// before it, its error). The error is None when the pages cannot be split (a token count that
-/// is not `block_size` per page: the caller's whole-event error stands).
+/// fits no page split, `Stored::tokens_fit`: the caller's whole-event error stands).
 fn store_page_by_page(
     replica: &mut Replica,
     stored: &Stored,
 ) -> Result<(), (usize, Option<ConsistencyError>)> {
-    let size = stored.block_size as usize;
-    if size == 0 || stored.tokens.len() != size * stored.hashes.len() {
+    if stored.block_size == 0 || !stored.tokens_fit() {
         return Err((0, None));
     }
     let mut parent = stored.parent;
-    for (page, (&block_hash, tokens)) in stored
-        .hashes
-        .iter()
-        .zip(stored.tokens.chunks_exact(size))
-        .enumerate()
+    for (page, (&block_hash, tokens)) in stored.hashes.iter().zip(stored.page_tokens()).enumerate()
     {
         let one = Event::Stored(Stored {
             hashes: Hashes::from_slice(&[block_hash]),
