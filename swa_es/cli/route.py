@@ -27,11 +27,12 @@ from swa_es.cli.progress import terminal_progress
 from swa_es.cli.service_report import check_snapshot_directory
 from swa_es.cli.settings import Command
 from swa_es.cli.shared_options import SNAPSHOTS, WRITE_SNAPSHOTS, LogAccess
+from swa_es.client.answers import EXACT, UNKNOWN
 from swa_es.options import field_of, nested, option
 from swa_es.options import values as v
 from swa_es.options.values import SettingError
 from swa_es.service.log_access import open_reader, open_snapshots
-from swa_es.service.routing import EXACT, UNKNOWN, FollowerRouting
+from swa_es.service.routing import FollowerRouting
 from swa_es.service.views import StandardViews
 
 

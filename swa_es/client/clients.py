@@ -7,13 +7,13 @@ loopback it costs a fraction of what ``http.client`` or a general HTTP library c
 is not thread-safe: give each thread its own. The async client uses ``httpx`` with a pool of
 keep-alive connections and may be shared by many tasks.
 
-Both send one prompt as a binary body (little-endian u32 token ids, or i64 block hashes) and a
-batch as msgpack; both retry a request once when a kept-alive connection turns out to be closed
-(matching is read-only, so a retry is safe; a feedback body is retried only when the server had
-closed the connection before the request, so it is never counted twice). ``feedback`` reports
-routed requests back (``swa_es.client.feedback``). Both send a
-bearer token when given one and speak TLS to an ``https://`` URL (a CA file, or a context;
-a client certificate for mutual TLS).
+Both send one prompt as a binary body (little-endian u32 token ids, or i64 block hashes), asking
+for the binary answer (``packed_answers``), and a batch as msgpack; both retry a request once
+when a kept-alive connection turns out to be closed (matching is read-only, so a retry is safe;
+a feedback body is retried only when the server had closed the connection before the request,
+so it is never counted twice). ``feedback`` reports routed requests back
+(``swa_es.client.feedback``). Both send a bearer token when given one and speak TLS to an
+``https://`` URL (a CA file, or a context; a client certificate for mutual TLS).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 
 from cache.errors import SwaEsError
 from swa_es.client.answers import (
+    AsOf,
     BatchReply,
     MatchAnswer,
     MatchReply,
@@ -41,6 +42,7 @@ from swa_es.client.connection import (
     tls_context,
 )
 from swa_es.client.feedback import QUALITY_PATH, Feedback, FeedbackReceipt, feedback_request
+from swa_es.client.packed_answers import PACKED_ANSWERS, AnswersReader, PackedAnswersError
 from swa_es.client.wire import (
     AsOfReader,
     HashedPrompt,
@@ -53,6 +55,9 @@ from swa_es.client.wire import (
 )
 
 DEFAULT_TIMEOUT_S: Final = 5.0
+
+_Body = tuple[bytes, str | None]
+"""A reply's body and its ``Content-Type``."""
 
 
 class RoutingError(SwaEsError):
@@ -139,10 +144,24 @@ class _Replies:
 
     def __init__(self) -> None:
         self._as_of = AsOfReader()
+        self._last_as_of: tuple[bytes, AsOf] | None = None
+        self._packed = AnswersReader()
 
-    def match(self, body: bytes) -> MatchReply:
+    def match(self, body: bytes, content_type: str | None) -> MatchReply:
+        if content_type == PACKED_ANSWERS:
+            try:
+                sources, as_of = self._packed.read(body)
+            except PackedAnswersError as exc:
+                raise BadReplyError(str(exc)) from None
+            return MatchReply(MatchAnswer(sources), self._as_of_text(as_of))
         raw = loads(body)
         return MatchReply(MatchAnswer(parse_sources(raw["sources"])), self._as_of(raw["as_of"]))
+
+    def _as_of_text(self, text: bytes) -> AsOf:
+        """The ``AsOf`` of a JSON text, reused while the text is the last one's."""
+        if self._last_as_of is None or text != self._last_as_of[0]:
+            self._last_as_of = (text, AsOf.parse(loads(text)))
+        return self._last_as_of[1]
 
     def batch(self, body: bytes) -> BatchReply:
         raw = loads(body)
@@ -181,28 +200,28 @@ class RoutingClient:
     def match(self, token_ids: Sequence[int] | bytes, extra_key: str | None = None) -> MatchReply:
         """Per source, what it holds of the prompt ``token_ids`` (a sequence of ints, or
         little-endian u32 bytes) in namespace ``extra_key``."""
-        return self._replies.match(self._post(match_request(token_ids, extra_key)))
+        return self._replies.match(*self._post(match_request(token_ids, extra_key)))
 
     def match_hashes(self, block_hashes: Sequence[int], page_size: int) -> MatchReply:
         """``match`` for a prompt given as the chained block hashes of its pages."""
-        return self._replies.match(self._post(hashes_request(block_hashes, page_size)))
+        return self._replies.match(*self._post(hashes_request(block_hashes, page_size)))
 
     def match_batch(self, prompts: Sequence[Prompt | HashedPrompt]) -> BatchReply:
         """The answers to several prompts in one request, in order."""
-        return self._replies.batch(self._post(batch_request(prompts)))
+        return self._replies.batch(self._post(batch_request(prompts))[0])
 
     def sources(self) -> dict[str, Any]:
         """``GET /v1/sources``: per source its epoch, seq, blocks, digest and state."""
-        return dict(loads(self._exchange("GET", "/v1/sources", None, None))["sources"])
+        return dict(loads(self._exchange("GET", "/v1/sources", None, None)[0])["sources"])
 
     def feedback(self, reports: Sequence[Feedback]) -> FeedbackReceipt:
         """``POST /v1/feedback``: report routed requests (the source chosen, the tokens its
         engine reused, what the index predicted) in one binary body."""
-        return FeedbackReceipt.parse(loads(self._post(feedback_request(reports))))
+        return FeedbackReceipt.parse(loads(self._post(feedback_request(reports))[0]))
 
     def quality(self) -> dict[str, Any]:
         """``GET /v1/quality``: prediction quality per chosen source and over all."""
-        return dict(loads(self._exchange("GET", QUALITY_PATH, None, None)))
+        return dict(loads(self._exchange("GET", QUALITY_PATH, None, None)[0]))
 
     def close(self) -> None:
         """Close the connection (a later request opens a new one)."""
@@ -219,16 +238,23 @@ class RoutingClient:
     ) -> None:
         self.close()
 
-    def _post(self, request: Request) -> bytes:
-        return self._exchange("POST", request.target, request.content_type, request.body)
+    def _post(self, request: Request) -> _Body:
+        return self._exchange(
+            "POST", request.target, request.content_type, request.body, request.accept
+        )
 
     def _exchange(
-        self, method: str, target: str, content_type: str | None, body: bytes | None
-    ) -> bytes:
+        self,
+        method: str,
+        target: str,
+        content_type: str | None,
+        body: bytes | None,
+        accept: str | None = None,
+    ) -> _Body:
         for attempt in (1, 2):
             reused = self._connection.is_open
             try:
-                reply = self._connection.exchange(method, target, content_type, body)
+                reply = self._connection.exchange(method, target, content_type, body, accept)
             except (ConnectionError, OSError) as exc:
                 # a kept-alive connection the server had closed before replying: once more
                 stale = not isinstance(exc, TimeoutError | BadReplyError) and not (
@@ -241,7 +267,7 @@ class RoutingClient:
                 ) from exc
             if reply.status != 200:
                 raise _refusal(reply.status, reply.body)
-            return reply.body
+            return reply.body, reply.content_type
         raise AssertionError("unreachable")
 
 
@@ -286,28 +312,28 @@ class AsyncRoutingClient:
         self, token_ids: Sequence[int] | bytes, extra_key: str | None = None
     ) -> MatchReply:
         """Per source, what it holds of the prompt ``token_ids`` in namespace ``extra_key``."""
-        return self._replies.match(await self._post(match_request(token_ids, extra_key)))
+        return self._replies.match(*await self._post(match_request(token_ids, extra_key)))
 
     async def match_hashes(self, block_hashes: Sequence[int], page_size: int) -> MatchReply:
         """``match`` for a prompt given as the chained block hashes of its pages."""
-        return self._replies.match(await self._post(hashes_request(block_hashes, page_size)))
+        return self._replies.match(*await self._post(hashes_request(block_hashes, page_size)))
 
     async def match_batch(self, prompts: Sequence[Prompt | HashedPrompt]) -> BatchReply:
         """The answers to several prompts in one request, in order."""
-        return self._replies.batch(await self._post(batch_request(prompts)))
+        return self._replies.batch((await self._post(batch_request(prompts)))[0])
 
     async def sources(self) -> dict[str, Any]:
         """``GET /v1/sources``: per source its epoch, seq, blocks, digest and state."""
-        return dict(loads(await self._exchange("GET", "/v1/sources", None, {}))["sources"])
+        return dict(loads((await self._exchange("GET", "/v1/sources", None, {}))[0])["sources"])
 
     async def feedback(self, reports: Sequence[Feedback]) -> FeedbackReceipt:
         """``POST /v1/feedback``: report routed requests (the source chosen, the tokens its
         engine reused, what the index predicted) in one binary body."""
-        return FeedbackReceipt.parse(loads(await self._post(feedback_request(reports))))
+        return FeedbackReceipt.parse(loads((await self._post(feedback_request(reports)))[0]))
 
     async def quality(self) -> dict[str, Any]:
         """``GET /v1/quality``: prediction quality per chosen source and over all."""
-        return dict(loads(await self._exchange("GET", QUALITY_PATH, None, {})))
+        return dict(loads((await self._exchange("GET", QUALITY_PATH, None, {}))[0]))
 
     async def aclose(self) -> None:
         """Close every connection."""
@@ -324,17 +350,19 @@ class AsyncRoutingClient:
     ) -> None:
         await self.aclose()
 
-    async def _post(self, request: Request) -> bytes:
+    async def _post(self, request: Request) -> _Body:
         headers = {"Content-Type": request.content_type}
+        if request.accept is not None:
+            headers["Accept"] = request.accept
         return await self._exchange("POST", request.target, request.body, headers)
 
     async def _exchange(
         self, method: str, target: str, body: bytes | None, headers: dict[str, str]
-    ) -> bytes:
+    ) -> _Body:
         try:
             response = await self._client.request(method, target, content=body, headers=headers)
         except self._errors as exc:
             raise RoutingConnectionError(f"{method} {target.split('?')[0]}: {exc!r}") from exc
         if response.status_code != 200:
             raise _refusal(response.status_code, response.content)
-        return response.content
+        return response.content, response.headers.get("content-type")

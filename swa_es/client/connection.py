@@ -24,6 +24,8 @@ import httptools
 
 from cache.errors import SwaEsError
 
+HEADS_KEPT: Final = 64
+"""Request heads a connection keeps made (targets differ by namespace: a bound on them)."""
 RECV_BYTES: Final = 64 * 1024
 """Bytes asked of each ``recv`` (kept under malloc's mmap threshold: a larger buffer may be
 mapped and unmapped on every call)."""
@@ -83,6 +85,7 @@ class Reply:
     status: int = 0
     body: bytes = b""
     keep_alive: bool = True
+    content_type: str | None = None
 
 
 @dataclass(slots=True)
@@ -97,10 +100,20 @@ class _ReplyReader:
     framed: bool = False
     """Whether the reply says where it ends (a length, or chunks)."""
     parser: httptools.HttpResponseParser | None = None
+    content_type: str | None = None
+
+    def start(self) -> None:
+        """Forget the last reply (the parser reads the connection's replies one after another)."""
+        self.parts = []
+        self.headers_done = self.complete = self.keep_alive = self.framed = False
+        self.content_type = None
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if name.lower() in (b"content-length", b"transfer-encoding"):
+        name = name.lower()
+        if name in (b"content-length", b"transfer-encoding"):
             self.framed = True
+        elif name == b"content-type":
+            self.content_type = value.decode("latin-1")
 
     def on_headers_complete(self) -> None:
         self.headers_done = True
@@ -112,6 +125,15 @@ class _ReplyReader:
         assert self.parser is not None
         self.keep_alive = self.parser.should_keep_alive()
         self.complete = True
+
+
+def _send_parts(sock: socket.socket, head: bytes, body: bytes) -> None:
+    """Send ``head`` then ``body`` in one gathered write (no copy of the body into one buffer),
+    then whatever a short write left."""
+    sent = sock.sendmsg((head, body))
+    total = len(head) + len(body)
+    if sent < total:
+        sock.sendall((head + body)[sent:])
 
 
 class HttpConnection:
@@ -138,6 +160,11 @@ class HttpConnection:
         self._tls = tls
         self._authorization = b"" if token is None else bearer_header(token)
         self._sock: socket.socket | None = None
+        self._heads: dict[tuple[str, str, str | None, str | None], bytes] = {}
+        """Request heads made, by method, target and types (a router asks a few forms)."""
+        self._reader = _ReplyReader()
+        self._parser = self._reader.parser = httptools.HttpResponseParser(self._reader)
+        """Reads the replies of one connection, one after another (made anew per connection)."""
 
     @property
     def is_open(self) -> bool:
@@ -145,13 +172,42 @@ class HttpConnection:
         return self._sock is not None
 
     def exchange(
-        self, method: str, target: str, content_type: str | None, body: bytes | None
+        self,
+        method: str,
+        target: str,
+        content_type: str | None,
+        body: bytes | None,
+        accept: str | None = None,
     ) -> Reply:
-        """Send one request and read its whole reply.
+        """Send one request (asking for a reply of type ``accept`` when given) and read its
+        whole reply.
 
         Raises ``ConnectionClosedError``, ``BadReplyError`` or ``OSError`` (``TimeoutError``
         included); the connection is closed after any of them.
         """
+        key = (method, target, content_type, accept)
+        head = self._heads.get(key)
+        if head is None:
+            head = self._head(*key)
+            if len(self._heads) < HEADS_KEPT:
+                self._heads[key] = head
+        if body is not None:
+            head += b"content-length: %d\r\n" % len(body)
+        try:
+            sock = self._connect()
+            if body is None or self._tls is not None:
+                sock.sendall(head + b"\r\n" + body if body is not None else head + b"\r\n")
+            else:
+                _send_parts(sock, head + b"\r\n", body)
+            return self._read_reply(sock)
+        except BaseException:
+            self.close()
+            raise
+
+    def _head(
+        self, method: str, target: str, content_type: str | None, accept: str | None
+    ) -> bytes:
+        """A request's head up to its length: request line, host, token, types."""
         head = b"%s %s HTTP/1.1\r\nhost: %s\r\n%s" % (
             method.encode("ascii"),
             target.encode("ascii"),
@@ -160,15 +216,9 @@ class HttpConnection:
         )
         if content_type is not None:
             head += b"content-type: %s\r\n" % content_type.encode("latin-1")
-        if body is not None:
-            head += b"content-length: %d\r\n" % len(body)
-        try:
-            sock = self._connect()
-            sock.sendall(head + b"\r\n" + body if body is not None else head + b"\r\n")
-            return self._read_reply(sock)
-        except BaseException:
-            self.close()
-            raise
+        if accept is not None:
+            head += b"accept: %s\r\n" % accept.encode("latin-1")
+        return head
 
     def close(self) -> None:
         """Close the connection (the next request opens a new one)."""
@@ -187,11 +237,12 @@ class HttpConnection:
                     sock.close()
                     raise
             self._sock = sock
+            self._parser = self._reader.parser = httptools.HttpResponseParser(self._reader)
         return self._sock
 
     def _read_reply(self, sock: socket.socket) -> Reply:
-        reader = _ReplyReader()
-        parser = reader.parser = httptools.HttpResponseParser(reader)
+        reader, parser = self._reader, self._parser
+        reader.start()
         received = False
         while not reader.complete:
             data = sock.recv(RECV_BYTES)
@@ -208,4 +259,5 @@ class HttpConnection:
                 raise BadReplyError(f"unreadable reply: {exc}") from None
         if not reader.keep_alive:
             self.close()
-        return Reply(parser.get_status_code(), b"".join(reader.parts), reader.keep_alive)
+        body = b"".join(reader.parts) if len(reader.parts) != 1 else reader.parts[0]
+        return Reply(parser.get_status_code(), body, reader.keep_alive, reader.content_type)

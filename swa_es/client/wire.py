@@ -13,6 +13,7 @@ import msgpack
 import orjson
 
 from swa_es.client.answers import AsOf
+from swa_es.client.packed_answers import PACKED_ANSWERS
 
 MATCH_PATH: Final = "/v1/match"
 OCTET_STREAM: Final = "application/octet-stream"
@@ -38,11 +39,13 @@ class HashedPrompt:
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """A ready-to-send ``POST``: target (path and query), content type and body."""
+    """A ready-to-send ``POST``: target (path and query), content type, body, and the type of
+    reply asked for (``Accept``; None: the server's default, JSON)."""
 
     target: str
     content_type: str
     body: bytes
+    accept: str | None = None
 
 
 def _packed(typecode: str, values: Sequence[int]) -> array[int]:
@@ -80,18 +83,21 @@ def i64_bytes(block_hashes: Sequence[int]) -> bytes:
 
 
 def match_request(token_ids: Sequence[int] | bytes, extra_key: str | None) -> Request:
-    """One prompt as a binary body (``extra_key`` in the query string)."""
+    """One prompt as a binary body (``extra_key`` in the query string), asking for the binary
+    reply."""
     target = MATCH_PATH
     if extra_key is not None:
         target += "?" + urlencode({"extra_key": extra_key})
-    return Request(target, OCTET_STREAM, u32_bytes(token_ids))
+    return Request(target, OCTET_STREAM, u32_bytes(token_ids), PACKED_ANSWERS)
 
 
 def hashes_request(block_hashes: Sequence[int], page_size: int) -> Request:
-    """One prompt as block hashes, a binary body (``page_size`` in the query string)."""
+    """One prompt as block hashes, a binary body (``page_size`` in the query string), asking for
+    the binary reply."""
     if type(page_size) is not int or page_size <= 0:
         raise ValueError(f"page_size must be a positive int, got {page_size!r}")
-    return Request(f"{MATCH_PATH}?page_size={page_size}", OCTET_STREAM, i64_bytes(block_hashes))
+    target = f"{MATCH_PATH}?page_size={page_size}"
+    return Request(target, OCTET_STREAM, i64_bytes(block_hashes), PACKED_ANSWERS)
 
 
 def batch_request(prompts: Sequence[Prompt | HashedPrompt]) -> Request:

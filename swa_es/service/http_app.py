@@ -32,6 +32,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from swa_es.client.packed_answers import PACKED_ANSWERS, AnswerRows
 from swa_es.service.feedback import feedback_routes
 from swa_es.service.http_metrics import MATCH_ROUTE, HttpMetrics, http_metrics_of, route_of
 from swa_es.service.match_query import (
@@ -51,8 +52,10 @@ CheckReadiness = Callable[[], tuple[bool, dict[str, Any]]]
 """``/readyz``: whether the service is ready, and the JSON document answered (a follower's:
 ``consumers.readiness``)."""
 SourceAnswers = dict[str, dict[str, Any]]
-Reply = tuple[int, bytes]
-"""An HTTP status and its JSON body."""
+Reply = tuple[int, bytes, bytes]
+"""An HTTP status, its body and the body's media type."""
+JSON_TYPE: Final = b"application/json"
+_PACKED_TYPE: Final = PACKED_ANSWERS.encode("ascii")
 
 
 class RoutingBackend(Protocol):
@@ -62,8 +65,16 @@ class RoutingBackend(Protocol):
         """Per source: ``cached_tokens``, ``usable_tokens`` and ``state``."""
         ...
 
+    def answer_rows(self, query: Query) -> AnswerRows:
+        """``answer`` as the rows of the binary reply."""
+        ...
+
     def as_of(self) -> dict[str, Any]:
         """What the answers reflect: log position, lag, each source's last batch."""
+        ...
+
+    def as_of_json(self) -> bytes:
+        """``as_of()`` as JSON text."""
         ...
 
     def sources(self) -> SourceAnswers:
@@ -83,21 +94,49 @@ class AppParts:
     """``GET /readyz`` (None: no such route): 200 when ready, else 503, with its document."""
 
 
-_JSON_HEADERS: Final = [(b"content-type", b"application/json")]
 _CLOSE: Final = [(b"connection", b"close")]
 
 
 async def _reply(
-    send: Send, status: int, body: bytes, headers: Sequence[tuple[bytes, bytes]] = ()
+    send: Send,
+    status: int,
+    body: bytes,
+    headers: Sequence[tuple[bytes, bytes]] = (),
+    media: bytes = JSON_TYPE,
 ) -> None:
     await send(
         {
             "type": "http.response.start",
             "status": status,
-            "headers": [*_JSON_HEADERS, (b"content-length", b"%d" % len(body)), *headers],
+            "headers": [
+                (b"content-type", media),
+                (b"content-length", b"%d" % len(body)),
+                *headers,
+            ],
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+def wants_packed(accept: bytes | None) -> bool:
+    """Whether an ``Accept`` header asks for the binary reply
+    (``swa_es.client.packed_answers``): one of its media ranges names it, without ``q=0``."""
+    if accept is None:
+        return False
+    if accept == _PACKED_TYPE:
+        return True
+    for media_range in accept.lower().split(b","):
+        kind, *parameters = media_range.split(b";")
+        if kind.strip() != _PACKED_TYPE:
+            continue
+        return not any(_refuses(parameter) for parameter in parameters)
+    return False
+
+
+def _refuses(parameter: bytes) -> bool:
+    """Whether a media range's parameter is a quality of 0 (``q=0``, ``q=0.000``)."""
+    name, _, value = parameter.partition(b"=")
+    return name.strip() == b"q" and value.strip().rstrip(b"0").rstrip(b".") in (b"0", b"")
 
 
 def error_body(message: str) -> bytes:
@@ -128,26 +167,30 @@ class MatchEndpoint:
         """The largest body served."""
         return self._limit_bytes
 
-    def respond(self, content_type: str | None, body: bytes, query_string: bytes) -> Reply:
-        """The status and JSON body answering one whole request (no I/O: the protocol's fast
-        path and the ASGI handler both send what this returns)."""
+    def respond(
+        self, content_type: str | None, body: bytes, query_string: bytes, packed: bool = False
+    ) -> Reply:
+        """The status, body and its type answering one whole request (no I/O: the protocol's
+        fast path and the ASGI handler both send what this returns). ``packed``: the client
+        asked for the binary reply (given to a single prompt; a batch and errors are JSON)."""
         try:
             parsed = parse_body(content_type, body, query_string)
         except BadRequestError as exc:
-            return 400, error_body(str(exc))
+            return 400, error_body(str(exc)), JSON_TYPE
         except UnsupportedMediaError as exc:
-            return 415, error_body(str(exc))
+            return 415, error_body(str(exc)), JSON_TYPE
         healthy, detail = self._health()
         if not healthy:
-            return 503, error_body(detail)
+            return 503, error_body(detail), JSON_TYPE
         routing = self._routing
-        document: dict[str, Any]
         if parsed.batch:
             answers = [{"sources": routing.answer(query)} for query in parsed.queries]
-            document = {"answers": answers, "as_of": routing.as_of()}
-        else:
-            document = {"sources": routing.answer(parsed.queries[0]), "as_of": routing.as_of()}
-        return 200, orjson.dumps(document)
+            return 200, orjson.dumps({"answers": answers, "as_of": routing.as_of()}), JSON_TYPE
+        if packed:
+            rows = routing.answer_rows(parsed.queries[0])
+            return 200, rows.frame(routing.as_of_json()), _PACKED_TYPE
+        document = {"sources": routing.answer(parsed.queries[0]), "as_of": routing.as_of()}
+        return 200, orjson.dumps(document), JSON_TYPE
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] != "POST":
@@ -155,11 +198,14 @@ class MatchEndpoint:
             return
         content_type: str | None = None
         declared: bytes | None = None
+        accept: bytes | None = None
         for name, value in scope["headers"]:
             if name == b"content-type":
                 content_type = value.decode("latin-1")
             elif name == b"content-length":
                 declared = value
+            elif name == b"accept":
+                accept = value
         limit = self._limit_bytes
         if declared is not None and declared.isdigit() and int(declared) > limit:
             await self._too_large(send, int(declared))
@@ -180,8 +226,10 @@ class MatchEndpoint:
         if len(body) > limit:
             await self._too_large(send, len(body))
             return
-        status, reply = self.respond(content_type, body, scope["query_string"])
-        await _reply(send, status, reply)
+        status, reply, media = self.respond(
+            content_type, body, scope["query_string"], wants_packed(accept)
+        )
+        await _reply(send, status, reply, media=media)
 
     async def _too_large(self, send: Send, size: int) -> None:
         # the rest of the body is not read: close the connection rather than drain it

@@ -91,6 +91,9 @@ def media_type(content_type: str | None) -> str:
     """The canonical media type of a ``Content-Type`` value (JSON when absent)."""
     if not content_type:
         return JSON
+    exact = MEDIA_TYPES.get(content_type)  # the common case: a bare type, as clients send it
+    if exact is not None:
+        return exact
     bare = content_type.split(";", 1)[0].strip().lower()
     canonical = MEDIA_TYPES.get(bare)
     if canonical is None:
@@ -220,9 +223,10 @@ def _u32_buffer(data: bytes, name: str) -> Sequence[int]:
         raise BadRequestError(
             f"{name}: {len(data)} bytes is not a whole number of little-endian u32 token ids"
         )
+    if _LITTLE_ENDIAN:
+        return memoryview(data).cast("I")  # read in place: no copy of the prompt
     ids = array("I", data)
-    if not _LITTLE_ENDIAN:
-        ids.byteswap()
+    ids.byteswap()
     return ids
 
 
@@ -238,6 +242,8 @@ def _i64_buffer(data: bytes, name: str) -> Sequence[int]:
 
 
 def _binary_query(body: bytes, query_string: bytes) -> Query:
+    if not query_string:
+        return TokenQuery(_u32_buffer(body, "body"))
     try:
         pairs = parse_qsl(
             query_string.decode("ascii"),

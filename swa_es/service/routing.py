@@ -36,20 +36,20 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+import orjson
+
 from cache.events import BatchMeta
 from consumers import Follower
+from swa_es.client.answers import DEGRADED, EXACT, GPU, OFFLINE, PAGE_SIZE_MISMATCH, UNKNOWN
+from swa_es.client.packed_answers import STATE_CODES, AnswerRows
 from swa_es.service.match_query import HashQuery, Query
 from swa_es.service.views import StandardViews
 
-EXACT: Final = "exact"
-DEGRADED: Final = "degraded"
-OFFLINE: Final = "offline"
-UNKNOWN: Final = "unknown"
 STATES: Final = (EXACT, DEGRADED, OFFLINE, UNKNOWN)
 """Every state a source is in; a match by block hashes may also answer ``PAGE_SIZE_MISMATCH``."""
-PAGE_SIZE_MISMATCH: Final = "page_size_mismatch"
 
 SourceAnswers = dict[str, dict[str, Any]]
+_HASHES_RANGE: Final = "block_hashes: every hash must be a signed 64-bit int"
 
 
 class _Liveness:
@@ -78,10 +78,6 @@ class _Liveness:
         if diverged:
             return UNKNOWN
         return DEGRADED if self.lagging else EXACT
-
-
-GPU: Final = "GPU"
-"""The device tier's name in ``tiers`` (the top-level lengths)."""
 
 
 def null_tiers(media: Sequence[str]) -> dict[str, dict[str, None]]:
@@ -113,6 +109,8 @@ class FollowerRouting:
         self._kinds_key: tuple[int, ...] | None = None
         self._other_sizes: list[str] = []
         self._as_of: dict[str, Any] = {}
+        self._as_of_source: dict[str, Any] | None = None
+        self._as_of_json = b""
 
     def liveness(self) -> _Liveness:
         """Every source's liveness now."""
@@ -146,13 +144,57 @@ class FollowerRouting:
                 live.offline,
             )
         except OverflowError:
-            raise ValueError("block_hashes: every hash must be a signed 64-bit int") from None
-        for source in self._other_page_sizes(page_size):
-            if source not in live.offline:
-                answers[source] = _null_answer(
-                    PAGE_SIZE_MISMATCH, live.heard_s(source), self.tier_media(source)
-                )
+            raise ValueError(_HASHES_RANGE) from None
+        for source in self._mismatched(page_size, live):
+            answers[source] = _null_answer(
+                PAGE_SIZE_MISMATCH, live.heard_s(source), self.tier_media(source)
+            )
         return self._with_offline(answers, live)
+
+    def answer_rows(self, query: Query) -> AnswerRows:
+        """``answer`` as the rows of the binary reply (``swa_es.client.packed_answers``): the
+        same answers, packed by the native store with no Python code per source it holds."""
+        live = self.liveness()
+        known_state, unknown_state = self._states(live)
+        known, unknown = STATE_CODES[known_state], STATE_CODES[unknown_state]
+        store = self.views.replicas.store
+        now, heard_at, offline = live.now, live.heard_at, live.offline
+        if isinstance(query, HashQuery):
+            try:
+                packed = store.match_hashes_rows(
+                    list(query.block_hashes),
+                    query.page_size,
+                    now,
+                    heard_at,
+                    known,
+                    unknown,
+                    offline,
+                )
+            except OverflowError:
+                raise ValueError(_HASHES_RANGE) from None
+            rows = AnswerRows.from_native(packed)
+            for source in self._mismatched(query.page_size, live):
+                rows.add(source, PAGE_SIZE_MISMATCH, live.heard_s(source), self.tier_media(source))
+        else:
+            packed = store.match_rows(
+                query.token_ids, query.extra_key, now, heard_at, known, unknown, offline
+            )
+            rows = AnswerRows.from_native(packed)
+        for source in offline:
+            rows.add(source, OFFLINE, live.heard_s(source), self.tier_media(source))
+        return rows
+
+    def as_of_json(self) -> bytes:
+        """``as_of()`` as JSON text (made again only when ``as_of()`` changes)."""
+        as_of = self.as_of()
+        if as_of is not self._as_of_source:
+            self._as_of_json = orjson.dumps(as_of)
+            self._as_of_source = as_of
+        return self._as_of_json
+
+    def _mismatched(self, page_size: int, live: _Liveness) -> list[str]:
+        """The sources answering ``PAGE_SIZE_MISMATCH`` to pages of ``page_size``."""
+        return [s for s in self._other_page_sizes(page_size) if s not in live.offline]
 
     def tier_media(self, source: str) -> list[str]:
         """The lower tiers ``source`` has reported, in the order first reported (none for a

@@ -5,6 +5,7 @@
 
 use pyo3::prelude::*;
 
+mod answer_rows;
 mod classes;
 pub(crate) mod codec;
 mod digest;

@@ -8,6 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString, PyTuple, PyType};
 use pyo3::{intern, IntoPyObjectExt};
 
+use super::answer_rows::{self, held_usable, PackedAnswers, StateCodes};
 use super::classes::{classes, new_uninitialised, set_field};
 use super::codec::WireBatch;
 use super::errors::{consistency_error, snapshot_error};
@@ -459,9 +460,82 @@ impl PyReplicaStore {
         let states = (known_state, unknown_state);
         self.answer_dicts(py, answers, &hits, now, heard_at, states, leave_out)
     }
+
+    /// `match_answers` packed as rows (`super::answer_rows`): (names, media, rows, tier
+    /// entries, row index), with `known` and `unknown` as the state codes of the rows.
+    #[pyo3(signature = (token_ids, extra_key, now, heard_at, known, unknown, leave_out))]
+    #[allow(clippy::too_many_arguments)]
+    fn match_rows<'py>(
+        &mut self,
+        py: Python<'py>,
+        token_ids: &Bound<'py, PyAny>,
+        extra_key: Option<&str>,
+        now: f64,
+        heard_at: &Bound<'py, PyDict>,
+        known: u8,
+        unknown: u8,
+        leave_out: &Bound<'py, PyAny>,
+    ) -> PyResult<PackedRows<'py>> {
+        let tokens = prompt_tokens(token_ids)?;
+        let prior = namespace_prior(extra_key);
+        let (answers, hits) = self.store.match_prefix_tiers(&prior, &tokens);
+        let states = StateCodes { known, unknown };
+        self.rows_of(py, answers, &hits, now, heard_at, states, leave_out)
+    }
+
+    /// `match_rows` for a prompt given as the block hashes of its pages of `page_size` tokens.
+    #[pyo3(signature = (block_hashes, page_size, now, heard_at, known, unknown, leave_out))]
+    #[allow(clippy::too_many_arguments)]
+    fn match_hashes_rows<'py>(
+        &mut self,
+        py: Python<'py>,
+        block_hashes: Vec<i64>,
+        page_size: u32,
+        now: f64,
+        heard_at: &Bound<'py, PyDict>,
+        known: u8,
+        unknown: u8,
+        leave_out: &Bound<'py, PyAny>,
+    ) -> PyResult<PackedRows<'py>> {
+        if page_size == 0 {
+            return Err(PyValueError::new_err(
+                "page_size: expected a positive int, got 0",
+            ));
+        }
+        let (answers, hits) = self.store.match_hashes_tiers(page_size, &block_hashes);
+        let states = StateCodes { known, unknown };
+        self.rows_of(py, answers, &hits, now, heard_at, states, leave_out)
+    }
 }
 
 impl PyReplicaStore {
+    /// The packed rows of a walk's answers (`super::answer_rows::pack`), as Python values.
+    #[allow(clippy::too_many_arguments)]
+    fn rows_of<'py>(
+        &mut self,
+        py: Python<'py>,
+        answers: Vec<(u32, Answer)>,
+        hits: &TierHits,
+        now: f64,
+        heard_at: &Bound<'py, PyDict>,
+        states: StateCodes,
+        leave_out: &Bound<'py, PyAny>,
+    ) -> PyResult<PackedRows<'py>> {
+        self.cache_names(py);
+        let packed = answer_rows::pack(
+            py,
+            &self.store,
+            &self.names,
+            answers,
+            hits,
+            now,
+            heard_at,
+            states,
+            leave_out,
+        )?;
+        packed_rows(py, packed)
+    }
+
     /// The routing API's per-source answers to a walk: source -> `{"cached_tokens",
     /// "usable_tokens", "state", "last_heard_s", "tiers"}`. `state` is the first of `states`
     /// (known) for a source that holds part of the prompt, the second (unknown) for one whose
@@ -602,11 +676,23 @@ fn tier_answers<'py>(
     Ok(result)
 }
 
-fn held_usable(answer: Answer) -> (Option<u64>, Option<u64>) {
-    match answer {
-        Answer::Unknown => (None, None),
-        Answer::Held { tokens, usable } => (Some(tokens), usable),
-    }
+/// (names, media, rows, tier entries, row index) as Python values.
+type PackedRows<'py> = (
+    Vec<Bound<'py, PyString>>,
+    Vec<String>,
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+);
+
+fn packed_rows<'py>(py: Python<'py>, packed: PackedAnswers<'py>) -> PyResult<PackedRows<'py>> {
+    Ok((
+        packed.names,
+        packed.media,
+        PyBytes::new(py, &packed.rows),
+        PyBytes::new(py, &packed.tiers),
+        PyBytes::new(py, &packed.index),
+    ))
 }
 
 /// `ChurnCounts` as (batches, {event type name: its count}, `[(medium, reason, blocks
@@ -647,6 +733,9 @@ fn swa_usable_prefix(segments: Vec<(u64, bool)>, sliding_window_size: u64) -> (u
 
 pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<PyReplicaStore>()?;
+    module.add("ANSWER_ROW_FORMAT", answer_rows::ROW_FORMAT)?;
+    module.add("ANSWER_TIER_FORMAT", answer_rows::TIER_FORMAT)?;
+    module.add("ANSWER_INDEX_FORMAT", answer_rows::INDEX_FORMAT)?;
     module.add_function(wrap_pyfunction!(swa_usable_prefix, module)?)?;
     module.add_function(wrap_pyfunction!(wire_churn, module)?)?;
     Ok(())
