@@ -2,10 +2,10 @@
 in one run on the same prompt.
 
 ``--sources`` sources (default 64) each hold the pages of one ``--prompt-tokens`` prompt
-(default 4096, page 16). The server is its own process (``swa-es follow``'s HTTP stack: uvicorn
-with the httptools parser, a plain ``POST /v1/match`` answered by the connection protocol
-itself); the clients are other processes, as routers are, started together and released at
-once. Rows:
+(default 4096, page 16). The server is its own process (``swa-es follow``'s HTTP stack: the
+service's asyncio server with the httptools parser, a plain ``POST /v1/match`` answered by the
+connection protocol itself); the clients are other processes, as routers are, started together
+and released at once. Rows:
 
 - ``in_process``: ``PrefixIndex.match`` called directly with the prompt's list of ids;
 - ``json``: http.client with the JSON body ``{"token_ids": [...]}``, the reply parsed by orjson;

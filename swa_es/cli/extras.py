@@ -18,7 +18,6 @@ EXTRA_OF_MODULE: Final[dict[str, str]] = {
     "zmq": "bridge",
     "msgpack": "bridge",
     "starlette": "service",
-    "uvicorn": "service",
     "httptools": "service",
     "httpx": "client",
     "prometheus_client": "service",

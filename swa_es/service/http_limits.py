@@ -1,5 +1,5 @@
 """The bounds a service's HTTP server puts on its connections (``HttpLimits``) and their
-defaults, declared here without the server (uvicorn) so that the command line can show them.
+defaults, declared here without the server so that the command line can show them.
 
 The connection protocol that enforces them is ``http_protocol``.
 """
@@ -14,7 +14,7 @@ HEAD_TIMEOUT_S: Final = 10.0
 BODY_TIMEOUT_S: Final = 10.0
 """How long a request's body may take to arrive after its head."""
 KEEP_ALIVE_TIMEOUT_S: Final = 5.0
-"""How long a connection may stay idle after a response (uvicorn's default)."""
+"""How long a connection may stay idle after a response."""
 MAX_CONNECTIONS: Final = 512
 """How many connections a server keeps open at once."""
 
@@ -29,7 +29,7 @@ class HttpLimits:
     body_timeout_s: float = BODY_TIMEOUT_S
     """A request body must be complete this long after its head; else 408 and closed."""
     keep_alive_timeout_s: float = KEEP_ALIVE_TIMEOUT_S
-    """A connection idle this long after a response is closed (uvicorn's ``timeout_keep_alive``)."""
+    """A connection idle this long after a response is closed."""
     max_connections: int = MAX_CONNECTIONS
     """Connections open at once; one more is answered 503 and closed as it opens."""
 

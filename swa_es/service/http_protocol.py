@@ -1,29 +1,27 @@
-"""The connection protocol serving the app of ``http_app``: uvicorn's httptools protocol with
-bounds on request heads, and the routing API's hot route (``POST /v1/match``) answered in the
-protocol itself.
+"""The connection protocol of the service's HTTP/1.1 server (``http_server``): one
+``HttpConnection`` (an ``asyncio.Protocol``) per client connection, parsing requests with
+``httptools.HttpRequestParser``, answering them through ASGI (``http_cycle.AsgiCycle``, one
+request at a time, in order) and the routing API's hot route (``POST /v1/match``) in the
+protocol itself, under the bounds of ``HttpLimits``.
 
-Hostile clients are bounded: a request head still unfinished ``HEAD_SLACK_BYTES`` past
-``MAX_HEAD_BYTES`` gets 431 (and the protocol never buffers much more of one), and a connection
-that has not delivered a complete request head ``HEAD_TIMEOUT_S`` after it opened (or after its
-previous response) is answered 408 and closed, however slowly it trickles bytes. A request whose
-body is not complete ``BODY_TIMEOUT_S`` after its head is answered 408 and closed; a connection
-idle after a response is closed after uvicorn's keep-alive timeout; a connection past
-``MAX_CONNECTIONS`` open at once is answered 503 and closed as it opens. ``HttpLimits`` holds
-these bounds (a server can set its own; declared in ``http_limits``, re-exported here).
+Flow of a connection: the parser's callbacks gather a request head; when it is complete the
+request is either a hot one (below) or an ``AsgiCycle``, whose app task starts at once when
+nothing else on the connection is being answered, else waits in a queue (pipelined requests;
+reading pauses until their turn). The body goes to the cycle as it arrives; reading pauses
+while the app has more than ``BODY_HIGH_WATER_BYTES`` of it unread, and a response waits while
+the transport's write buffer is over its high-water mark (``pause_writing``). When a response is
+complete the next queued request starts; the connection closes after a response that said
+``connection: close`` (or the client's EOF, or the server stopping).
 
-This module subclasses uvicorn's ``HttpToolsProtocol`` and reads its attributes (``cycle``,
-``pipeline``, ``flow``, ``server_state``, ``parser``, ``url``, ``headers``,
-``expect_100_continue``), which are not uvicorn's public API. It is tested with the uvicorn
-versions ``UVICORN_TESTED`` names; pyproject pins the same range, and a test fails on an installed
-version outside it.
+Its bounds (``http_bounds.BoundedConnection``, its base): a request head still unfinished
+``HEAD_SLACK_BYTES`` past ``MAX_HEAD_BYTES`` gets 431 (and the protocol never buffers much more
+of one); deadlines on heads, bodies and idle connections; a cap on connections. Unparsable
+requests get 400, HTTP versions other than 1.0 and 1.1 400 (0.9) or 505, and close the
+connection (after the answers to the requests before them).
 
-With bearer tokens (``http_auth``) the hot route checks the request's ``Authorization`` header
-as it reads the head (one more header compared, one hash) and leaves a refused request to the
-app, which answers and counts the refusal.
-
-The hot route counts each answer it sends in the endpoint's HTTP metrics (``http_metrics``), as
-the app does for the others, and so do the refusals this protocol makes itself where it serves
-an app of ``build_app``.
+Hot route (``http_hot_route``): a plain ``POST /v1/match``, with nothing before it still being
+answered and the client reading its replies, is answered as soon as its body is complete, in
+one write, without ASGI; every other request takes the ASGI path, which answers the same bytes.
 """
 
 from __future__ import annotations
@@ -31,372 +29,376 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass
-from http import HTTPStatus
-from typing import Final
+from collections import deque
+from typing import Any, Final
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+import httptools
 
-from swa_es.service.http_app import MAX_HEAD_BYTES, MatchEndpoint, error_body, head_bytes
-from swa_es.service.http_auth import ACCEPTED, BearerTokens
+from swa_es.service.http_app import MAX_HEAD_BYTES
+from swa_es.service.http_bounds import (
+    IDLE,
+    IN_BODY,
+    IN_HEAD,
+    BoundedConnection,
+    ServerState,
+    refusal_bytes,
+)
+from swa_es.service.http_cycle import AsgiCycle, asgi_scope, expects_continue
+from swa_es.service.http_hot_route import HotRequest, hot_reply, hot_request
 from swa_es.service.http_limits import BODY_TIMEOUT_S as BODY_TIMEOUT_S
 from swa_es.service.http_limits import HEAD_TIMEOUT_S as HEAD_TIMEOUT_S
 from swa_es.service.http_limits import KEEP_ALIVE_TIMEOUT_S as KEEP_ALIVE_TIMEOUT_S
 from swa_es.service.http_limits import MAX_CONNECTIONS as MAX_CONNECTIONS
 from swa_es.service.http_limits import HttpLimits as HttpLimits
-from swa_es.service.http_metrics import (
-    MATCH_ROUTE,
-    SLOW_BODY,
-    SLOW_HEAD,
-    TOO_MANY_CONNECTIONS,
-    HttpMetrics,
-)
+from swa_es.service.http_metrics import MATCH_ROUTE, SLOW_BODY
 
 logger = logging.getLogger(__name__)
 
-UVICORN_TESTED: Final = ((0, 55), (0, 56))
-"""The uvicorn releases this protocol is tested with: ``(major, minor)`` from, inclusive, to,
-exclusive (pyproject's ``uvicorn>=0.55,<0.56``)."""
 HEAD_SLACK_BYTES: Final = 1024
 """How far past ``MAX_HEAD_BYTES`` an unfinished head may grow before the connection is cut."""
-_STATUS_LINES: Final = {
-    status: b"HTTP/1.1 %d %s\r\n" % (status, HTTPStatus(status).phrase.encode("ascii"))
-    for status in (200, 400, 408, 413, 415, 431, 500, 503, 505)
-}
-_MATCH_PATH: Final = b"/v1/match"
 
 
-def _response_bytes(
-    status: int,
-    content_type: bytes,
-    body: bytes,
-    *,
-    close: bool,
-    headers: Iterable[tuple[bytes, bytes]] = (),
-) -> bytes:
-    """A whole HTTP/1.1 response written by the protocol itself: status line, ``headers``,
-    type, length, ``connection: close`` when ``close``, then the body."""
-    head = [_STATUS_LINES[status]]
-    for name, value in headers:
-        head += (name, b": ", value, b"\r\n")
-    head.append(b"content-type: %s\r\ncontent-length: %d\r\n" % (content_type, len(body)))
-    if close:
-        head.append(b"connection: close\r\n")
-    head += (b"\r\n", body)
-    return b"".join(head)
+class HttpConnection(BoundedConnection):
+    """One client connection of the server (see the module docstring)."""
 
+    __slots__ = (
+        "_active",
+        "_addresses",
+        "_current",
+        "_drain_waiters",
+        "_eof",
+        "_final",
+        "_head_begun",
+        "_head_bytes",
+        "_headers",
+        "_heads_ended",
+        "_hot",
+        "_in_head",
+        "_parser",
+        "_queue",
+        "_read_paused",
+        "_url",
+        "_write_paused",
+    )
 
-@dataclass(slots=True)
-class _FastRequest:
-    """A ``POST /v1/match`` the protocol answers itself, while its body arrives."""
+    def __init__(self, state: ServerState) -> None:
+        super().__init__(state)
+        self._parser = httptools.HttpRequestParser(self)
+        self._url = b""
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._addresses: tuple[Any, Any] | None = None
+        self._in_head = True  # the parser is between requests or inside a head
+        self._head_begun = False
+        self._head_bytes = 0
+        self._heads_ended = 0
+        self._eof = False
+        self._hot: HotRequest | None = None
+        self._current: AsgiCycle | None = None  # the request whose body is arriving
+        self._active: AsgiCycle | None = None  # the request being answered
+        self._queue: deque[AsgiCycle] = deque()  # requests waiting for their turn
+        self._final: bytes | None = None  # a refusal written once the queue is answered
+        self._read_paused = False
+        self._write_paused = False
+        self._drain_waiters: list[asyncio.Future[None]] = []
 
-    content_type: str | None
-    query_string: bytes
-    keep_alive: bool
-    parts: list[bytes]
-    started: float
-    """``time.perf_counter()`` when its head was read."""
-
-
-class _BoundedHeadProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with bounds on heads, bodies and connections, and the
-    routing API's hot route answered in the protocol itself.
-
-    Bounds (``_limits``, an ``HttpLimits``; each refusal counted in ``_metrics``): a head still
-    unfinished after ``MAX_HEAD_BYTES + HEAD_SLACK_BYTES`` gets 431 and the connection is closed
-    (the parser itself has no limit); a head must be complete ``head_timeout_s`` after the
-    connection opened or the previous response ended, else 408 (uvicorn's own idle timer stops
-    at the first byte, so a client trickling a head would otherwise hold the connection
-    forever); a body must be complete ``body_timeout_s`` after its head, else 408 (uvicorn has
-    no such timer: a stalled body held the connection forever); a connection opened while
-    ``max_connections`` are open gets 503. Each closes the connection.
-
-    Hot route: a subclass made by ``protocol_class`` answers a plain ``POST /v1/match``
-    (HTTP/1.1, a ``Content-Length`` within the limit, no ``Expect``, nothing before it still
-    being answered, the client reading its replies, a known bearer token where the server
-    asks for one: ``_tokens``) as soon as its body is complete, with the
-    bytes of ``MatchEndpoint.respond`` in one write: no ASGI task, scope or messages. The
-    answer is computed without awaiting anything either way, so only the per-request overhead
-    goes. Every other request takes the ASGI path, which answers the same way.
-    """
-
-    _limits: HttpLimits = HttpLimits()
-    _metrics: HttpMetrics | None = None
-    _head_deadline: asyncio.TimerHandle | None = None
-    _body_deadline: asyncio.TimerHandle | None = None
-    _head_begun = False
-    _in_head = True
-    _head_bytes = 0
-    _heads_ended = 0
-    _refused = False
-    _fast_match: MatchEndpoint | None = None
-    _fast: _FastRequest | None = None
-    _tokens: BearerTokens | None = None
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        if len(self.connections) > self._limits.max_connections:
-            self._refuse(
-                503,
-                f"more than {self._limits.max_connections} connections open",
-                TOO_MANY_CONNECTIONS,
-            )
-            return
-        self._arm_head_deadline()
+    # --- asyncio.Protocol -----------------------------------------------------------------
 
     def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
         # A chunk counts toward the head only when it began inside a head and no head ended in
         # it; one where the next head begins (after a head or a body ended) restarts the count,
         # so the bound is this limit plus one read.
         was_in_head = self._in_head
         self._heads_ended = 0
-        super().data_received(data)
-        if self.transport.is_closing():
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._upgrade_asked()
+            return
+        except httptools.HttpParserCallbackError:
+            logger.exception("serving a request failed")  # a bug here, not the client's
+            if not self._refused:
+                self._refuse_in_turn(500, "internal error", None)
+            return
+        except httptools.HttpParserError as exc:
+            if not self._refused:
+                logger.debug("an unparsable request: %s", exc)
+                self._refuse_in_turn(400, "invalid HTTP request", None)
+            return
+        if self._refused or self._transport.is_closing():
             return
         if not self._in_head:
-            # A body still to come (armed here, not per request: a body that arrives with its
-            # head costs no timer).
-            if self._body_deadline is None:
-                self._body_deadline = self.loop.call_later(
-                    self._limits.body_timeout_s, self._body_timed_out
-                )
+            if self._phase != IN_BODY:  # a body still to come (one sent with its head: no timer)
+                self._due(IN_BODY, self._loop.time() + self._limits.body_timeout_s)
             return
         if was_in_head and self._heads_ended == 0:
             self._head_bytes += len(data)
         else:
             self._head_bytes = 0
         if self._head_bytes > MAX_HEAD_BYTES + HEAD_SLACK_BYTES:
-            self._refuse(431, f"request head exceeds {MAX_HEAD_BYTES} bytes", "head_too_large")
+            reason = f"request head exceeds {MAX_HEAD_BYTES} bytes"
+            self._refuse_in_turn(431, reason, "head_too_large")
+
+    def eof_received(self) -> bool:
+        self._eof = True
+        # Keep the transport open to answer what was received whole, unless nothing is being
+        # answered, a request is cut short, or TLS (which cannot half-close).
+        nothing_to_answer = self._active is None and not self._queue
+        cut_short = self._current is not None or self._hot is not None
+        return not (self._state.tls or nothing_to_answer or cut_short)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._hot = None
+        super().connection_lost(exc)
+        self._wake_writers()
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._wake_writers()
+
+    # --- the parser's callbacks -----------------------------------------------------------
 
     def on_message_begin(self) -> None:
+        self._url = b""
+        self._headers = []
         self._head_begun = True
-        super().on_message_begin()
+        if self._phase == IDLE:
+            self._due(IN_HEAD, self._head_due)
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        # llhttp keeps trailing whitespace, which is no part of a field value (RFC 9110 5.5)
+        self._headers.append((name.lower(), value.rstrip(b" \t")))
 
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._head_begun = False
         self._heads_ended += 1
-        self._disarm_head_deadline()
-        version = self.parser.get_http_version()
-        if version not in ("1.0", "1.1"):  # llhttp takes a line without a version as HTTP/0.9
-            status = 400 if version == "0.9" else 505
-            self._refuse(status, f"HTTP/{version} is not served (use HTTP/1.1)", "bad_version")
+        self._answering()
+        if self._refused:
             return
-        if self._fast_match is not None and version == "1.1":
-            self._fast = self._fast_request(self._fast_match)
-            if self._fast is not None:
-                return
-        super().on_headers_complete()
-        if self.cycle is not None and self.cycle.transport is self.transport:
-            self.cycle.transport = _HeadWithBody(self.transport)  # type: ignore[assignment]
-
-    def _fast_request(self, endpoint: MatchEndpoint) -> _FastRequest | None:
-        """The request as one the protocol answers itself, or None for the ASGI path."""
+        version = self._parser.get_http_version()
+        if version != "1.1" and version != "1.0":  # llhttp reads a line without one as 0.9
+            status = 400 if version == "0.9" else 505
+            reason = f"HTTP/{version} is not served (use HTTP/1.1)"
+            self._refuse_in_turn(status, reason, "bad_version")
+            return
+        state = self._state
+        match = state.match
         if (
-            self.parser.get_method() != b"POST"
-            or self.expect_100_continue
-            or self.parser.should_upgrade()
-            or self.pipeline
-            or (self.cycle is not None and not self.cycle.response_complete)
-            or self.flow.write_paused
+            match is not None
+            and version == "1.1"
+            and self._active is None
+            and not self._queue
+            and not self._write_paused
         ):
-            return None
-        path, _, query_string = self.url.partition(b"?")
-        if path != _MATCH_PATH:
-            return None
-        content_type: str | None = None
-        length: bytes | None = None
-        authorization: bytes | None = None
-        for name, value in self.headers:
-            if name == b"content-length":
-                if length is not None:
-                    return None
-                length = value
-            elif name == b"content-type":
-                content_type = value.decode("latin-1")
-            elif name == b"authorization":
-                if authorization is not None:
-                    return None
-                authorization = value
-            elif name == b"transfer-encoding":
-                return None
-        if length is None or not length.isdigit() or int(length) > endpoint.limit_bytes:
-            return None
-        if head_bytes(len(path) + len(query_string), self.headers) > MAX_HEAD_BYTES:
-            return None
-        tokens = self._tokens
-        if tokens is not None and tokens.verdict(authorization) != ACCEPTED:
-            return None  # refused through ASGI (http_auth.GuardedApp), counted there
-        return _FastRequest(
-            content_type, query_string, self.parser.should_keep_alive(), [], time.perf_counter()
-        )
+            hot = hot_request(self._parser, self._url, self._headers, match, state.tokens)
+            if hot is not None:
+                self._hot = hot
+                return
+        self._asgi_request(version)
 
     def on_body(self, body: bytes) -> None:
         if self._refused:
             return
-        if self._fast is not None:
-            self._fast.parts.append(body)
+        hot = self._hot
+        if hot is not None:
+            hot.parts.append(body)
             return
-        super().on_body(body)
+        cycle = self._current
+        if cycle is not None and cycle.feed(body):
+            self._pause_reading()
 
     def on_message_complete(self) -> None:
         if self._refused:
             return
         self._in_head = True  # what comes next is the next request's head
         self._head_bytes = 0
-        if self._body_deadline is not None:
-            self._body_deadline.cancel()
-            self._body_deadline = None
-        fast, self._fast = self._fast, None
-        if fast is not None:
-            self._answer(fast)
+        hot = self._hot
+        if hot is not None:
+            self._hot = None
+            self._answer(hot)
             return
-        super().on_message_complete()
-        if self.cycle is not None and self.cycle.response_complete:
-            self._arm_head_deadline()  # answered before its body ended: the next head's turn
+        cycle, self._current = self._current, None
+        self._answering()
+        if cycle is not None:
+            cycle.end_body()
+            if cycle.complete:  # answered before its body ended: the next head's turn
+                self._after_answer()
 
-    def _answer(self, fast: _FastRequest) -> None:
-        """Send the answer to ``fast`` in one write, then what uvicorn does after a response."""
-        endpoint = self._fast_match
+    # --- the hot route and the ASGI path ---------------------------------------------------
+
+    def _answer(self, hot: HotRequest) -> None:
+        """Send the answer to ``hot`` in one write."""
+        state = self._state
+        endpoint = state.match
         assert endpoint is not None
-        keep_alive = fast.keep_alive
-        try:
-            status, body = endpoint.respond(
-                fast.content_type, b"".join(fast.parts), fast.query_string
-            )
-        except Exception:
-            logger.exception("POST /v1/match failed")
-            status, body, keep_alive = 500, error_body("internal error"), False
-        self.transport.write(
-            _response_bytes(
-                status,
-                b"application/json",
-                body,
-                close=not keep_alive,
-                headers=self.server_state.default_headers,
-            )
-        )
+        keep_alive = hot.keep_alive and not state.stopping
+        status, data, keep_alive = hot_reply(endpoint, hot, state.date_line, keep_alive=keep_alive)
+        self._transport.write(data)
         if not keep_alive:
-            self.transport.close()
-        endpoint.metrics.answered(MATCH_ROUTE, status, time.perf_counter() - fast.started)
-        self.on_response_complete()
+            self._close()
+        endpoint.metrics.answered(MATCH_ROUTE, status, time.perf_counter() - hot.started)
+        self._after_answer()
 
-    def on_response_complete(self) -> None:
-        if self.cycle is not None and isinstance(self.cycle.transport, _HeadWithBody):
-            self.cycle.transport.flush()
-        super().on_response_complete()
-        if not self.transport.is_closing() and self._in_head:
-            self._arm_head_deadline()  # the next request on this connection
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm_head_deadline()
-        if self._body_deadline is not None:
-            self._body_deadline.cancel()
-            self._body_deadline = None
-        super().connection_lost(exc)
-
-    def _refuse(self, status: int, reason: str, counted_as: str) -> None:
-        """Answer ``status`` with ``reason`` and close, reading nothing more; counted as a
-        refusal for ``counted_as`` where this protocol serves the routing API."""
-        self._refused = True
-        if self._metrics is not None:
-            self._metrics.refused_early(status, counted_as)
-        message = (reason + "\n").encode()
-        self.transport.write(
-            _response_bytes(status, b"text/plain; charset=utf-8", message, close=True)
+    def _asgi_request(self, version: str) -> None:
+        if self._addresses is None:
+            transport = self._transport
+            server = transport.get_extra_info("sockname")
+            client = transport.get_extra_info("peername")
+            self._addresses = (
+                tuple(server[:2]) if server else None,
+                tuple(client[:2]) if client else None,
+            )
+        parser, state, headers = self._parser, self._state, self._headers
+        server_address, client_address = self._addresses
+        scope = asgi_scope(
+            parser.get_method(),
+            self._url,
+            version,
+            headers,
+            tls=state.tls,
+            server=server_address,
+            client=client_address,
         )
-        self.transport.close()
-
-    def _arm_head_deadline(self) -> None:
-        self._disarm_head_deadline()
-        self._head_deadline = self.loop.call_later(
-            self._limits.head_timeout_s, self._head_timed_out
-        )
-
-    def _disarm_head_deadline(self) -> None:
-        if self._head_deadline is not None:
-            self._head_deadline.cancel()
-            self._head_deadline = None
-
-    def _head_timed_out(self) -> None:
-        self._head_deadline = None
-        if not self._in_head or self.transport.is_closing():
+        if scope is None:
+            self._refuse_in_turn(400, "invalid request target", None)
             return
-        if self._head_begun:
-            timeout_s = self._limits.head_timeout_s
-            self._refuse(408, f"request head not complete within {timeout_s} s", SLOW_HEAD)
+        cycle = AsgiCycle(
+            scope,
+            self,
+            self._transport,
+            keep_alive=parser.should_keep_alive() and not state.stopping,
+            expect_continue=expects_continue(headers),
+            date_line=state.date_line,
+        )
+        self._current = cycle
+        if self._active is None:
+            self._start(cycle)
         else:
-            self.transport.close()  # nothing sent since: an idle connection, not a refusal
+            self._queue.append(cycle)
+            self._pause_reading()
+
+    def _start(self, cycle: AsgiCycle) -> None:
+        self._active = cycle
+        tasks = self._state.tasks
+        task = self._loop.create_task(cycle.run(self._state.app))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    # --- http_cycle.Connection --------------------------------------------------------------
+
+    @property
+    def write_paused(self) -> bool:
+        """Whether the transport's write buffer is over its high-water mark."""
+        return self._write_paused
+
+    async def drain(self) -> None:
+        """Wait until the transport takes writes again (or the connection is gone)."""
+        if self._write_paused and not self._closed:
+            waiter = self._loop.create_future()
+            self._drain_waiters.append(waiter)
+            await waiter
+
+    def resume_reading(self) -> None:
+        """Read again (paused for a body the app had not read), unless requests wait."""
+        if self._read_paused and not self._queue and not self._transport.is_closing():
+            self._read_paused = False
+            self._transport.resume_reading()
+
+    def response_done(self, cycle: AsgiCycle) -> None:
+        """``cycle``'s response is complete: start the next request's, or wait for one."""
+        self._active = None
+        if self._transport.is_closing():
+            return
+        queue = self._queue
+        if queue:
+            if self._state.stopping:
+                self._close()
+                return
+            self._start(queue.popleft())
+            if not queue:
+                self.resume_reading()
+            return
+        if self._final is not None:
+            self._transport.write(self._final)
+            self._close()
+            return
+        self.resume_reading()
+        self._after_answer()
+
+    def shutdown(self) -> None:
+        """The server stops: close now if nothing is being answered, else after the answer."""
+        if self._active is None and self._hot is None and not self._queue:
+            self._close()
+        elif self._active is not None:
+            self._active.keep_alive = False
+
+    # --- the connection's state ------------------------------------------------------------
+
+    def _after_answer(self) -> None:
+        """A response is complete and nothing waits: close, or wait for the next head."""
+        if self._transport.is_closing():
+            return
+        if self._eof or self._state.stopping:
+            self._close()
+        elif self._in_head:  # else the body of the request answered is still arriving
+            self._await_head(begun=self._head_begun)
 
     def _body_timed_out(self) -> None:
-        self._body_deadline = None
-        if self._in_head or self.transport.is_closing():
+        cycle = self._current
+        if self._hot is None and (cycle is None or cycle is not self._active or cycle.started):
+            # an answer is being written (or waited for) on this connection: close without one
+            self._count(408, SLOW_BODY)
+            self._close()
             return
-        cycle = self.cycle
-        if self._fast is None and (self.pipeline or cycle is None or cycle.response_started):
-            # an answer is already being written on this connection: close without another
-            self._refused = True
-            if self._metrics is not None:
-                self._metrics.refused_early(408, SLOW_BODY)
-            self.transport.close()
+        super()._body_timed_out()
+
+    def _upgrade_asked(self) -> None:
+        """A request asked to switch protocols: it is answered as a plain request (no other
+        protocol is served), then the connection closes; what followed it is not read."""
+        if self._refused:
             return
-        timeout_s = self._limits.body_timeout_s
-        self._refuse(408, f"request body not complete within {timeout_s} s", SLOW_BODY)
-
-
-class _HeadWithBody:
-    """The transport as a response sees it: the response head is held back and leaves with the
-    first body bytes (or when the response ends), so a small response is one send and one
-    segment, and the client wakes once instead of twice. ``100 Continue`` goes at once."""
-
-    __slots__ = ("_held", "_transport")
-
-    def __init__(self, transport: asyncio.Transport) -> None:
-        self._transport = transport
-        self._held: bytes | None = None
-
-    def write(self, data: bytes) -> None:
-        if self._held is not None:
-            self._transport.write(self._held + data)
-            self._held = None
-        elif data.startswith(b"HTTP/1.1 100 "):
-            self._transport.write(data)
-        elif data.startswith(b"HTTP/"):
-            self._held = data
+        self._refused = True
+        self._pause_reading()
+        last = self._queue[-1] if self._queue else self._active
+        if last is None or last.complete:
+            self._close()
         else:
-            self._transport.write(data)
+            last.keep_alive = False
 
-    def flush(self) -> None:
-        """Send what is held."""
-        if self._held is not None:
-            self._transport.write(self._held)
-            self._held = None
+    def _refuse_in_turn(self, status: int, reason: str, counted_as: str | None) -> None:
+        """``_refuse``, after the answers to the requests before this one."""
+        active = self._active
+        if active is None or (active is self._current and not active.started):
+            self._refuse(status, reason, counted_as)
+            return
+        self._refused = True
+        self._count(status, counted_as)
+        self._pause_reading()
+        if self._current is not None:
+            self._close()  # a request cut short by the bad bytes can never be answered
+            return
+        self._final = refusal_bytes(status, reason)
 
-    def close(self) -> None:
-        self.flush()
-        self._transport.close()
+    def _lose_cycles(self) -> None:
+        for cycle in (self._active, self._current, *self._queue):
+            if cycle is not None and not cycle.disconnected:
+                cycle.lost()
 
-    def is_closing(self) -> bool:
-        return self._transport.is_closing()
+    def _pause_reading(self) -> None:
+        if not self._read_paused and not self._transport.is_closing():
+            self._read_paused = True
+            self._transport.pause_reading()
 
-
-def protocol_class(
-    match: MatchEndpoint | None,
-    metrics: HttpMetrics | None = None,
-    limits: HttpLimits | None = None,
-    tokens: BearerTokens | None = None,
-) -> type[_BoundedHeadProtocol]:
-    """The protocol serving an app whose ``/v1/match`` handler is ``match`` (None: none, every
-    request through ASGI), counting its refusals in ``metrics`` (None: ``match``'s, if any),
-    under ``limits`` (None: the defaults). With ``tokens`` the hot route answers only a request
-    with a known bearer token; any other goes through ASGI, where the app (``GuardedApp``)
-    refuses it."""
-
-    class _ServingProtocol(_BoundedHeadProtocol):
-        _fast_match = match
-        _metrics = metrics if metrics is not None or match is None else match.metrics
-        _limits = HttpLimits() if limits is None else limits
-        _tokens = tokens
-
-    return _ServingProtocol
+    def _wake_writers(self) -> None:
+        waiters, self._drain_waiters = self._drain_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)

@@ -1,49 +1,54 @@
-"""The HTTP server of ``serve``, ``follow`` and ``bridge``: uvicorn serving the app of
-``http_app`` with the protocol of ``http_protocol``, in our task group.
+"""The HTTP server of ``serve``, ``follow`` and ``bridge``: an asyncio server
+(``loop.create_server`` on the socket of ``bind_listener``) whose connections are
+``http_protocol.HttpConnection``, serving the app of ``http_app``.
 
-``HttpServer`` is an async context manager owning the uvicorn server task; it binds before it
-returns (``port=0`` picks a free port, read back from ``port``). ``start_http_server`` is how a
-command serves its ``AppParts`` for as long as its exit stack lives; an address it cannot
-listen on is a ``ListenError`` naming the command's flag and value.
+``HttpServer`` is an async context manager owning the listener: it binds before it returns
+(``port=0`` picks a free port, read back from ``port``), keeps the ``date`` header current, and
+on exit stops gracefully: it stops accepting, closes idle connections, lets the answers in
+progress finish for up to ``GRACE_S`` (each connection closing after its answer), then closes
+whatever is left and cancels the app tasks still running. ``start_http_server`` is how a command
+serves its ``AppParts`` for as long as its exit stack lives; an address it cannot listen on is a
+``ListenError`` naming the command's flag and value.
 
 Security (``http_auth.HttpSecurity``): with bearer tokens the app is served behind
 ``GuardedApp`` (and the hot route checks the token itself); with a TLS context the listener
-speaks TLS only (``url`` is then ``https://``). ``start_http_server`` refuses, before binding, a
-host other than the loopback without TLS and an authentication unless ``insecure`` is set
-(then it logs a warning).
+speaks TLS only (``url`` is then ``https://``; a handshake must end within the head timeout).
+``start_http_server`` refuses, before binding, a host other than the loopback without TLS and
+an authentication unless ``insecure`` is set (then it logs a warning).
 """
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import logging
 import socket
-from contextlib import AsyncExitStack, nullcontext
+import time
+from contextlib import AsyncExitStack
 from types import TracebackType
-from typing import Any, Self
+from typing import Final, Self
 
 import anyio
-import uvicorn
-from anyio.abc import TaskGroup
 from starlette.types import ASGIApp
 
 from swa_es.service.errors import ListenError
 from swa_es.service.http_app import AppParts, MatchEndpoint, ServiceApp, build_app
 from swa_es.service.http_auth import GuardedApp, HttpSecurity
-from swa_es.service.http_protocol import HttpLimits, protocol_class
+from swa_es.service.http_bounds import ServerState
+from swa_es.service.http_cycle import date_line
+from swa_es.service.http_limits import HttpLimits
+from swa_es.service.http_protocol import HttpConnection
 
 logger = logging.getLogger(__name__)
 
-
-class _QuietServer(uvicorn.Server):
-    """A uvicorn server that leaves signals to its host (the CLI cancels the task group)."""
-
-    def capture_signals(self) -> Any:  # a context manager in uvicorn
-        return nullcontext()
+GRACE_S: Final = 2.0
+"""How long a stopping server lets the answers in progress finish."""
+_CANCEL_WAIT_S: Final = 1.0
+"""How long a stopping server waits for the app tasks it cancelled."""
 
 
 def bind_listener(host: str, port: int, backlog: int = 128) -> socket.socket:
-    """A listening TCP socket on ``host:port`` (0: any free port) for uvicorn to serve.
+    """A listening TCP socket on ``host:port`` (0: any free port) for the server to serve.
 
     The protocol is named (``IPPROTO_TCP``, not the default 0): asyncio turns on TCP_NODELAY
     only for connections accepted from a socket whose ``proto`` says TCP. Without it Nagle
@@ -92,8 +97,9 @@ class HttpServer:
         self._host = host
         self._requested_port = port
         self._port: int | None = None
-        self._server: _QuietServer | None = None
-        self._group: TaskGroup | None = None
+        self._state: ServerState | None = None
+        self._server: asyncio.Server | None = None
+        self._clock: asyncio.TimerHandle | None = None
 
     @property
     def port(self) -> int:
@@ -127,29 +133,35 @@ class HttpServer:
         self._port = int(sock.getsockname()[1])
         metrics = self._app.metrics if isinstance(self._app, ServiceApp) else None
         tokens, tls = self._security.tokens, self._security.tls
-        app = self._app if tokens is None else GuardedApp(self._app, tokens, metrics)
-        config = uvicorn.Config(
-            app,
-            lifespan="off",
-            log_level="warning",
-            access_log=False,
-            http=protocol_class(self._hot_match(), metrics, self._limits, tokens),
-            ws="none",
-            timeout_keep_alive=self._limits.keep_alive_timeout_s,  # type: ignore[arg-type]
-            timeout_graceful_shutdown=2,
-            ssl_context_factory=None if tls is None else (lambda _config, _default: tls),
+        state = ServerState(
+            self._app if tokens is None else GuardedApp(self._app, tokens, metrics),
+            match=self._hot_match(),
+            metrics=metrics,
+            limits=self._limits,
+            tokens=tokens,
+            tls=tls is not None,
         )
-        server = _QuietServer(config)
-        self._server = server
-        group = anyio.create_task_group()
-        await group.__aenter__()
-        self._group = group
-        group.start_soon(server.serve, [sock])
-        with anyio.fail_after(10):
-            while not server.started:  # noqa: ASYNC110 -- uvicorn exposes a flag, not an event
-                await anyio.sleep(0.01)
+        loop = asyncio.get_running_loop()
+        try:
+            self._server = await loop.create_server(
+                lambda: HttpConnection(state),
+                sock=sock,
+                ssl=tls,
+                ssl_handshake_timeout=None if tls is None else self._limits.head_timeout_s,
+            )
+        except BaseException:
+            sock.close()
+            raise
+        self._state = state
+        self._tick()
         logger.info("http on %s", self.url)
         return self
+
+    def _tick(self) -> None:
+        """Keep the ``date`` header current: refreshed as each second begins."""
+        assert self._state is not None
+        self._state.date_line = date_line()
+        self._clock = asyncio.get_running_loop().call_later(1.0 - time.time() % 1.0, self._tick)
 
     async def __aexit__(
         self,
@@ -157,10 +169,30 @@ class HttpServer:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        assert self._group is not None and self._server is not None
-        self._server.should_exit = True
-        group, self._group = self._group, None
-        await group.__aexit__(None, None, None)
+        state, server = self._state, self._server
+        assert state is not None and server is not None
+        self._state = self._server = None
+        if self._clock is not None:
+            self._clock.cancel()
+        server.close()  # accept no more connections
+        state.stopping = True
+        with anyio.CancelScope(shield=True):
+            for connection in list(state.connections):
+                connection.shutdown()
+            with anyio.move_on_after(GRACE_S):
+                if state.connections:
+                    await state.all_closed.wait()
+                if state.tasks:  # done answering, maybe not yet returned
+                    await asyncio.wait(set(state.tasks))
+            for connection in list(state.connections):
+                connection.abort()
+            tasks = set(state.tasks)
+            for task in tasks:
+                task.cancel()
+            if tasks:
+                await asyncio.wait(tasks, timeout=_CANCEL_WAIT_S)
+            with anyio.move_on_after(_CANCEL_WAIT_S):
+                await server.wait_closed()
 
 
 def http_url(host: str, port: int, *, tls: bool = False) -> str:

@@ -131,7 +131,7 @@ async def test_connections_past_the_cap_are_answered_503() -> None:
 
 async def test_an_idle_keep_alive_connection_is_closed() -> None:
     """After a response, a keep-alive connection that sends nothing more is closed after the
-    keep-alive timeout (uvicorn's timer, honoured by the protocol on both routes), and that is
+    keep-alive timeout (on both routes), and that is
     no refusal."""
     app = await _server_app()
     limits = HttpLimits(keep_alive_timeout_s=SHORT_S)

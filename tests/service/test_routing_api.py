@@ -1,4 +1,4 @@
-"""The routing API over real HTTP (httpx against uvicorn): answers equal PrefixIndex.match."""
+"""The routing API over real HTTP (httpx against HttpServer): answers equal PrefixIndex.match."""
 
 from __future__ import annotations
 

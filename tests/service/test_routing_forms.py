@@ -1,4 +1,4 @@
-"""Every request form of ``POST /v1/match`` over real HTTP (a uvicorn server on 127.0.0.1, the
+"""Every request form of ``POST /v1/match`` over real HTTP (the service's server on 127.0.0.1, the
 real ``swa_es.client`` clients and raw httpx): the same answers as the in-process
 ``PrefixIndex.match``, batches in order, ``as_of`` that tells fresh from stale, and bad bodies
 refused with 400/413/415/431 naming the problem."""

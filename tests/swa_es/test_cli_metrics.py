@@ -1,4 +1,4 @@
-"""The HTTP face of the services: /metrics through prometheus_client, /healthz, on uvicorn."""
+"""The HTTP face of the services: /metrics through prometheus_client, /healthz, on HttpServer."""
 
 from __future__ import annotations
 
