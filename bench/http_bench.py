@@ -9,12 +9,15 @@ and released at once. Rows:
 
 - ``in_process``: ``PrefixIndex.match`` called directly with the prompt's list of ids;
 - ``json``: http.client with the JSON body ``{"token_ids": [...]}``, the reply parsed by orjson;
-- ``binary``: ``swa_es.client.RoutingClient.match`` (little-endian u32 body, typed answers);
+- ``binary``: ``swa_es.client.RoutingClient.match`` (little-endian u32 body, the binary answer
+  read into typed answers);
   also against a server asking for a bearer token (``binary_1conn_bearer_token``: the server
   started with a token file, the client sending ``Authorization: Bearer``), beside the row
   without;
-- ``binary_httpx``: the same binary body sent by ``httpx.Client`` (to weigh the client library);
-- ``hashes``: ``RoutingClient.match_hashes`` (the prompt's block hashes, i64 body);
+- ``binary_httpx``: the same binary body sent by ``httpx.Client``, the JSON answer parsed by
+  orjson (to weigh the client);
+- ``hashes``: ``RoutingClient.match_hashes`` (the prompt's block hashes, i64 body, the binary
+  answer);
 - ``batch16``: ``RoutingClient.match_batch`` with 16 prompts in one msgpack body;
 - each HTTP form with 1 keep-alive connection, and json/binary/batch16 with ``--connections``,
   on the server ``swa-es follow`` runs (uvloop); ``binary`` also on the standard asyncio loop,
