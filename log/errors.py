@@ -8,8 +8,6 @@ from cache.errors import SwaEsError
 class LogError(SwaEsError):
     """Base class of every log error."""
 
-    retriable: bool = False
-
 
 class ConfigError(LogError, ValueError):
     """A log URL or option is wrong; ``what`` names it."""

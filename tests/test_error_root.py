@@ -91,3 +91,20 @@ def test_the_root_is_public_and_one_consistency_error() -> None:
     assert not hasattr(consumers, "ViewConsistencyError")  # one failure, one name
     assert issubclass(ReplicaConsistencyError, SwaEsError)
     assert issubclass(ReplicaConsistencyError, ValueError)  # as before the root
+
+
+def test_every_error_says_whether_retrying_can_help() -> None:
+    """``retriable`` is the root's (False unless a class or instance knows better): a router
+    retries a follower that is restoring or out of reach, never a refused request."""
+    from log.errors import LogError, LogLockedError
+    from swa_es.client import RoutingConnectionError, RoutingError, RoutingUnavailableError
+
+    assert SwaEsError.retriable is False and LogError.retriable is False
+    assert LogLockedError.retriable and RoutingUnavailableError.retriable
+    assert RoutingConnectionError.retriable and not RoutingError.retriable
+    for name in _module_names():
+        if name.startswith(NEEDS_AN_ENGINE):
+            continue
+        for error in _defined_here(importlib.import_module(name), name):
+            if issubclass(error, SwaEsError):
+                assert isinstance(error.retriable, bool), error

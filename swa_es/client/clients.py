@@ -72,6 +72,8 @@ class RoutingError(SwaEsError):
 class RoutingUnavailableError(RoutingError):
     """The follower cannot answer yet (503: restoring)."""
 
+    retriable = True
+
 
 class RoutingAuthError(RoutingError):
     """The routing API refused the client's credentials: 401, no bearer token sent (give
@@ -80,6 +82,8 @@ class RoutingAuthError(RoutingError):
 
 class RoutingConnectionError(SwaEsError):
     """The routing API could not be reached, or the connection failed mid-request."""
+
+    retriable = True
 
 
 def _refusal(status: int, body: bytes) -> RoutingError:
