@@ -62,33 +62,38 @@ pub(crate) fn held_usable(answer: Answer) -> (Option<u64>, Option<u64>) {
     }
 }
 
-/// Pack `answers` (source id order, as the walk gives them) with their lower tiers' hits.
-/// `names` maps ids to names; `heard_at` names when each source was last heard (seconds on the
-/// clock of `now`; 0 since when absent); sources in `leave_out` are skipped.
+/// The tokens a source's lower tier `at` holds after the GPU hit: its entry in `hit` (0 when
+/// absent), None when the source's lengths are not known (`held` None).
+pub(crate) fn lower_tier_tokens(held: Option<u64>, hit: Option<&[u64]>, at: usize) -> Option<u64> {
+    held.map(|_| hit.and_then(|hit| hit.get(at).copied()).unwrap_or(0))
+}
+
+/// One answer of a walk, with what both reply forms (dicts and rows) read beside it.
+pub(crate) struct Visit<'a, 'py> {
+    pub id: u32,
+    pub name: &'a Bound<'py, PyString>,
+    pub answer: Answer,
+    /// The source's lower tiers' tokens after the GPU hit (None: it has no lower tier hit).
+    pub hit: Option<&'a [u64]>,
+    /// Seconds since the source was last heard: `now` minus its time in `heard_at` (0 when
+    /// absent).
+    pub heard_s: f64,
+}
+
+/// Visit `answers` (source id order, as the walk gives them) with their lower tiers' hits;
+/// `names` maps ids to names; sources in `leave_out` are skipped.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn pack<'py>(
+pub(crate) fn visit_answers<'py>(
     py: Python<'py>,
-    store: &ReplicaStore,
     names: &[Py<PyString>],
     answers: Vec<(u32, Answer)>,
     hits: &TierHits,
     now: f64,
     heard_at: &Bound<'py, PyDict>,
-    states: StateCodes,
     leave_out: &Bound<'py, PyAny>,
-) -> PyResult<PackedAnswers<'py>> {
+    mut visit: impl FnMut(Visit<'_, 'py>) -> PyResult<()>,
+) -> PyResult<()> {
     let skip = leave_out.len()? > 0;
-    let mut packed = PackedAnswers {
-        names: Vec::with_capacity(answers.len()),
-        media: Vec::new(),
-        rows: Vec::new(),
-        tiers: Vec::new(),
-        index: Vec::with_capacity(answers.len() * 4),
-    };
-    // The distinct rows without lower tiers seen so far, searched in order: a fleet holds a
-    // prompt to a few lengths, and only the first few are remembered, which bounds the search.
-    const SHARED: usize = 16;
-    let mut shared: Vec<([u8; ROW_BYTES], u32)> = Vec::new();
     let mut hit_at = 0;
     for (id, answer) in answers {
         let name = names[id as usize].bind(py);
@@ -102,57 +107,103 @@ pub(crate) fn pack<'py>(
             .get(hit_at)
             .filter(|(hit, _)| *hit == id)
             .map(|(_, tokens)| &tokens[..]);
-        let (held, usable) = held_usable(answer);
-        let heard = match heard_at.get_item(name)? {
+        let heard_s = match heard_at.get_item(name)? {
             Some(at) => now - at.extract::<f64>()?,
             None => 0.0,
         };
-        let tiers = store.by_id(id).tiers.tiers();
-        let tier_count = u8::try_from(tiers.len())
-            .map_err(|_| PyValueError::new_err("a source with more than 255 lower tiers"))?;
-        let mut row = [0u8; ROW_BYTES];
-        row[0..8].copy_from_slice(&length(held)?.to_le_bytes());
-        row[8..16].copy_from_slice(&length(usable)?.to_le_bytes());
-        row[16..24].copy_from_slice(&heard.to_le_bytes());
-        row[24] = if held.is_some() {
-            states.known
-        } else {
-            states.unknown
-        };
-        row[25] = tier_count;
-        let next = u32::try_from(packed.rows.len() / ROW_BYTES)
-            .map_err(|_| PyValueError::new_err("more than 2**32 rows in one answer"))?;
-        let seen = shared.iter().find(|(kept, _)| *kept == row);
-        let row_at = match seen {
-            Some(&(_, at)) if tiers.is_empty() => at,
-            _ => {
-                packed.rows.extend_from_slice(&row);
-                if tiers.is_empty() && shared.len() < SHARED {
-                    shared.push((row, next));
-                }
-                next
-            }
-        };
-        packed.index.extend_from_slice(&row_at.to_le_bytes());
-        for (at, tier) in tiers.iter().enumerate() {
-            let medium: &str = &tier.medium;
-            let index = match packed.media.iter().position(|seen| seen == medium) {
-                Some(index) => index,
-                None => {
-                    packed.media.push(medium.to_owned());
-                    packed.media.len() - 1
+        visit(Visit {
+            id,
+            name,
+            answer,
+            hit,
+            heard_s,
+        })?;
+    }
+    Ok(())
+}
+
+/// Pack `answers` as `visit_answers` visits them.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn pack<'py>(
+    py: Python<'py>,
+    store: &ReplicaStore,
+    names: &[Py<PyString>],
+    answers: Vec<(u32, Answer)>,
+    hits: &TierHits,
+    now: f64,
+    heard_at: &Bound<'py, PyDict>,
+    states: StateCodes,
+    leave_out: &Bound<'py, PyAny>,
+) -> PyResult<PackedAnswers<'py>> {
+    let mut packed = PackedAnswers {
+        names: Vec::with_capacity(answers.len()),
+        media: Vec::new(),
+        rows: Vec::new(),
+        tiers: Vec::new(),
+        index: Vec::with_capacity(answers.len() * 4),
+    };
+    // The distinct rows without lower tiers seen so far, searched in order: a fleet holds a
+    // prompt to a few lengths, and only the first few are remembered, which bounds the search.
+    const SHARED: usize = 16;
+    let mut shared: Vec<([u8; ROW_BYTES], u32)> = Vec::new();
+    visit_answers(
+        py,
+        names,
+        answers,
+        hits,
+        now,
+        heard_at,
+        leave_out,
+        |visit| {
+            let (held, usable) = held_usable(visit.answer);
+            let tiers = store.by_id(visit.id).tiers.tiers();
+            let tier_count = u8::try_from(tiers.len())
+                .map_err(|_| PyValueError::new_err("a source with more than 255 lower tiers"))?;
+            let mut row = [0u8; ROW_BYTES];
+            row[0..8].copy_from_slice(&length(held)?.to_le_bytes());
+            row[8..16].copy_from_slice(&length(usable)?.to_le_bytes());
+            row[16..24].copy_from_slice(&visit.heard_s.to_le_bytes());
+            row[24] = if held.is_some() {
+                states.known
+            } else {
+                states.unknown
+            };
+            row[25] = tier_count;
+            let next = u32::try_from(packed.rows.len() / ROW_BYTES)
+                .map_err(|_| PyValueError::new_err("more than 2**32 rows in one answer"))?;
+            let seen = shared.iter().find(|(kept, _)| *kept == row);
+            let row_at = match seen {
+                Some(&(_, at)) if tiers.is_empty() => at,
+                _ => {
+                    packed.rows.extend_from_slice(&row);
+                    if tiers.is_empty() && shared.len() < SHARED {
+                        shared.push((row, next));
+                    }
+                    next
                 }
             };
-            let index = u16::try_from(index)
-                .map_err(|_| PyValueError::new_err("more than 65535 media in one answer"))?;
-            let tokens = held.map(|_| hit.and_then(|hit| hit.get(at).copied()).unwrap_or(0));
-            packed.tiers.extend_from_slice(&index.to_le_bytes());
-            packed
-                .tiers
-                .extend_from_slice(&length(tokens)?.to_le_bytes());
-            packed.tiers.extend_from_slice(&NONE_LENGTH.to_le_bytes());
-        }
-        packed.names.push(name.clone());
-    }
+            packed.index.extend_from_slice(&row_at.to_le_bytes());
+            for (at, tier) in tiers.iter().enumerate() {
+                let medium: &str = &tier.medium;
+                let index = match packed.media.iter().position(|seen| seen == medium) {
+                    Some(index) => index,
+                    None => {
+                        packed.media.push(medium.to_owned());
+                        packed.media.len() - 1
+                    }
+                };
+                let index = u16::try_from(index)
+                    .map_err(|_| PyValueError::new_err("more than 65535 media in one answer"))?;
+                let tokens = lower_tier_tokens(held, visit.hit, at);
+                packed.tiers.extend_from_slice(&index.to_le_bytes());
+                packed
+                    .tiers
+                    .extend_from_slice(&length(tokens)?.to_le_bytes());
+                packed.tiers.extend_from_slice(&NONE_LENGTH.to_le_bytes());
+            }
+            packed.names.push(visit.name.clone());
+            Ok(())
+        },
+    )?;
     Ok(packed)
 }

@@ -404,12 +404,7 @@ impl PyReplicaStore {
         page_size: u32,
         result_type: &Bound<'py, PyType>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        if page_size == 0 {
-            return Err(PyValueError::new_err(
-                "page_size: expected a positive int, got 0",
-            ));
-        }
-        let answers = self.store.match_hashes(page_size, &block_hashes);
+        let answers = self.store.match_hashes(positive(page_size)?, &block_hashes);
         self.answers_into(py, answers, result_type)
     }
 
@@ -429,9 +424,7 @@ impl PyReplicaStore {
         unknown_state: &Bound<'py, PyString>,
         leave_out: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let tokens = prompt_tokens(token_ids)?;
-        let prior = namespace_prior(extra_key);
-        let (answers, hits) = self.store.match_prefix_tiers(&prior, &tokens);
+        let (answers, hits) = self.walk_tokens(token_ids, extra_key)?;
         let states = (known_state, unknown_state);
         self.answer_dicts(py, answers, &hits, now, heard_at, states, leave_out)
     }
@@ -451,12 +444,7 @@ impl PyReplicaStore {
         unknown_state: &Bound<'py, PyString>,
         leave_out: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        if page_size == 0 {
-            return Err(PyValueError::new_err(
-                "page_size: expected a positive int, got 0",
-            ));
-        }
-        let (answers, hits) = self.store.match_hashes_tiers(page_size, &block_hashes);
+        let (answers, hits) = self.walk_hashes(&block_hashes, page_size)?;
         let states = (known_state, unknown_state);
         self.answer_dicts(py, answers, &hits, now, heard_at, states, leave_out)
     }
@@ -476,9 +464,7 @@ impl PyReplicaStore {
         unknown: u8,
         leave_out: &Bound<'py, PyAny>,
     ) -> PyResult<PackedRows<'py>> {
-        let tokens = prompt_tokens(token_ids)?;
-        let prior = namespace_prior(extra_key);
-        let (answers, hits) = self.store.match_prefix_tiers(&prior, &tokens);
+        let (answers, hits) = self.walk_tokens(token_ids, extra_key)?;
         let states = StateCodes { known, unknown };
         self.rows_of(py, answers, &hits, now, heard_at, states, leave_out)
     }
@@ -497,18 +483,35 @@ impl PyReplicaStore {
         unknown: u8,
         leave_out: &Bound<'py, PyAny>,
     ) -> PyResult<PackedRows<'py>> {
-        if page_size == 0 {
-            return Err(PyValueError::new_err(
-                "page_size: expected a positive int, got 0",
-            ));
-        }
-        let (answers, hits) = self.store.match_hashes_tiers(page_size, &block_hashes);
+        let (answers, hits) = self.walk_hashes(&block_hashes, page_size)?;
         let states = StateCodes { known, unknown };
         self.rows_of(py, answers, &hits, now, heard_at, states, leave_out)
     }
 }
 
 impl PyReplicaStore {
+    /// The walk of a prompt of `token_ids` in namespace `extra_key`, with its lower tiers' hits.
+    fn walk_tokens(
+        &mut self,
+        token_ids: &Bound<'_, PyAny>,
+        extra_key: Option<&str>,
+    ) -> PyResult<(Vec<(u32, Answer)>, TierHits)> {
+        let tokens = prompt_tokens(token_ids)?;
+        let prior = namespace_prior(extra_key);
+        Ok(self.store.match_prefix_tiers(&prior, &tokens))
+    }
+
+    /// The walk of a prompt given as the block hashes of its pages of `page_size` tokens.
+    fn walk_hashes(
+        &mut self,
+        block_hashes: &[i64],
+        page_size: u32,
+    ) -> PyResult<(Vec<(u32, Answer)>, TierHits)> {
+        Ok(self
+            .store
+            .match_hashes_tiers(positive(page_size)?, block_hashes))
+    }
+
     /// The packed rows of a walk's answers (`super::answer_rows::pack`), as Python values.
     #[allow(clippy::too_many_arguments)]
     fn rows_of<'py>(
@@ -557,51 +560,45 @@ impl PyReplicaStore {
         leave_out: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyDict>> {
         self.cache_names(py);
-        let skip = leave_out.len()? > 0;
         let result = PyDict::new(py);
         // Sources with no lower tier and equal lengths share one `tiers` dict (never changed
         // after it is built): a fleet mostly holds a prompt to a few common lengths.
         const SHARED: usize = 16;
         let mut made: Vec<(Answer, Bound<'py, PyDict>)> = Vec::new();
-        let mut hit_at = 0;
-        for (id, answer) in answers {
-            let name = self.names[id as usize].bind(py);
-            while hits.get(hit_at).is_some_and(|(hit, _)| *hit < id) {
-                hit_at += 1;
-            }
-            let hit = hits
-                .get(hit_at)
-                .filter(|(hit, _)| *hit == id)
-                .map(|(_, tokens)| &tokens[..]);
-            if skip && leave_out.contains(name)? {
-                continue;
-            }
-            let (held, usable) = held_usable(answer);
-            let heard = match heard_at.get_item(name)? {
-                Some(at) => now - at.extract::<f64>()?,
-                None => 0.0,
-            };
-            let entry = PyDict::new(py);
-            entry.set_item(intern!(py, "cached_tokens"), held)?;
-            entry.set_item(intern!(py, "usable_tokens"), usable)?;
-            let state = if held.is_some() { states.0 } else { states.1 };
-            entry.set_item(intern!(py, "state"), state)?;
-            entry.set_item(intern!(py, "last_heard_s"), heard)?;
-            let tiers = &self.store.by_id(id).tiers;
-            let tier_dict = if tiers.has_media() {
-                tier_answers(py, answer, tiers, hit)?
-            } else if let Some((_, shared)) = made.iter().find(|(seen, _)| *seen == answer) {
-                shared.clone()
-            } else {
-                let fresh = tier_answers(py, answer, tiers, None)?;
-                if made.len() < SHARED {
-                    made.push((answer, fresh.clone()));
-                }
-                fresh
-            };
-            entry.set_item(intern!(py, "tiers"), tier_dict)?;
-            result.set_item(name, entry)?;
-        }
+        let store = &self.store;
+        answer_rows::visit_answers(
+            py,
+            &self.names,
+            answers,
+            hits,
+            now,
+            heard_at,
+            leave_out,
+            |visit| {
+                let answer = visit.answer;
+                let (held, usable) = held_usable(answer);
+                let entry = PyDict::new(py);
+                entry.set_item(intern!(py, "cached_tokens"), held)?;
+                entry.set_item(intern!(py, "usable_tokens"), usable)?;
+                let state = if held.is_some() { states.0 } else { states.1 };
+                entry.set_item(intern!(py, "state"), state)?;
+                entry.set_item(intern!(py, "last_heard_s"), visit.heard_s)?;
+                let tiers = &store.by_id(visit.id).tiers;
+                let tier_dict = if tiers.has_media() {
+                    tier_answers(py, answer, tiers, visit.hit)?
+                } else if let Some((_, shared)) = made.iter().find(|(seen, _)| *seen == answer) {
+                    shared.clone()
+                } else {
+                    let fresh = tier_answers(py, answer, tiers, None)?;
+                    if made.len() < SHARED {
+                        made.push((answer, fresh.clone()));
+                    }
+                    fresh
+                };
+                entry.set_item(intern!(py, "tiers"), tier_dict)?;
+                result.set_item(visit.name, entry)
+            },
+        )?;
         Ok(result)
     }
 
@@ -670,10 +667,20 @@ fn tier_answers<'py>(
     let result = PyDict::new(py);
     result.set_item(intern!(py, "GPU"), tier_entry(py, held, usable)?)?;
     for (at, tier) in tiers.tiers().iter().enumerate() {
-        let tokens = held.map(|_| hit.and_then(|hit| hit.get(at).copied()).unwrap_or(0));
+        let tokens = answer_rows::lower_tier_tokens(held, hit, at);
         result.set_item(&*tier.medium, tier_entry(py, tokens, None)?)?;
     }
     Ok(result)
+}
+
+/// `page_size` of a prompt given as block hashes: ValueError for 0.
+fn positive(page_size: u32) -> PyResult<u32> {
+    if page_size == 0 {
+        return Err(PyValueError::new_err(
+            "page_size: expected a positive int, got 0",
+        ));
+    }
+    Ok(page_size)
 }
 
 /// (names, media, rows, tier entries, row index) as Python values.
