@@ -30,6 +30,7 @@ from tests.fuzz.feedback_bodies import (
     REPORT_LISTS,
     mutate,
 )
+from tests.fuzz.json_values import json_values
 
 CONTENT_TYPES = st.sampled_from(
     [
@@ -50,17 +51,7 @@ SETTINGS = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-JSON_VALUES = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(-(2**64), 2**64)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=6),
-    lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
-    ),
-    max_leaves=8,
-)
+JSON_VALUES = json_values(integer_bound=2**64)
 
 
 def parse_or_refusal(

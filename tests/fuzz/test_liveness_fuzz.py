@@ -34,18 +34,9 @@ from consumers import Follower, PrefixIndex, ReplicaSet, Stats
 from log.memory import MemoryLog
 from tests.consumers.primary_model import PrimaryModel
 from tests.fuzz.feedback_bodies import MUTATIONS, mutate
+from tests.fuzz.json_values import json_values
 
-JSON_VALUES = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(-(2**70), 2**70)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=6),
-    lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
-    ),
-    max_leaves=8,
-)
+JSON_VALUES = json_values(integer_bound=2**70)
 LIVENESS = st.one_of(
     st.builds(heartbeat, st.text(min_size=1, max_size=8), st.text(min_size=1, max_size=8),
               st.integers(0, 2**63 - 1)),

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from consumers import SnapshotError
 from consumers.snapshots.format import read_info, read_snapshot
 from tests.fuzz.corpus import corpus_files
+from tests.fuzz.json_values import json_values
 from tests.fuzz.snapshots import (
     PLANTED_GENERATION,
     REPLICA_HEADER_FIELDS,
@@ -36,17 +37,7 @@ from tests.fuzz.snapshots import (
     with_inner_checksum,
 )
 
-JSON_VALUES = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(-(2**40), 2**40)
-    | st.floats(allow_nan=False)
-    | st.text(max_size=6),
-    lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
-    ),
-    max_leaves=8,
-)
+JSON_VALUES = json_values(integer_bound=2**40, key_size=5, infinities=True)
 DAMAGE = st.one_of(
     st.tuples(st.just("truncate"), st.integers(0, 10**6)),
     st.tuples(st.just("flip"), st.integers(0, 10**6), st.integers(0, 7)),
