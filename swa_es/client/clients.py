@@ -28,7 +28,6 @@ from urllib.parse import urlsplit
 
 from cache.errors import SwaEsError
 from swa_es.client.answers import (
-    AsOf,
     BatchReply,
     MatchAnswer,
     MatchReply,
@@ -148,7 +147,6 @@ class _Replies:
 
     def __init__(self) -> None:
         self._as_of = AsOfReader()
-        self._last_as_of: tuple[bytes, AsOf] | None = None
         self._packed = AnswersReader()
 
     def match(self, body: bytes, content_type: str | None) -> MatchReply:
@@ -157,15 +155,9 @@ class _Replies:
                 sources, as_of = self._packed.read(body)
             except PackedAnswersError as exc:
                 raise BadReplyError(str(exc)) from None
-            return MatchReply(MatchAnswer(sources), self._as_of_text(as_of))
+            return MatchReply(MatchAnswer(sources), self._as_of(as_of))
         raw = loads(body)
         return MatchReply(MatchAnswer(parse_sources(raw["sources"])), self._as_of(raw["as_of"]))
-
-    def _as_of_text(self, text: bytes) -> AsOf:
-        """The ``AsOf`` of a JSON text, reused while the text is the last one's."""
-        if self._last_as_of is None or text != self._last_as_of[0]:
-            self._last_as_of = (text, AsOf.parse(loads(text)))
-        return self._last_as_of[1]
 
     def batch(self, body: bytes) -> BatchReply:
         raw = loads(body)

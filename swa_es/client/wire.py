@@ -114,7 +114,8 @@ def batch_request(prompts: Sequence[Prompt | HashedPrompt]) -> Request:
 
 
 class AsOfReader:
-    """Parses ``as_of`` objects, reusing the last one while the follower has not moved."""
+    """Parses ``as_of`` objects (or their JSON text), reusing the last one while the follower
+    has not moved."""
 
     __slots__ = ("_last", "_raw")
 
@@ -123,9 +124,10 @@ class AsOfReader:
         self._last: AsOf | None = None
 
     def __call__(self, raw: Any) -> AsOf:
-        """The ``AsOf`` of ``raw``."""
+        """The ``AsOf`` of ``raw``: the object, or its JSON text (bytes, as the binary answer
+        carries it)."""
         if self._last is None or raw != self._raw:
-            self._last = AsOf.parse(raw)
+            self._last = AsOf.parse(loads(raw) if isinstance(raw, bytes) else raw)
             self._raw = raw
         return self._last
 
